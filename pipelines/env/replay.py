@@ -1,0 +1,143 @@
+"""The tool calls behind a gold MultiWOZ dialogue, and their replay in a ToolEnvironment.
+
+MultiWOZ records no API calls, only what they left behind: each system turn's belief
+state (``semi`` constraints, ``book`` slots and ``booked`` records). Read back:
+
+* a domain whose ``semi`` constraints changed to a non-empty set was searched with them:
+  ``query_<domain>`` (taxis have no search tool);
+* a ``booked`` record that was not there before was booked: ``book_restaurant`` /
+  ``book_hotel`` with the venue's name and the belief's ``book`` slots,
+  ``buy_train_ticket`` with the trainID, the party size and the belief's day (the
+  timetable reuses train ids across days), ``book_taxi`` with the taxi ``semi`` slots.
+
+Queries come before bookings within a turn. A turn without metadata yields no calls and
+a booking whose required values the annotation lacks is left out: nothing is invented.
+
+:func:`replay` runs those calls and returns what :func:`pipelines.env.checker.check_goal`
+needs, so gold dialogues (real or embedded) can be graded like agent episodes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from pipelines.env.tools import TOOLS, EnvState, ToolEnvironment
+from pipelines.multiwoz.ontology import is_dont_care
+from pipelines.records import BookedRecord, DialogAct, Dialogue, DomainBelief, ToolCall, frozen_dict
+
+QUERY_TOOLS: Mapping[str, str] = frozen_dict(
+    {"restaurant": "query_restaurant", "hotel": "query_hotel", "attraction": "query_attraction", "train": "query_train"}
+)
+BOOKING_TOOLS: Mapping[str, str] = frozen_dict(
+    {"restaurant": "book_restaurant", "hotel": "book_hotel", "train": "buy_train_ticket", "taxi": "book_taxi"}
+)
+# Which value of a gold ``booked`` record an environment booking's observation replaces.
+_GOLD_TO_OBSERVED: tuple[tuple[str, str], ...] = (("reference", "reference"), ("type", "car type"), ("phone", "phone"))
+
+
+@dataclass(frozen=True)
+class _GoldStep:
+    turn: int
+    call: ToolCall
+    booked: BookedRecord | None  # the gold record a booking call stands for
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    state: EnvState
+    system_texts: tuple[tuple[int, str], ...]  # (turn index, text)
+    system_acts: tuple[DialogAct, ...]
+    calls: tuple[tuple[int, ToolCall], ...]  # (turn index, call with its observation)
+
+
+def gold_tool_calls(dialogue: Dialogue) -> list[tuple[int, ToolCall]]:
+    """``(system turn index, call)`` for every call the annotations imply, in order."""
+    return [(step.turn, step.call) for step in _gold_steps(dialogue)]
+
+
+def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
+    """Run the dialogue's gold calls in ``environment`` (it is changed: pass a fresh one
+    or a fork), with turn numbers the dialogue's own.
+
+    The gold system texts quote MultiWOZ's own booking references and taxis, which the
+    environment cannot reproduce; from a replayed booking's turn on, they are replaced by
+    what the environment returned for it, so that "the system told the user the
+    reference" is graded on what the system said.
+    """
+    calls = []
+    substitutions: list[tuple[int, str, str]] = []  # (from turn, gold value, environment's value)
+    for step in _gold_steps(dialogue):
+        observed = environment.call(step.call, turn=step.turn)
+        calls.append((step.turn, ToolCall(step.call.name, step.call.arguments, observed)))
+        if step.booked is None or "error" in observed:
+            continue
+        for gold_key, observed_key in _GOLD_TO_OBSERVED:
+            gold, mine = step.booked.values.get(gold_key), observed.get(observed_key)
+            if gold and mine and not is_dont_care(gold):
+                substitutions.append((step.turn, str(gold), str(mine)))
+
+    def rewrite(turn: int, text: str) -> str:
+        for since, gold, mine in substitutions:
+            if turn >= since:
+                text = re.sub(re.escape(gold), mine, text, flags=re.IGNORECASE)
+        return text
+
+    system_turns = [t for t in dialogue.turns if t.speaker == "system"]
+    texts = tuple((t.index, rewrite(t.index, t.text)) for t in system_turns)
+    acts = tuple(
+        DialogAct(act.act, act.slot, rewrite(t.index, act.value)) for t in system_turns for act in t.dialog_acts or ()
+    )
+    return ReplayResult(environment.state, texts, acts, tuple(calls))
+
+
+def _gold_steps(dialogue: Dialogue) -> list[_GoldStep]:
+    steps: list[_GoldStep] = []
+    last_semi: dict[str, dict[str, str]] = {}
+    last_booked: dict[str, tuple[BookedRecord, ...]] = {}
+    for turn in dialogue.turns:
+        if turn.speaker != "system" or turn.belief_state is None:
+            continue
+        queries, bookings = [], []
+        for belief in turn.belief_state:
+            domain, semi = belief.domain, _stated(belief.semi)
+            if domain in QUERY_TOOLS and semi and semi != last_semi.get(domain, {}):
+                queries.append(_GoldStep(turn.index, _call(QUERY_TOOLS[domain], semi), None))
+            for record in belief.booked:
+                if domain in BOOKING_TOOLS and record not in last_booked.get(domain, ()):
+                    call = _booking_call(belief, record)
+                    if call is not None:
+                        bookings.append(_GoldStep(turn.index, call, record))
+            last_semi[domain] = semi
+            last_booked[domain] = belief.booked
+        steps += queries + bookings
+    return steps
+
+
+def _stated(values: Mapping[str, str]) -> dict[str, str]:
+    return {slot: value for slot, value in values.items() if not is_dont_care(value)}
+
+
+def _call(tool: str, values: Mapping[str, str]) -> ToolCall:
+    """A call of ``tool`` with those of ``values`` it takes."""
+    spec = TOOLS[tool]
+    return ToolCall(tool, frozen_dict({k: v for k, v in values.items() if spec.param(k) is not None}))
+
+
+def _booking_call(belief: DomainBelief, record: BookedRecord) -> ToolCall | None:
+    """The call that made ``record``; None when the annotation lacks a required value."""
+    domain, semi, book = belief.domain, _stated(belief.semi), _stated(belief.book)
+    booked = _stated(record.values)
+    if domain == "train":
+        values = {"trainID": booked.get("trainID"), "people": book.get("people"), "day": semi.get("day")}
+    elif domain == "taxi":
+        values = {k: semi.get(k) for k in ("departure", "destination", "leaveAt", "arriveBy")}
+        if not (values["leaveAt"] or values["arriveBy"]):
+            return None
+    else:
+        values = {"name": booked.get("name") or semi.get("name"), **book}
+    call = _call(BOOKING_TOOLS[domain], {k: v for k, v in values.items() if v})
+    if any(slot not in call.arguments for slot in TOOLS[call.name].required):
+        return None
+    return call

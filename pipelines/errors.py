@@ -1,0 +1,37 @@
+"""Errors that name what is wrong and where: file, record and field."""
+
+from __future__ import annotations
+
+
+class AskflowError(Exception):
+    """Base class: every askflow error is meant to be read by a person."""
+
+
+class DataError(AskflowError):
+    """Bad input data. ``source`` is the file (or logical source), ``record`` the record id
+    (dialogue id, entity id, row), ``field`` the field path inside the record."""
+
+    def __init__(self, source: str, message: str, record: str | None = None, field: str | None = None):
+        self.source = source
+        self.record = record
+        self.field = field
+        self.message = message
+        where = source
+        if record is not None:
+            where += f", record {record!r}"
+        if field is not None:
+            where += f", field {field!r}"
+        super().__init__(f"{where}: {message}")
+
+
+class ValidationFailed(AskflowError):
+    """An expectation suite failed; ``report`` is the readable report."""
+
+    def __init__(self, artifact: str, report: str):
+        self.artifact = artifact
+        self.report = report
+        super().__init__(f"artifact {artifact!r} failed validation:\n{report}")
+
+
+class ConfigError(AskflowError):
+    """Bad params.yaml section or command-line configuration."""

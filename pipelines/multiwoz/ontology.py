@@ -1,0 +1,132 @@
+"""The MultiWOZ ontology askflow reads and writes: domains, slots, value normalisation.
+
+Everything that compares a value coming from a user, an agent or a goal with a value
+in the database goes through :func:`norm_value` / :func:`parse_time`, so that "King's
+College", "kings college" and "KINGS COLLEGE " are the same venue and "9:05" < "10:00".
+"""
+
+from __future__ import annotations
+
+import re
+
+# Domains that may appear in a MultiWOZ goal (2.0-2.4). ``message`` and ``topic`` are
+# goal keys that are not domains.
+GOAL_DOMAINS: tuple[str, ...] = ("restaurant", "hotel", "attraction", "train", "taxi", "police", "hospital")
+GOAL_NON_DOMAIN_KEYS: frozenset[str] = frozenset({"message", "topic"})
+# Domains askflow's agents act in (SpeakRL Table 4).
+TASK_DOMAINS: tuple[str, ...] = ("restaurant", "hotel", "attraction", "train", "taxi")
+# Database files of the official layout; ``bus`` ships with MultiWOZ but no goal uses it.
+DB_DOMAINS: tuple[str, ...] = ("restaurant", "hotel", "attraction", "train", "taxi", "police", "hospital", "bus")
+# Belief-state domains in system-turn ``metadata``.
+BELIEF_DOMAINS: tuple[str, ...] = ("restaurant", "hotel", "attraction", "train", "taxi", "police", "hospital", "bus")
+
+# Goal constraint slots per domain (``info`` / ``fail_info``).
+INFO_SLOTS: dict[str, tuple[str, ...]] = {
+    "restaurant": ("food", "pricerange", "area", "name"),
+    "hotel": ("type", "parking", "pricerange", "internet", "stars", "area", "name"),
+    "attraction": ("type", "area", "name"),
+    "train": ("departure", "destination", "day", "leaveAt", "arriveBy"),
+    "taxi": ("departure", "destination", "leaveAt", "arriveBy"),
+    "police": (),
+    "hospital": ("department",),
+}
+# Booking slots per domain (``book`` / ``fail_book``).
+BOOK_SLOTS: dict[str, tuple[str, ...]] = {
+    "restaurant": ("people", "day", "time"),
+    "hotel": ("people", "day", "stay"),
+    "train": ("people",),
+}
+# Attributes a user may request (``reqt``).
+REQT_SLOTS: dict[str, tuple[str, ...]] = {
+    "restaurant": ("address", "phone", "postcode", "food", "area", "pricerange", "name"),
+    "hotel": ("address", "phone", "postcode", "area", "pricerange", "internet", "parking", "stars", "type", "name"),
+    "attraction": ("address", "phone", "postcode", "entrance fee", "area", "type", "name", "openhours"),
+    "train": ("duration", "price", "arriveBy", "leaveAt", "trainID"),
+    "taxi": ("car type", "phone"),
+    "police": ("address", "phone", "postcode", "name"),
+    "hospital": ("address", "phone", "postcode"),
+}
+# Keys of a goal's ``book`` dict that are flags, not constraints.
+BOOK_FLAGS: frozenset[str] = frozenset({"invalid", "pre_invalid"})
+
+# Unique id of an entity per domain (what a booking names).
+UNIQUE_ID: dict[str, str] = {"restaurant": "name", "hotel": "name", "attraction": "name", "train": "trainID"}
+# Time slots are compared as times, never as strings.
+TIME_SLOTS: frozenset[str] = frozenset({"leaveAt", "arriveBy", "time"})
+# Values that mean "no constraint".
+DONT_CARE: frozenset[str] = frozenset({"", "dontcare", "dont care", "don't care", "do n't care", "not mentioned", "none", "any"})
+
+DAYS: tuple[str, ...] = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+AREAS: tuple[str, ...] = ("centre", "north", "south", "east", "west")
+PRICERANGES: tuple[str, ...] = ("cheap", "moderate", "expensive")
+
+_SPACES = re.compile(r"\s+")
+_TIME = re.compile(r"^\s*(\d{1,2})\s*[:.]\s*(\d{2})\s*$")
+
+
+def norm_value(value: object) -> str:
+    """Canonical form of a slot value for comparison: lower case, no apostrophes, single spaces."""
+    text = str(value).strip().lower()
+    text = text.replace("\u2019", "").replace("'", "").replace("`", "")
+    text = text.replace("&", " and ")
+    return _SPACES.sub(" ", text).strip()
+
+
+def is_dont_care(value: object) -> bool:
+    return value is None or norm_value(value) in DONT_CARE
+
+
+def parse_time(value: object) -> int | None:
+    """Minutes after midnight for "HH:MM" / "H:MM" / "HH.MM"; None when it is not a time."""
+    match = _TIME.match(str(value))
+    if not match:
+        return None
+    hours, minutes = int(match.group(1)), int(match.group(2))
+    if hours > 24 or minutes > 59:
+        return None
+    return hours * 60 + minutes
+
+
+def format_time(minutes: int) -> str:
+    minutes %= 24 * 60
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def values_match(slot: str, wanted: object, actual: object) -> bool:
+    """Does ``actual`` satisfy the constraint ``slot = wanted``?
+
+    ``leaveAt`` means "leave at or after", ``arriveBy`` "arrive at or before"; ``time``
+    (a reservation time) must be the same time. Other slots compare normalised strings.
+    """
+    if is_dont_care(wanted):
+        return True
+    if actual is None:
+        return False
+    if slot in TIME_SLOTS:
+        want, have = parse_time(wanted), parse_time(actual)
+        if want is None or have is None:
+            return norm_value(wanted) == norm_value(actual)
+        if slot == "leaveAt":
+            return have >= want
+        if slot == "arriveBy":
+            return have <= want
+        return have == want
+    return norm_value(wanted) == norm_value(actual)
+
+
+def same_value(slot: str, a: object, b: object) -> bool:
+    """Equality of two stated values (times as times), used for booking arguments."""
+    if slot in TIME_SLOTS:
+        ta, tb = parse_time(a), parse_time(b)
+        if ta is not None and tb is not None:
+            return ta == tb
+    return norm_value(a) == norm_value(b)
+
+# MultiWOZ dialog-act slot codes (data.json ``dialog_act``), keyed by goal/DB slot name.
+ACT_SLOT: dict[str, str] = {
+    "food": "Food", "pricerange": "Price", "area": "Area", "name": "Name", "type": "Type", "parking": "Parking",
+    "internet": "Internet", "stars": "Stars", "people": "People", "day": "Day", "time": "Time", "stay": "Stay",
+    "departure": "Depart", "destination": "Dest", "leaveAt": "Leave", "arriveBy": "Arrive", "trainID": "Id",
+    "duration": "Time", "price": "Ticket", "address": "Addr", "phone": "Phone", "postcode": "Post",
+    "entrance fee": "Fee", "reference": "Ref", "car type": "Car", "openhours": "Open", "department": "Department",
+}

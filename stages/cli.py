@@ -1,0 +1,177 @@
+"""``askflow``: look into the pipeline's artifacts from the command line.
+
+    askflow tables [--root DIR]
+    askflow sql "SELECT speaker, count(*) FROM turns GROUP BY 1" [--format table|csv|json]
+
+Every Parquet file under ``<root>/data`` becomes a DuckDB view named after its stem, or
+after as many trailing path parts as it takes to tell colliding stems apart
+(``data/raw/items.parquet`` -> ``raw_items``). Subcommands are subparsers so that more
+(e.g. ``askflow stage <name>``) can be added beside these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import numbers
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+import duckdb
+
+from pipelines.errors import ConfigError, DataError
+from stages.io import main_wrapper
+
+DATA_DIR = "data"
+FORMATS = ("table", "csv", "json")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="askflow", description="Inspect askflow's data and run its stages.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    # --root on every subcommand rather than on the top parser, where `askflow tables
+    # --root DIR` would be refused: options after the subcommand belong to the subparser.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", type=Path, default=Path("."), help="project directory (default: current)")
+
+    tables = commands.add_parser("tables", parents=[common], help=f"list the Parquet artifacts under {DATA_DIR}/")
+    tables.set_defaults(run=_tables)
+
+    sql = commands.add_parser("sql", parents=[common], help="run a DuckDB query over the artifacts")
+    sql.add_argument("query", help="SQL; every artifact is a view (see `askflow tables`)")
+    sql.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    sql.set_defaults(run=_sql)
+    return parser
+
+
+@main_wrapper
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+# --- Views ----------------------------------------------------------------------------------
+
+
+def find_artifacts(root: Path) -> dict[str, Path]:
+    """View name -> Parquet file, for every Parquet file under ``root/data``."""
+    data = root / DATA_DIR
+    relative = sorted(p.relative_to(data) for p in data.rglob("*.parquet") if p.is_file())
+    # Hidden names are temporary files of an atomic write in progress, or tool state.
+    relative = [p for p in relative if not any(part.startswith(".") for part in p.parts)]
+    return dict(zip(view_names(relative), (data / p for p in relative)))
+
+
+def view_names(paths: Sequence[Path]) -> list[str]:
+    """A distinct SQL-friendly name per path: the stem, prefixed by as many parent
+    directories as needed to tell it from the others."""
+    depth = [1] * len(paths)
+    while True:
+        names = [_view_name(path, d) for path, d in zip(paths, depth)]
+        counts = Counter(names)
+        colliding = [i for i, name in enumerate(names) if counts[name] > 1]
+        if not colliding:
+            return names
+        grown = [i for i in colliding if depth[i] < len(paths[i].parts)]
+        if not grown:  # e.g. data/a_b.parquet and data/a/b.parquet
+            raise ConfigError(f"cannot name a view for each of: {', '.join(str(paths[i]) for i in colliding)}")
+        for i in grown:
+            depth[i] += 1
+
+
+def _view_name(path: Path, depth: int) -> str:
+    parts = [*path.parent.parts, path.stem][-depth:]
+    return re.sub(r"\W", "_", "_".join(parts))
+
+
+def connect(artifacts: dict[str, Path]) -> duckdb.DuckDBPyConnection:
+    connection = duckdb.connect()
+    for name, path in artifacts.items():
+        # The relation API quotes the path and the name itself; no SQL is assembled here.
+        try:
+            connection.read_parquet(str(path)).create_view(name)
+        except duckdb.Error as error:
+            raise DataError(str(path), f"cannot read as Parquet: {error}") from None
+    return connection
+
+
+# --- Subcommands ----------------------------------------------------------------------------
+
+
+def _tables(args: argparse.Namespace) -> int:
+    artifacts = find_artifacts(args.root)
+    if not artifacts:
+        print(f"no Parquet files under {args.root / DATA_DIR}", file=sys.stderr)
+        return 0
+    connection = connect(artifacts)
+    rows = [
+        (name, connection.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0], str(path.relative_to(args.root)))
+        for name, path in artifacts.items()
+    ]
+    print(format_table(["name", "rows", "path"], rows))
+    return 0
+
+
+def _sql(args: argparse.Namespace) -> int:
+    connection = connect(find_artifacts(args.root))
+    try:
+        cursor = connection.execute(args.query)
+        columns = [description[0] for description in cursor.description or ()]
+        rows = cursor.fetchall() if columns else []
+    except duckdb.Error as error:
+        # A bad query is bad command-line input: reported like every other askflow error.
+        raise ConfigError(f"query failed: {error}") from None
+    if args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(rows)
+    elif args.format == "json":
+        records = [dict(zip(columns, row)) for row in rows]
+        print(json.dumps(records, indent=2, ensure_ascii=False, default=_json_default))
+    else:
+        print(format_table(columns, rows))
+    return 0
+
+
+# --- Output ---------------------------------------------------------------------------------
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns padded to a common width; numbers right-aligned, NULL for None."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max([len(column), *(len(row[i]) for row in cells)]) for i, column in enumerate(columns)]
+    numeric = [bool(rows) and all(_is_number(row[i]) or row[i] is None for row in rows) for i in range(len(columns))]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (v.rjust(w) if right else v.ljust(w) for v, w, right in zip(values, widths, numeric))
+        return "  ".join(padded).rstrip()
+
+    rule = ["-" * width for width in widths]
+    footer = f"({len(rows)} row{'' if len(rows) == 1 else 's'})"
+    return "\n".join([line(columns), line(rule), *(line(row) for row in cells), footer])
+
+
+def _cell(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, bool)
+
+
+def _json_default(value: Any) -> Any:
+    """Values DuckDB returns that json cannot encode: dates, decimals, UUIDs, bytes."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Read and write a MultiWOZ directory in the official layout.
+
+Layout read (MultiWOZ 2.1-2.4 releases)::
+
+    <dir>/data.json                 {dialogue_id: {"goal": ..., "log": [...]}}
+    <dir>/db/<domain>_db.json       (or <dir>/<domain>_db.json, or a separate db directory)
+    <dir>/testListFile.json         optional, one dialogue id per line
+    <dir>/valListFile.json          optional
+
+The embedded corpus is written in exactly this layout and read back by the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipelines.errors import DataError
+from pipelines.multiwoz.ontology import DB_DOMAINS
+from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list
+from pipelines.records import Corpus, Entity
+from stages.io import read_json, read_text
+
+TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
+
+
+def find_db_dir(root: Path) -> Path:
+    for candidate in (root / "db", root):
+        if (candidate / "restaurant_db.json").exists():
+            return candidate
+    raise DataError(str(root), "no database found: expected db/<domain>_db.json or <domain>_db.json files")
+
+
+def load_database(db_dir: Path) -> tuple[dict[str, list[Entity]], dict[str, tuple[str, ...]]]:
+    """Every ``<domain>_db.json`` in ``db_dir``. The task domains must be present; a file for
+    a domain MultiWOZ does not have is an error, not something to skip silently."""
+    entities: dict[str, list[Entity]] = {}
+    taxi_options: dict[str, tuple[str, ...]] = {}
+    for path in sorted(db_dir.glob("*_db.json")):
+        domain = path.name[: -len("_db.json")]
+        if domain not in DB_DOMAINS:
+            raise DataError(str(path), f"unknown domain {domain!r} (known: {', '.join(DB_DOMAINS)})")
+        records, options = parse_database(domain, read_json(path), str(path))
+        if domain == "taxi":
+            taxi_options = dict(options)
+        else:
+            entities[domain] = records
+    for domain in TASK_DB_DOMAINS:
+        if domain != "taxi" and domain not in entities:
+            raise DataError(str(db_dir / f"{domain}_db.json"), "file not found (required database)")
+    return entities, taxi_options
+
+
+def load_multiwoz(root: Path | str, db_dir: Path | str | None = None) -> Corpus:
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(str(root), "MultiWOZ directory not found")
+    data_path = root / "data.json"
+    split_ids: dict[str, list[str]] = {}
+    for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
+        path = root / filename
+        split_ids[split] = parse_split_list(read_text(path), str(path)) if path.exists() else []
+    dialogues = parse_dialogues(read_json(data_path), str(data_path), split_ids["test"], split_ids["val"])
+    entities, taxi_options = load_database(Path(db_dir) if db_dir else find_db_dir(root))
+    splits = {d.dialogue_id: d.split for d in dialogues}
+    return Corpus(source=str(root), dialogues=dialogues, entities=entities, splits=splits, taxi_options=taxi_options)
+
+
+def read_raw_database(db_dir: Path | str) -> dict[str, list[dict[str, Any]]]:
+    """The raw JSON records of a database directory (for generating goals against it)."""
+    db_dir = Path(db_dir)
+    return {path.name[: -len("_db.json")]: read_json(path) for path in sorted(db_dir.glob("*_db.json"))}
+
+
+def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:
+    """Write ``generate_corpus`` output as an official-layout directory, atomically: the
+    directory is built next to the target and swapped in, so a crash leaves the old one."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        (staging / "db").mkdir()
+        with open(staging / "data.json", "w", encoding="utf-8") as handle:
+            json.dump(corpus["data"], handle, ensure_ascii=False, indent=1)
+        for domain, records in corpus["db"].items():
+            with open(staging / "db" / f"{domain}_db.json", "w", encoding="utf-8") as handle:
+                json.dump(records, handle, ensure_ascii=False, indent=1)
+        for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
+            (staging / filename).write_text("".join(f"{i}\n" for i in corpus["splits"][split]), encoding="utf-8")
+        backup = None
+        if target.exists():
+            backup = target.with_name(f".{target.name}.old")
+            shutil.rmtree(backup, ignore_errors=True)
+            os.replace(target, backup)
+        os.replace(staging, target)
+        if backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

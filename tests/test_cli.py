@@ -1,0 +1,147 @@
+"""`askflow tables` and `askflow sql` over real Parquet files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from stages.cli import main, view_names
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    (data / "interim").mkdir()
+    (data / "processed").mkdir()
+    pq.write_table(pa.table({"dialogue_id": ["SNG01", "SNG02"], "split": ["train", "val"]}), data / "interim" / "dialogues.parquet")
+    pq.write_table(
+        pa.table({"dialogue_id": ["SNG01", "SNG01", "SNG02"], "index": [0, 1, 0], "speaker": ["user", "system", "user"]}),
+        data / "interim" / "turns.parquet",
+    )
+    # Two artifacts with the same stem: named after their directories.
+    pq.write_table(pa.table({"name": ["acorn", "bridge"], "stars": [4.5, None]}), data / "raw" / "hotels.parquet")
+    pq.write_table(pa.table({"name": ["acorn"], "stars": [4.0]}), data / "processed" / "hotels.parquet")
+    # Not artifacts: a temporary file of an atomic write, and a non-Parquet file.
+    (data / "interim" / ".turns.parquet.1a2b3c.tmp").write_bytes(b"partial")
+    (data / "raw" / "notes.txt").write_text("not parquet")
+    return tmp_path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        status = main(list(argv))
+    except SystemExit as exit_:
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_tables_lists_every_artifact_as_a_view(root: Path, capsys):
+    status, out, err = run(capsys, "tables", "--root", str(root))
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split() == ["name", "rows", "path"]
+    rows = [line.split() for line in lines[2:-1]]
+    assert rows == [
+        ["dialogues", "2", "data/interim/dialogues.parquet"],
+        ["turns", "3", "data/interim/turns.parquet"],
+        ["processed_hotels", "1", "data/processed/hotels.parquet"],
+        ["raw_hotels", "2", "data/raw/hotels.parquet"],
+    ]
+    assert lines[-1] == "(4 rows)"
+    # Aligned: every column starts at the same offset on every line.
+    assert len({line.index("data/") for line in lines[2:-1]}) == 1
+
+
+def test_view_names_grow_only_as_far_as_needed():
+    paths = [Path("a/x/t.parquet"), Path("b/x/t.parquet"), Path("c/u.parquet"), Path("my-set.parquet")]
+    assert view_names(paths) == ["a_x_t", "b_x_t", "u", "my_set"]
+
+
+def test_sql_prints_an_aligned_table(root: Path, capsys):
+    query = "SELECT d.split, count(*) AS turns FROM turns t JOIN dialogues d USING (dialogue_id) GROUP BY 1 ORDER BY 1"
+    status, out, _ = run(capsys, "sql", query, "--root", str(root))
+    assert status == 0
+    assert out.splitlines() == [
+        "split  turns",
+        "-----  -----",
+        "train      2",
+        "val        1",
+        "(2 rows)",
+    ]
+
+
+def test_sql_shows_null_and_reads_colliding_views(root: Path, capsys):
+    status, out, _ = run(capsys, "sql", "SELECT name, stars FROM raw_hotels ORDER BY name", "--root", str(root))
+    assert status == 0
+    assert out.splitlines()[2:4] == ["acorn     4.5", "bridge   NULL"]
+
+
+def test_sql_csv(root: Path, capsys):
+    status, out, _ = run(capsys, "sql", "SELECT * FROM raw_hotels ORDER BY name", "--format", "csv", "--root", str(root))
+    assert status == 0
+    assert list(csv.reader(io.StringIO(out))) == [["name", "stars"], ["acorn", "4.5"], ["bridge", ""]]
+
+
+def test_sql_json(root: Path, capsys):
+    query = "SELECT dialogue_id, index, speaker FROM turns ORDER BY dialogue_id, index"
+    status, out, _ = run(capsys, "sql", query, "--format", "json", "--root", str(root))
+    assert status == 0
+    assert json.loads(out) == [
+        {"dialogue_id": "SNG01", "index": 0, "speaker": "user"},
+        {"dialogue_id": "SNG01", "index": 1, "speaker": "system"},
+        {"dialogue_id": "SNG02", "index": 0, "speaker": "user"},
+    ]
+
+
+def test_sql_json_encodes_dates(root: Path, capsys):
+    status, out, _ = run(capsys, "sql", "SELECT DATE '2024-05-01' AS day", "--format", "json", "--root", str(root))
+    assert (status, json.loads(out)) == (0, [{"day": "2024-05-01"}])
+
+
+def test_bad_query_exits_1_with_a_message(root: Path, capsys):
+    status, out, err = run(capsys, "sql", "SELECT * FROM no_such_table", "--root", str(root))
+    assert (status, out) == (1, "")
+    assert err.startswith("error: query failed: Catalog Error")
+    assert "no_such_table" in err
+    assert "Traceback" not in err
+
+
+def test_corrupt_parquet_names_the_file(root: Path, capsys):
+    (root / "data" / "raw" / "broken.parquet").write_bytes(b"not parquet at all")
+    status, _, err = run(capsys, "sql", "SELECT 1", "--root", str(root))
+    assert status == 1
+    assert err.startswith(f"error: {root / 'data' / 'raw' / 'broken.parquet'}: cannot read as Parquet")
+
+
+def test_tables_without_data_directory(tmp_path: Path, capsys):
+    status, out, err = run(capsys, "tables", "--root", str(tmp_path))
+    assert (status, out) == (0, "")
+    assert "no Parquet files under" in err
+
+
+def test_module_entry_point_uses_the_current_directory(root: Path):
+    """End to end as a user runs it: a subprocess, the root defaulting to the cwd."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ok = subprocess.run(
+        [sys.executable, "-m", "stages.cli", "sql", "SELECT count(*) AS n FROM turns", "--format", "csv"],
+        cwd=root, env=env, capture_output=True, text=True, check=False,
+    )
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "n\n3\n", "")
+    bad = subprocess.run(
+        [sys.executable, "-m", "stages.cli", "sql", "SELEC 1"], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error: query failed: Parser Error")

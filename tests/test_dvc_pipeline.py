@@ -1,0 +1,89 @@
+"""Real DVC runs of the pipeline in a temporary git repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+N_DIALOGUES = 60
+
+
+def _run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1",
+           "GIT_AUTHOR_NAME": "askflow", "GIT_AUTHOR_EMAIL": "ci@askflow.invalid", "GIT_COMMITTER_NAME": "askflow", "GIT_COMMITTER_EMAIL": "ci@askflow.invalid"}
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture()
+def project(tmp_path) -> Path:
+    """A copy of the repository's pipeline (code, dvc.yaml, params.yaml) as a fresh git + DVC repo."""
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("pipelines", "stages", "flows"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["corpus"]["n_dialogues"] = N_DIALOGUES
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    _run(["git", "init", "-q"], root)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], root)
+    _run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root)
+    _run(["git", "add", "-A"], root)
+    _run(["git", "commit", "-q", "-m", "init"], root)
+    return root
+
+
+def test_dvc_repro_builds_validated_artifacts_and_is_idempotent(project):
+    first = _run([sys.executable, "-m", "dvc", "repro"], project)
+    out = project / "data" / "processed" / "multiwoz"
+    for name in ("dialogues", "turns", "goals", "entities", "splits"):
+        assert (out / f"{name}.parquet").exists(), name
+    report = json.loads((project / "reports" / "validation" / "seeds.json").read_text())
+    assert report["success"] is True
+    metrics = json.loads((project / "reports" / "seeds.json").read_text())
+    assert metrics["dialogues"] == N_DIALOGUES
+    assert "Running stage 'seeds'" in first.stdout
+
+    count = _run([sys.executable, "-m", "stages.cli", "sql", "select count(*) as n from dialogues", "--format", "json"], project)
+    assert json.loads(count.stdout) == [{"n": N_DIALOGUES}]
+
+    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
+    second = _run([sys.executable, "-m", "dvc", "repro"], project)
+    assert "Running stage" not in second.stdout, second.stdout
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*.parquet")} == mtimes
+    status = _run([sys.executable, "-m", "dvc", "status"], project)
+    assert "up to date" in status.stdout
+
+
+def test_bad_source_fails_the_stage_with_a_clear_message_and_no_artifact(project, tmp_path):
+    from pipelines.multiwoz.embedded import generate_corpus
+    from stages.multiwoz_dir import write_multiwoz
+
+    bad = tmp_path / "bad_multiwoz"
+    write_multiwoz(generate_corpus(5, seed=1), bad)
+    data = json.loads((bad / "data.json").read_text())
+    victim = sorted(data)[2]
+    data[victim]["goal"] = "find me a hotel"  # a goal that is not a dict
+    (bad / "data.json").write_text(json.dumps(data))
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["seeds"]["source"] = str(bad)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+    proc = _run([sys.executable, "-m", "dvc", "repro", "seeds"], project, check=False)
+    assert proc.returncode != 0
+    assert "data.json" in proc.stderr + proc.stdout and victim in proc.stderr + proc.stdout and "'goal'" in proc.stderr + proc.stdout
+    assert not list(project.glob("data/processed/**/*.parquet"))

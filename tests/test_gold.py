@@ -1,0 +1,77 @@
+"""Gold dialogues of the embedded corpus, replayed through the tool environment and graded
+by the goal checker: the gold ones succeed, corrupted ones fail for the right reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from pipelines.env.checker import check_goal, success_rate
+from pipelines.env.replay import replay
+from pipelines.env.tools import Database, ToolEnvironment
+from pipelines.multiwoz.embedded import generate_corpus
+from pipelines.multiwoz.ontology import DAYS
+from pipelines.records import DomainBelief, frozen_dict
+from stages.multiwoz_dir import load_multiwoz
+
+
+def _grade(dialogue, database):
+    result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+    return check_goal(dialogue.goal, result.state, result.system_texts, result.system_acts)
+
+
+def test_every_gold_dialogue_of_the_embedded_corpus_succeeds(small_corpus):
+    database = Database(small_corpus.entities, small_corpus.taxi_options)
+    results = [_grade(d, database) for d in small_corpus.dialogues]
+    failures = [(r.dialogue_id, r.reasons) for r in results if not r.success]
+    assert not failures, failures[:5]
+    assert success_rate(results) == 1.0
+
+
+def _first(corpus, predicate):
+    return next(d for d in corpus.dialogues if predicate(d))
+
+
+def test_a_wrong_booking_fails(small_corpus):
+    database = Database(small_corpus.entities, small_corpus.taxi_options)
+    dialogue = _first(small_corpus, lambda d: any(g.domain == "restaurant" and g.book and not g.fail_book for g in d.goal.domains))
+    goal = dialogue.goal.get("restaurant")
+    wrong_day = DAYS[(DAYS.index(goal.book["day"]) + 1) % 7]
+    turns = []
+    for turn in dialogue.turns:
+        belief = turn.belief("restaurant")
+        if belief is not None and belief.booked:
+            # The system booked another day than the goal asks for.
+            changed = DomainBelief(belief.domain, belief.semi, frozen_dict({**belief.book, "day": wrong_day}), belief.booked)
+            turn = dataclasses.replace(turn, belief_state=tuple(changed if b.domain == "restaurant" else b for b in turn.belief_state))
+        turns.append(turn)
+    result = _grade(dataclasses.replace(dialogue, turns=tuple(turns)), database)
+    assert not result.success
+    assert result.domain("restaurant").book is False
+    assert any("day" in reason for reason in result.domain("restaurant").reasons)
+    assert _grade(dialogue, database).success  # the unmodified dialogue still passes
+
+
+def test_a_missing_requested_attribute_fails(small_corpus):
+    database = Database(small_corpus.entities, small_corpus.taxi_options)
+    dialogue = _first(small_corpus, lambda d: any(g.domain == "hotel" and "phone" in g.reqt for g in d.goal.domains))
+    hotel_phone = next(e.get("phone") for e in small_corpus.entities["hotel"] if e.get("phone") and e.get("phone") in " ".join(t.text for t in dialogue.turns))
+    turns = []
+    for turn in dialogue.turns:
+        if turn.speaker == "system" and hotel_phone in turn.text:
+            turn = dataclasses.replace(turn, text=turn.text.replace(hotel_phone, "on our website"),
+                                       dialog_acts=tuple(a for a in turn.dialog_acts if a.slot != "Phone"))
+        turns.append(turn)
+    result = _grade(dataclasses.replace(dialogue, turns=tuple(turns)), database)
+    assert not result.success
+    assert result.domain("hotel").request is False
+    assert any("phone" in reason for reason in result.domain("hotel").reasons)
+
+
+def test_gold_replay_on_the_real_database(tmp_path, real_db_dir, real_raw_db):
+    corpus = generate_corpus(150, seed=21, db=real_raw_db)
+    (tmp_path / "data.json").write_text(json.dumps(corpus["data"]), encoding="utf-8")
+    loaded = load_multiwoz(tmp_path, db_dir=real_db_dir)
+    database = Database(loaded.entities, loaded.taxi_options)
+    results = [_grade(d, database) for d in loaded.dialogues]
+    assert success_rate(results) >= 0.95, [(r.dialogue_id, r.reasons) for r in results if not r.success][:5]
