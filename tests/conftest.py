@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,28 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ASKFLOW_SHARED", REPO.parent / "shared"))
 REAL_DB = SHARED / "data" / "multiwoz_db"
 TOOLWOZ = SHARED / "data" / "toolwoz"
+
+
+# A canary API key in the environment for the whole run: after the last test, no file any
+# test wrote (everything under pytest's temporary root) may contain it.
+CANARY_API_KEY = f"sk-canary-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def canary_api_key(tmp_path_factory):
+    previous = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = CANARY_API_KEY
+    yield CANARY_API_KEY
+    if previous is None:
+        os.environ.pop("OPENAI_API_KEY", None)
+    else:
+        os.environ["OPENAI_API_KEY"] = previous
+    leaks = [
+        path
+        for path in tmp_path_factory.getbasetemp().rglob("*")
+        if path.is_file() and not path.is_symlink() and CANARY_API_KEY.encode() in path.read_bytes()
+    ]
+    assert not leaks, f"the API key leaked into {leaks[:5]}"
 
 
 @pytest.fixture(scope="session")

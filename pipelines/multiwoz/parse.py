@@ -36,6 +36,9 @@ _SCALARS = (str, int, float, bool)
 
 
 def _string_map(value: Any, source: str, record: str, field: str, drop: frozenset[str] = frozenset()) -> dict[str, str]:
+    # Fast path: almost every map in real data is already {str: str}.
+    if type(value) is dict and not drop and all(type(item) is str for item in value.values()):
+        return value
     if not isinstance(value, dict):
         raise DataError(source, f"expected an object, got {type(value).__name__}", record, field)
     out: dict[str, str] = {}
