@@ -1,0 +1,124 @@
+"""Per-role counts of what the LLM backends did: calls, cache hits, HTTP requests, retries,
+repairs, failures, tokens and cost.
+
+One ``Accounting`` is meant to be shared by all clients of a stage, so that its report covers
+every role. The counters sit behind a ``threading.Lock``: the critical sections never await,
+so the lock is safe in async code too, and it also covers clients driven from several threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RoleUsage:
+    """Counts for one role.
+
+    ``calls``: logical completions asked for; ``cache_hits`` of them were answered from the
+    cache. ``requests``: HTTP requests sent, retries and repairs included. ``retries`` and
+    ``failures`` are broken down by reason ("timeout", "rate_limit", ...). ``repairs``:
+    requests spent on replies that failed schema validation."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    requests: int = 0
+    retries: Counter = field(default_factory=Counter)
+    repairs: int = 0
+    failures: Counter = field(default_factory=Counter)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+    def add(self, other: "RoleUsage") -> None:
+        self.calls += other.calls
+        self.cache_hits += other.cache_hits
+        self.requests += other.requests
+        self.retries.update(other.retries)
+        self.repairs += other.repairs
+        self.failures.update(other.failures)
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cost += other.cost
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "cache_hits": self.cache_hits,
+            "requests": self.requests,
+            "retries": sum(self.retries.values()),
+            "retries_by_reason": dict(sorted(self.retries.items())),
+            "repairs": self.repairs,
+            "failures": sum(self.failures.values()),
+            "failures_by_reason": dict(sorted(self.failures.items())),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost": round(self.cost, 6),
+        }
+
+
+class Accounting:
+    """Thread- and task-safe per-role counters; ``as_dict()`` is the report."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._roles: dict[str, RoleUsage] = {}
+
+    def _usage(self, role: str) -> RoleUsage:
+        # Callers hold the lock.
+        return self._roles.setdefault(role, RoleUsage())
+
+    def record_call(self, role: str) -> None:
+        with self._lock:
+            self._usage(role).calls += 1
+
+    def record_cache_hit(self, role: str) -> None:
+        with self._lock:
+            self._usage(role).cache_hits += 1
+
+    def record_request(self, role: str) -> None:
+        with self._lock:
+            self._usage(role).requests += 1
+
+    def record_tokens(self, role: str, prompt_tokens: int, completion_tokens: int, cost: float) -> None:
+        with self._lock:
+            usage = self._usage(role)
+            usage.prompt_tokens += prompt_tokens
+            usage.completion_tokens += completion_tokens
+            usage.cost += cost
+
+    def record_retry(self, role: str, reason: str) -> None:
+        with self._lock:
+            self._usage(role).retries[reason] += 1
+
+    def record_repair(self, role: str) -> None:
+        with self._lock:
+            self._usage(role).repairs += 1
+
+    def record_failure(self, role: str, reason: str) -> None:
+        with self._lock:
+            self._usage(role).failures[reason] += 1
+
+    def role(self, role: str) -> RoleUsage:
+        """A snapshot (a copy) of one role's counts; zeros for a role never seen."""
+        snapshot = RoleUsage()
+        with self._lock:
+            if role in self._roles:
+                snapshot.add(self._roles[role])
+        return snapshot
+
+    def total(self) -> RoleUsage:
+        snapshot = RoleUsage()
+        with self._lock:
+            for usage in self._roles.values():
+                snapshot.add(usage)
+        return snapshot
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"roles": {role: counts}, "total": counts}``, plain JSON values."""
+        with self._lock:
+            roles = {role: usage.as_dict() for role, usage in sorted(self._roles.items())}
+        return {"roles": roles, "total": self.total().as_dict()}

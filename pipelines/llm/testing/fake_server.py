@@ -1,0 +1,263 @@
+"""A fault-injecting OpenAI-compatible chat server, for tests and benchmarks.
+
+The replies are deterministic functions of the request, so a run that hit faults can be
+compared with a fault-free run: the text is derived from the *first* user message, the seed
+and the choice index only. Deriving it from the first user message (rather than from the whole
+conversation) means that a repair request, which appends the invalid reply and the validation
+error to the conversation, gets the same answer the original request would have got.
+
+Faults are chosen by the server-side request counter, not at random: with ``rate=0.2`` requests
+5, 10, 15, ... are faulty, and the fault kinds are used in turn. Every injected fault is
+counted per kind, so a test can check the client's retry counts against the server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+FaultKind = Literal[
+    "timeout",  # hang past the client's timeout, then answer normally
+    "http_500",
+    "http_429",
+    "truncated",  # HTTP 200 whose JSON body is cut in half
+    "invalid_content",  # HTTP 200, well-formed envelope, message content is not JSON
+    "wrong_schema",  # HTTP 200, content is JSON that violates the usual test schema
+    "echo_auth_401",  # HTTP 401 whose error message repeats the Authorization header
+]
+FAULT_KINDS: tuple[str, ...] = FaultKind.__args__  # type: ignore[attr-defined]
+
+#: The fake "model" answers in JSON when the request asks for it, either through
+#: ``response_format`` or through prompt instructions containing this phrase.
+JSON_INSTRUCTION_MARKER = "JSON schema"
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Which requests fail, and how: a deterministic fraction ``rate`` of the request counter."""
+
+    rate: float = 0.0
+    kinds: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"fault rate must be in [0, 1], got {self.rate}")
+        if self.rate > 0 and not self.kinds:
+            raise ValueError("a fault rate > 0 needs at least one fault kind")
+        unknown = set(self.kinds) - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {FAULT_KINDS}")
+
+    def fault_for(self, request_number: int) -> str | None:
+        """The fault of the ``request_number``-th request (1-based), or None.
+
+        Request k is faulty when floor(k * rate) steps up at k: exactly ``rate`` of any
+        prefix of requests (rounded down) is faulty, spread evenly."""
+        if self.rate == 0.0:
+            return None
+        ordinal = math.floor(request_number * self.rate + 1e-9)
+        if ordinal == math.floor((request_number - 1) * self.rate + 1e-9):
+            return None
+        return self.kinds[(ordinal - 1) % len(self.kinds)]
+
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    faults: Counter = field(default_factory=Counter)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    response_format_rejections: int = 0
+    n_rejections: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    authorizations: set[str] = field(default_factory=set)
+
+
+def reply_text(messages: list[dict[str, Any]], seed: int | None, index: int, as_json: bool) -> str:
+    """The fake model's answer: a function of the first user message, the seed and the choice."""
+    first_user = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+    digest = hashlib.sha256(f"{first_user}\x00{seed}\x00{index}".encode()).hexdigest()[:12]
+    answer = f"echo {digest}: {first_user[:48]}"
+    if as_json:
+        return json.dumps({"answer": answer, "seed": seed})
+    return answer
+
+
+def _count_tokens(text: str) -> int:
+    return len(text.split())
+
+
+class FakeOpenAIServer:
+    """An OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1, in a background thread.
+
+    ``n_mode``: "native" answers ``n`` choices, "ignore" answers one choice whatever ``n`` is
+    (as ``transformers serve`` does), "reject" answers 400 to ``n > 1``.
+    ``response_format_mode``: "native" honours ``response_format``, "reject" answers 400 to it.
+    ``latency_s`` delays every reply; ``hang_s`` is how long a "timeout" fault hangs.
+
+    Use as a context manager; ``base_url`` is the address to give the client.
+    """
+
+    def __init__(
+        self,
+        faults: FaultPlan = FaultPlan(),
+        *,
+        n_mode: Literal["native", "ignore", "reject"] = "native",
+        response_format_mode: Literal["native", "reject"] = "native",
+        latency_s: float = 0.0,
+        hang_s: float = 2.0,
+        keep_bodies: bool = True,
+    ):
+        self.faults = faults
+        self.n_mode = n_mode
+        self.response_format_mode = response_format_mode
+        self.latency_s = latency_s
+        self.hang_s = hang_s
+        self.keep_bodies = keep_bodies
+        self.stats = ServerStats()
+        self._lock = threading.Lock()
+        self._server = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+
+    # ---- lifecycle ----
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the fake server is not running")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "FakeOpenAIServer":
+        import uvicorn
+
+        # Port 0: the OS picks a free port at bind time, so there is no find-then-bind race.
+        config = uvicorn.Config(
+            self._build_app(), host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=0.5
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        for _ in range(500):
+            if self._server.started:
+                break
+            if not self._thread.is_alive():
+                raise RuntimeError("the fake OpenAI server failed to start")
+            threading.Event().wait(0.01)
+        else:
+            raise RuntimeError("the fake OpenAI server did not start within 5 s")
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = self._thread = None
+        self.port = None
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.stats = ServerStats()
+
+    # ---- the app ----
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat_completions(request: Request):
+            body = await request.json()
+            with self._lock:
+                self.stats.requests += 1
+                number = self.stats.requests
+                self.stats.in_flight += 1
+                self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+                if self.keep_bodies:
+                    self.stats.bodies.append(body)
+                self.stats.authorizations.add(request.headers.get("authorization", ""))
+            try:
+                if self.latency_s:
+                    await asyncio.sleep(self.latency_s)
+                fault = self.faults.fault_for(number)
+                if fault is not None:
+                    with self._lock:
+                        self.stats.faults[fault] += 1
+                return await self._answer(body, fault, request.headers.get("authorization", ""))
+            finally:
+                with self._lock:
+                    self.stats.in_flight -= 1
+
+        return app
+
+    async def _answer(self, body: dict[str, Any], fault: str | None, authorization: str) -> Response:
+        if fault == "timeout":
+            await asyncio.sleep(self.hang_s)
+        elif fault == "http_500":
+            return JSONResponse({"error": {"message": "injected server error"}}, status_code=500)
+        elif fault == "http_429":
+            return JSONResponse({"error": {"message": "injected rate limit"}}, status_code=429)
+        elif fault == "echo_auth_401":
+            # A careless server that repeats the credentials it was sent.
+            message = f"invalid credentials: {authorization}"
+            return JSONResponse({"error": {"message": message}}, status_code=401)
+
+        n = int(body.get("n") or 1)
+        if n > 1 and self.n_mode == "reject":
+            with self._lock:
+                self.stats.n_rejections += 1
+            return JSONResponse({"error": {"message": "n > 1 is not supported"}}, status_code=400)
+        if body.get("response_format") is not None and self.response_format_mode == "reject":
+            with self._lock:
+                self.stats.response_format_rejections += 1
+            return JSONResponse({"error": {"message": "response_format is not supported"}}, status_code=400)
+        if self.n_mode == "ignore":
+            n = 1
+
+        messages = body.get("messages", [])
+        wants_json = body.get("response_format") is not None or any(
+            JSON_INSTRUCTION_MARKER in str(m.get("content", "")) for m in messages
+        )
+        texts = [reply_text(messages, body.get("seed"), i, wants_json) for i in range(n)]
+        if fault == "invalid_content":
+            texts = ['{"answer": "cut off' for _ in texts]
+        elif fault == "wrong_schema":
+            texts = [json.dumps({"answer": 42, "seed": body.get("seed")}) for _ in texts]
+
+        prompt_tokens = sum(_count_tokens(str(m.get("content", ""))) for m in messages)
+        completion_tokens = sum(_count_tokens(t) for t in texts)
+        payload = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", ""),
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+                for i, t in enumerate(texts)
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        encoded = json.dumps(payload)
+        if fault == "truncated":
+            encoded = encoded[: len(encoded) // 2]
+        return Response(encoded, media_type="application/json")

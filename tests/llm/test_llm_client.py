@@ -1,0 +1,394 @@
+"""LLMClient against a real local HTTP server (FakeOpenAIServer) with injected faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import uuid
+
+import pytest
+
+from pipelines.errors import ConfigError
+from pipelines.llm import (
+    Completion,
+    Failure,
+    LLMClient,
+    LLMFailure,
+    ResponseCache,
+    SamplingParams,
+    unwrap,
+)
+from pipelines.llm.testing.fake_server import FaultPlan
+
+from .helpers import fast_config, requests_for, user
+
+PROMPTS = [f"question {i}: is there a cheap hotel in the north?" for i in range(20)]
+# The fault each server-side injection should show up as, on the client's side.
+FAULT_TO_REASON = {
+    "timeout": "timeout",
+    "http_500": "server_error",
+    "http_429": "rate_limit",
+    "truncated": "malformed_response",
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "seed": {"type": "integer"}},
+    "required": ["answer", "seed"],
+    "additionalProperties": False,
+}
+
+
+def texts(results: list[Completion | Failure]) -> list[tuple[str, ...]]:
+    return [unwrap(r).texts for r in results]
+
+
+# ---------------------------------------------------------------------------
+# retries and failures
+# ---------------------------------------------------------------------------
+
+
+def test_retries_recover_and_results_equal_a_fault_free_run(make_server):
+    clean = make_server()
+    faulty = make_server(FaultPlan(rate=0.2, kinds=tuple(FAULT_TO_REASON)), hang_s=3.0)
+
+    expected = LLMClient(fast_config(clean.base_url)).complete_many_sync(requests_for(PROMPTS))
+    client = LLMClient(fast_config(faulty.base_url, timeout_s=1.0))
+    results = client.complete_many_sync(requests_for(PROMPTS))
+
+    assert texts(results) == texts(expected)
+    injected = faulty.stats.faults
+    assert set(injected) == set(FAULT_TO_REASON), "every fault kind must have been exercised"
+    usage = client.accounting.role("judge")
+    assert dict(usage.retries) == {FAULT_TO_REASON[kind]: count for kind, count in injected.items()}
+    assert usage.requests == faulty.stats.requests == len(PROMPTS) + sum(injected.values())
+    assert usage.calls == len(PROMPTS) and not usage.failures
+    assert sum(r.attempts for r in results) == usage.requests
+
+
+@pytest.mark.parametrize("kind", sorted(FAULT_TO_REASON))
+def test_a_call_failing_after_max_retries_returns_an_explicit_failure(make_server, kind):
+    server = make_server(FaultPlan(rate=1.0, kinds=(kind,)), hang_s=1.0)
+    # A short timeout only where the server hangs: elsewhere a slow reply must not be a timeout.
+    timeout_s = 0.3 if kind == "timeout" else 2.0
+    client = LLMClient(fast_config(server.base_url, max_retries=2, timeout_s=timeout_s))
+
+    result = client.complete_sync(user("hello"), "grader", SamplingParams(), seed=1)
+
+    reason = FAULT_TO_REASON[kind]
+    assert isinstance(result, Failure)
+    assert (result.role, result.reason, result.attempts) == ("grader", reason, 3)
+    assert result.last_error
+    assert server.stats.requests == 3
+    usage = client.accounting.role("grader")
+    assert dict(usage.retries) == {reason: 2} and dict(usage.failures) == {reason: 1}
+    with pytest.raises(LLMFailure) as raised:
+        unwrap(result)
+    assert raised.value.failure is result and reason in str(raised.value)
+
+
+def test_a_rejected_request_is_not_retried(make_server):
+    server = make_server(FaultPlan(rate=1.0, kinds=("echo_auth_401",)))
+    client = LLMClient(fast_config(server.base_url))
+
+    result = client.complete_sync(user("hello"), "judge", SamplingParams(), seed=1)
+
+    assert isinstance(result, Failure) and result.reason == "rejected" and result.attempts == 1
+    assert server.stats.requests == 1
+    assert client.accounting.as_dict()["total"]["retries"] == 0
+
+
+def test_backoff_is_jittered_exponential_and_capped(server):
+    client = LLMClient(
+        fast_config(server.base_url, backoff_base_s=0.1, backoff_max_s=1.0), rng=random.Random(0)
+    )
+    for retry in range(1, 9):
+        ceiling = min(1.0, 0.1 * 2 ** (retry - 1))
+        delays = [client._backoff(retry, RuntimeError()) for _ in range(200)]
+        assert all(0.0 <= d <= ceiling for d in delays)
+        assert max(delays) > 0.8 * ceiling, "the jitter should span the whole window"
+
+
+# ---------------------------------------------------------------------------
+# concurrency, sync wrappers
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_the_concurrency_limit_is_respected(make_server, limit):
+    # Latency long against scheduling hiccups, so that `limit` requests really overlap.
+    server = make_server(latency_s=0.2)
+    client = LLMClient(fast_config(server.base_url, max_concurrency=limit))
+
+    results = client.complete_many_sync(requests_for(PROMPTS[: 2 * limit + 1]))
+
+    assert all(r.ok for r in results)
+    assert server.stats.max_in_flight == limit
+
+
+def test_sync_wrappers_work_repeatedly_and_refuse_a_running_loop(server):
+    client = LLMClient(fast_config(server.base_url))
+    # Each call runs in a new event loop; connections of the previous loop must not leak in.
+    first = client.complete_sync(user("a"), "judge", SamplingParams(), seed=0).unwrap()
+    second = client.complete_sync(user("a"), "judge", SamplingParams(), seed=0).unwrap()
+    assert first.texts == second.texts
+
+    async def inside_a_loop():
+        with pytest.raises(RuntimeError, match="await"):
+            client.complete_sync(user("a"), "judge", SamplingParams(), seed=0)
+        async with client:
+            return await client.complete(user("a"), "judge", SamplingParams(), seed=0)
+
+    assert asyncio.run(inside_a_loop()).unwrap().texts == first.texts
+
+
+def test_bad_arguments_are_programming_errors(server):
+    client = LLMClient(fast_config(server.base_url))
+    with pytest.raises(ValueError, match="unknown role"):
+        client.complete_sync(user("a"), "jduge", SamplingParams(), seed=0)
+    with pytest.raises(TypeError, match="seed"):
+        client.complete_sync(user("a"), "judge", SamplingParams(), seed="0")
+    with pytest.raises(ValueError, match="n must be"):
+        client.complete_sync(user("a"), "judge", SamplingParams(), seed=0, n=0)
+    with pytest.raises(ValueError, match="role"):
+        client.complete_sync([{"content": "no role"}], "judge", SamplingParams(), seed=0)
+    assert server.stats.requests == 0
+
+
+# ---------------------------------------------------------------------------
+# cache
+# ---------------------------------------------------------------------------
+
+
+def test_a_second_run_sends_zero_requests(server, tmp_path):
+    requests = requests_for(PROMPTS[:10])
+    first = LLMClient(fast_config(server.base_url), cache=ResponseCache(tmp_path / "cache"))
+    first_results = first.complete_many_sync(requests)
+    sent = server.stats.requests
+    assert sent == 10 and not any(r.cached for r in first_results)
+
+    cache = ResponseCache(tmp_path / "cache")
+    second = LLMClient(fast_config(server.base_url), cache=cache)
+    second_results = second.complete_many_sync(requests)
+
+    assert server.stats.requests == sent
+    assert texts(second_results) == texts(first_results)
+    assert all(r.cached and r.attempts == 0 for r in second_results)
+    usage = second.accounting.role("judge")
+    assert (usage.calls, usage.cache_hits, usage.requests, usage.prompt_tokens) == (10, 10, 0, 0)
+    assert cache.stats() == {"hits": 10, "misses": 0, "writes": 0}
+
+    # Any change of a key field is a different request.
+    second.complete_sync(requests[0].messages, "judge", SamplingParams(temperature=0.7), seed=0).unwrap()
+    second.complete_sync(requests[0].messages, "judge", SamplingParams(), seed=1).unwrap()
+    assert server.stats.requests == sent + 2
+
+
+@pytest.mark.parametrize("n_mode", ["native", "ignore", "reject"])
+def test_choices_and_seeds_never_collapse_into_one_cache_entry(make_server, tmp_path, n_mode):
+    server = make_server(n_mode=n_mode)
+    cache = ResponseCache(tmp_path / "cache")
+    client = LLMClient(fast_config(server.base_url), cache=cache)
+    sampling = SamplingParams(temperature=0.8)
+    messages = user("suggest a hotel")
+
+    three = client.complete_sync(messages, "synthesizer", sampling, seed=10, n=3).unwrap()
+    seed_10 = client.complete_sync(messages, "synthesizer", sampling, seed=10).unwrap()
+    seed_11 = client.complete_sync(messages, "synthesizer", sampling, seed=11).unwrap()
+
+    assert len(three.texts) == 3 and len(set(three.texts)) == 3
+    assert seed_10.text != seed_11.text
+    assert len(list(cache.directory.rglob("*.json"))) == 3
+    if n_mode == "native":
+        assert client.supports_n is True and three.seeds == (10,)
+        assert server.stats.requests == 3  # one for all three choices, one per single seed
+    else:
+        # Fanned out: choice i is the answer for seed 10 + i, cached per seed and reused.
+        assert client.supports_n is False and three.seeds == (10, 11, 12)
+        assert three.texts[:2] == (seed_10.text, seed_11.text) and seed_10.cached and seed_11.cached
+        assert server.stats.requests == 1 + 3  # the probe that found n unsupported, then 3 seeds
+
+    # A fresh client (which does not know what the server supports) re-runs from the cache alone.
+    sent = server.stats.requests
+    fresh = LLMClient(fast_config(server.base_url), cache=ResponseCache(tmp_path / "cache"))
+    again = fresh.complete_sync(messages, "synthesizer", sampling, seed=10, n=3).unwrap()
+    assert again.cached and again.texts == three.texts
+    assert server.stats.requests == sent
+
+
+def test_concurrent_calls_discover_a_missing_n_with_a_single_probe(make_server):
+    server = make_server(n_mode="ignore", latency_s=0.01)
+    client = LLMClient(fast_config(server.base_url, max_concurrency=8))
+
+    results = client.complete_many_sync(requests_for(PROMPTS[:12], sampling=SamplingParams(temperature=1.0), n=3))
+
+    assert all(len(r.unwrap().texts) == 3 for r in results)
+    assert server.stats.requests == 1 + 12 * 3
+    assert sum(r.attempts for r in results) == server.stats.requests
+
+
+def test_failures_are_not_cached(make_server, tmp_path):
+    server = make_server(FaultPlan(rate=1.0, kinds=("http_500",)))
+    cache = ResponseCache(tmp_path / "cache")
+    client = LLMClient(fast_config(server.base_url, max_retries=1), cache=cache)
+    assert isinstance(client.complete_sync(user("a"), "judge", SamplingParams(), seed=0), Failure)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+# ---------------------------------------------------------------------------
+# structured output
+# ---------------------------------------------------------------------------
+
+
+def test_schema_replies_are_validated_and_parsed(server):
+    client = LLMClient(fast_config(server.base_url))
+
+    result = client.complete_sync(user("a hotel?"), "extractor", SamplingParams(), seed=3, response_schema=SCHEMA)
+
+    completion = result.unwrap()
+    assert completion.parsed == (json.loads(completion.text),) and completion.parsed[0]["seed"] == 3
+    sent_format = server.stats.bodies[-1]["response_format"]
+    assert sent_format["type"] == "json_schema" and sent_format["json_schema"]["schema"] == SCHEMA
+    assert client.supports_response_format is True
+
+
+def test_invalid_replies_are_repaired_and_counted(make_server):
+    clean = make_server()
+    faulty = make_server(FaultPlan(rate=0.25, kinds=("invalid_content", "wrong_schema")))
+    requests = requests_for(PROMPTS[:8], role="extractor", response_schema=SCHEMA)
+
+    expected = LLMClient(fast_config(clean.base_url)).complete_many_sync(requests)
+    client = LLMClient(fast_config(faulty.base_url, repair_retries=1))
+    results = client.complete_many_sync(requests)
+
+    assert [r.unwrap().parsed for r in results] == [r.unwrap().parsed for r in expected]
+    injected = sum(faulty.stats.faults.values())
+    assert injected == 2
+    usage = client.accounting.role("extractor")
+    assert usage.repairs == sum(r.repairs for r in results) == injected
+    assert usage.requests == len(requests) + injected and not usage.retries and not usage.failures
+    # A repair request shows the model its invalid reply and what is wrong with it.
+    repairs = [b for b in faulty.stats.bodies if len(b["messages"]) == 3]
+    assert len(repairs) == injected
+    for body in repairs:
+        invalid_reply = body["messages"][1]["content"]
+        assert invalid_reply in ('{"answer": "cut off', json.dumps({"answer": 42, "seed": body["seed"]}))
+    errors = " ".join(r["messages"][2]["content"] for r in repairs)
+    assert "not valid JSON" in errors and "42 is not of type 'string'" in errors
+
+
+def test_persistently_invalid_output_fails_after_the_repairs(make_server, tmp_path):
+    server = make_server(FaultPlan(rate=1.0, kinds=("wrong_schema",)))
+    cache = ResponseCache(tmp_path / "cache")
+    client = LLMClient(fast_config(server.base_url, repair_retries=2), cache=cache)
+
+    result = client.complete_sync(user("a"), "extractor", SamplingParams(), seed=0, response_schema=SCHEMA)
+
+    assert isinstance(result, Failure)
+    assert (result.reason, result.attempts) == ("invalid_output", 3)
+    assert result.last_error.endswith("answer: 42 is not of type 'string'")
+    usage = client.accounting.role("extractor")
+    assert usage.repairs == 2 and dict(usage.failures) == {"invalid_output": 1}
+    assert not list(tmp_path.rglob("*.json")), "a failure must not be cached"
+
+
+def test_a_rejected_response_format_falls_back_to_prompt_instructions_once(make_server):
+    server = make_server(response_format_mode="reject")
+    client = LLMClient(fast_config(server.base_url))
+
+    first = client.complete_sync(user("first"), "judge", SamplingParams(), seed=0, response_schema=SCHEMA)
+    second = client.complete_sync(user("second"), "judge", SamplingParams(), seed=0, response_schema=SCHEMA)
+
+    assert ": first\n" in first.unwrap().parsed[0]["answer"]
+    assert ": second\n" in second.unwrap().parsed[0]["answer"]
+    assert client.supports_response_format is False
+    assert server.stats.response_format_rejections == 1 and server.stats.requests == 3
+    last = server.stats.bodies[-1]
+    assert "response_format" not in last and "JSON schema" in last["messages"][-1]["content"]
+
+
+def test_concurrent_calls_discover_a_rejected_response_format_once(make_server):
+    server = make_server(response_format_mode="reject", latency_s=0.01)
+    client = LLMClient(fast_config(server.base_url, max_concurrency=8))
+
+    results = client.complete_many_sync(requests_for(PROMPTS[:12], response_schema=SCHEMA))
+
+    assert all(r.ok for r in results)
+    assert server.stats.response_format_rejections == 1 and server.stats.requests == 13
+
+
+def test_prompt_mode_never_sends_response_format(server):
+    client = LLMClient(fast_config(server.base_url, structured_output="prompt"))
+    client.complete_sync(user("x"), "judge", SamplingParams(), seed=0, response_schema=SCHEMA).unwrap()
+    assert "response_format" not in server.stats.bodies[-1]
+
+
+def test_an_invalid_schema_is_a_programming_error(server):
+    client = LLMClient(fast_config(server.base_url))
+    with pytest.raises(Exception, match="is not valid under any of the given schemas|is not of type"):
+        client.complete_sync(user("x"), "judge", SamplingParams(), seed=0, response_schema={"type": 12})
+    assert server.stats.requests == 0
+
+
+# ---------------------------------------------------------------------------
+# accounting and secrets
+# ---------------------------------------------------------------------------
+
+
+def test_tokens_and_cost_are_accounted_per_role(server):
+    client = LLMClient(fast_config(server.base_url, price_in_per_1k=1.0, price_out_per_1k=2.0))
+
+    judge = client.complete_sync(user("one two three"), "judge", SamplingParams(), seed=0).unwrap()
+    grader = client.complete_sync(user("four five"), "grader", SamplingParams(), seed=0).unwrap()
+
+    report = client.accounting.as_dict()
+    for completion, prompt_tokens in ((judge, 3), (grader, 2)):
+        role = report["roles"][completion.role]
+        completion_tokens = len(completion.text.split())  # the fake server counts words
+        assert (role["prompt_tokens"], role["completion_tokens"]) == (prompt_tokens, completion_tokens)
+        assert completion.usage.cost == pytest.approx((prompt_tokens * 1.0 + completion_tokens * 2.0) / 1000)
+        assert role["cost"] == pytest.approx(completion.usage.cost)
+    assert report["total"]["requests"] == 2 and report["total"]["cost"] == pytest.approx(
+        judge.usage.cost + grader.usage.cost
+    )
+
+
+def test_the_api_key_never_appears_in_files_logs_or_errors(make_server, tmp_path, monkeypatch, caplog):
+    canary = f"sk-canary-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ASKFLOW_TEST_API_KEY", canary)
+    caplog.set_level(logging.DEBUG)  # the openai/httpx debug logs included
+    flaky = make_server(FaultPlan(rate=0.25, kinds=("http_500", "truncated")))
+    echoing = make_server(FaultPlan(rate=1.0, kinds=("echo_auth_401",)))
+
+    cache = ResponseCache(tmp_path / "cache")
+    client = LLMClient(fast_config(flaky.base_url, api_key_env="ASKFLOW_TEST_API_KEY"), cache=cache)
+    results = client.complete_many_sync(requests_for(PROMPTS[:8], response_schema=SCHEMA))
+    rerun = client.complete_many_sync(requests_for(PROMPTS[:8], response_schema=SCHEMA))
+    leaky = LLMClient(fast_config(echoing.base_url, api_key_env="ASKFLOW_TEST_API_KEY"))
+    failure = leaky.complete_sync(user("x"), "judge", SamplingParams(), seed=0)
+
+    # The key was really used (else this test would prove nothing) ...
+    assert f"Bearer {canary}" in flaky.stats.authorizations | echoing.stats.authorizations
+    assert all(r.ok for r in results) and all(r.cached for r in rerun)
+    assert isinstance(failure, Failure) and "***" in failure.last_error
+    with pytest.raises(LLMFailure) as raised:
+        failure.unwrap()
+    # ... and appears nowhere: files (cache, plus a report a stage would write), logs, reprs.
+    (tmp_path / "report.json").write_text(
+        json.dumps({"accounting": client.accounting.as_dict(), "failure": repr(failure), "error": str(raised.value)})
+    )
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert canary.encode() not in path.read_bytes(), f"API key leaked into {path}"
+    assert len(list(cache.directory.rglob("*.json"))) == 8
+    assert canary not in caplog.text
+    assert all(canary not in record.getMessage() for record in caplog.records)
+    for text in (repr(client), repr(leaky), repr(client.config), str(raised.value), repr(failure)):
+        assert canary not in text
+
+
+def test_a_missing_key_variable_is_a_config_error_naming_it(server, monkeypatch):
+    monkeypatch.delenv("ASKFLOW_ABSENT_KEY", raising=False)
+    with pytest.raises(ConfigError, match="ASKFLOW_ABSENT_KEY"):
+        LLMClient(fast_config(server.base_url, api_key_env="ASKFLOW_ABSENT_KEY"))
