@@ -61,8 +61,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per cell (median reported)")
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 20.0], help="fake server latencies")
     parser.add_argument("--no-serve", action="store_true", help="skip transformers serve")
-    args = parser.parse_args()
+    run_targets(parser.parse_args())
 
+
+def run_targets(args: argparse.Namespace) -> None:
+    """Measure every target; ``args`` carries requests, repeats, latency_ms and no_serve."""
     print(f"requests/s, median (min-max) of {args.repeats} runs of {args.requests} requests")
     print(f"{'target':<34}" + "".join(f"{f'concurrency {c}':>22}" for c in CONCURRENCY))
     for latency_ms in args.latency_ms:

@@ -229,6 +229,18 @@ def test_the_longer_of_two_names_in_one_text_is_the_offered_one(db):
     assert result.domain("restaurant").offered == "pizza express" and result.domain("restaurant").inform is False
 
 
+def test_a_name_inside_a_longer_named_venue_outside_the_query_is_not_the_offer(db):
+    # The query returned only "pizza express"; the system then named "pizza express fen
+    # ditton", found elsewhere. The shorter name inside it is not an offer of its own.
+    restaurant_goal = goal({"restaurant": {"info": {"area": "centre"}, "reqt": ["phone"]}})
+    env = ToolEnvironment(db)
+    env.call("query_restaurant", {"name": "pizza express"}, turn=1)
+    texts = [(1, "Pizza Express Fen Ditton is a good choice, phone 01223324033.")]
+    result = check_goal(restaurant_goal, env.state, texts).domain("restaurant")
+    assert result.offered == "pizza express Fen Ditton"
+    assert result.request is True
+
+
 # --------------------------------------------------------------------------------------
 # Trains and taxis
 # --------------------------------------------------------------------------------------

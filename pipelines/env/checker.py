@@ -302,6 +302,11 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
         if query.domain == domain:
             named = _latest_named(query.results, transcript, query.turn, info)
             if named is not None:
+                # A name inside a longer name the system said ("wheel restaurant" inside
+                # "cedar wheel restaurant") is not an offer of its own.
+                broader = _latest_named(state.database.entities(domain), transcript, query.turn, info)
+                if broader is not None and broader is not named and name_key(named.name) in name_key(broader.name):
+                    return broader
                 return named
     return _latest_named(state.database.entities(domain), transcript, None, info)
 

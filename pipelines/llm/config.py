@@ -39,6 +39,9 @@ ROLES: tuple[str, ...] = (
     "grader",
     "prompt_proposer",
     "teacher",
+    # The policy under evaluation when it sits behind an endpoint (the openai agent); its
+    # calls are accounted apart from the helper roles above.
+    "agent",
 )
 BACKEND_KINDS: tuple[str, ...] = ("rules", "openai", "hf")
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("auto", "prompt")

@@ -1,0 +1,401 @@
+"""The dialogue runner: agent <-> user <-> tools, many episodes stepped together.
+
+An episode alternates user turns and agent turns (MultiWOZ numbering: the user's turn of
+exchange e is 2e, the agent's 2e+1). Within its turn the agent may take several steps:
+each output is parsed by the agent's format; tool calls run in the episode's
+:class:`ToolEnvironment` and their observations go back into the agent's history; the turn
+ends with something visible (a clarification or a response), which the user simulator
+then answers. Think content, tool calls and observations never reach the user.
+
+The episode ends when the user ends it (``UserTurn.end``), the agent ends it (an ``end``
+action; its last response counts as said), or after ``max_exchanges`` agent turns.
+
+Failures are data, not exceptions:
+
+* a malformed output (or a failed backend call) is recorded, its reason goes back to the
+  agent, and the agent tries again, up to ``malformed_retries`` times per turn;
+* a turn whose retries run out, or that reaches ``max_steps`` accepted outputs without a
+  visible reply, fails: the user hears the fixed ``apology`` (recorded as a fallback) and
+  the dialogue goes on;
+* a bad tool call gets an ``{"error": ...}`` observation, as the environment gives it.
+
+Batching (:func:`play`): each round, the user turns of all episodes that wait for the
+user are awaited concurrently, then every episode that waits for the agent goes into one
+``agent.act`` call. Everything an episode does is a function of its spec's seed and of
+the agent's outputs, so runs are deterministic for deterministic agents and simulators.
+
+:class:`EpisodeState` is one episode in play; :meth:`EpisodeState.fork` copies it cheaply
+(environment and simulator session forked, histories copied shallowly: the records in
+them are immutable), so that JOSH can branch an episode and play the branches on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections import Counter
+from dataclasses import dataclass, replace
+from time import perf_counter
+from typing import Any, Sequence
+
+from pipelines.env.checker import check_goal
+from pipelines.env.tools import Database, ToolEnvironment
+from pipelines.episodes.agents import Agent, AgentContext, AgentOutput
+from pipelines.episodes.formats import (
+    CLARIFY,
+    DEFAULT_TASK_PROMPT,
+    END,
+    RESPOND,
+    TOOL_CALL,
+    AgentAction,
+    AgentFormat,
+    Malformed,
+    Message,
+    observation_json,
+)
+from pipelines.episodes.records import AGENT_END, TURN_LIMIT, USER_END, Episode, EpisodeEvent
+from pipelines.records import Dialogue, Goal, ToolCall
+from pipelines.simulators.base import SimulatorSession, UserSimulator, UserTurn
+
+DEFAULT_APOLOGY = "I'm sorry, something went wrong on my side. Could you say that again?"
+
+# What an episode waits for.
+WAITS_FOR_USER, WAITS_FOR_AGENT, DONE = "user", "agent", "done"
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: a goal, the seed of its environment and simulator session, and
+    the dataset dialogue the goal comes from, when there is one."""
+
+    episode_id: str
+    goal: Goal
+    seed: int = 0
+    reference: Dialogue | None = None
+
+    @classmethod
+    def from_dialogue(cls, dialogue: Dialogue, seed: int = 0, episode_id: str | None = None) -> EpisodeSpec:
+        return cls(episode_id or f"{dialogue.dialogue_id}#{seed}", dialogue.goal, seed, dialogue)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """``max_exchanges``: agent turns per episode; ``max_steps``: accepted agent outputs per
+    turn (tool calls included); ``malformed_retries``: extra outputs a turn may spend on
+    malformed ones; ``task_prompt``: the task part of the system prompt (the format adds the
+    tools and output instructions); ``apology``: what the user hears from a failed turn."""
+
+    max_exchanges: int = 20
+    max_steps: int = 6
+    malformed_retries: int = 2
+    task_prompt: str = DEFAULT_TASK_PROMPT
+    apology: str = DEFAULT_APOLOGY
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("max_exchanges", 1), ("max_steps", 1), ("malformed_retries", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if not self.apology.strip():
+            raise ValueError("apology must not be empty")
+
+
+class EpisodeState:
+    """One episode in play. Create it with :meth:`start`; :func:`play` drives it, or step it
+    by hand: :meth:`hear_user` while :attr:`phase` is ``"user"``, :meth:`take` an agent
+    output for :meth:`context` while it is ``"agent"``, :meth:`finish` for the record."""
+
+    def __init__(
+        self,
+        spec: EpisodeSpec,
+        *,
+        agent_name: str,
+        fmt: AgentFormat,
+        simulator_name: str,
+        environment: ToolEnvironment,
+        session: SimulatorSession,
+        config: RunnerConfig,
+    ):
+        self.spec = spec
+        self.agent_name = agent_name
+        self.format = fmt
+        self.simulator_name = simulator_name
+        self.environment = environment
+        self.session = session
+        self.config = config
+        self.messages: list[Message] = [{"role": "system", "content": fmt.system_prompt(config.task_prompt)}]
+        self.events: list[EpisodeEvent] = []
+        self.calls: list[tuple[int, ToolCall]] = []
+        self.visible_texts: list[tuple[int, str]] = []  # what the user was shown, for the checker
+        self.phase = WAITS_FOR_USER
+        self.ended_by: str | None = None
+        self.exchange = 0
+        self.step = 0
+        self.attempt = 0
+        self.agent_text: str | None = None  # what the user answers next; None before the opening
+        self.started = perf_counter()
+
+    @classmethod
+    def start(
+        cls, spec: EpisodeSpec, agent: Agent, simulator: UserSimulator, database: Database, config: RunnerConfig
+    ) -> EpisodeState:
+        return cls(
+            spec,
+            agent_name=agent.name,
+            fmt=agent.format,
+            simulator_name=simulator.name,
+            environment=ToolEnvironment(database, spec.goal, spec.seed),
+            session=simulator.session(spec.goal, spec.seed, spec.reference),
+            config=config,
+        )
+
+    def fork(self) -> EpisodeState:
+        """An independent copy: later steps on either do not affect the other."""
+        twin = copy.copy(self)
+        twin.environment = self.environment.fork()
+        twin.session = self.session.fork()
+        # Messages, events and calls are never modified once appended, so copying the lists
+        # is enough.
+        twin.messages = list(self.messages)
+        twin.events = list(self.events)
+        twin.calls = list(self.calls)
+        twin.visible_texts = list(self.visible_texts)
+        return twin
+
+    @property
+    def turn(self) -> int:
+        """The agent's dialogue turn in the current exchange."""
+        return 2 * self.exchange + 1
+
+    # -- the user's side -----------------------------------------------------------------
+
+    async def hear_user(self) -> None:
+        """Get the user's opening turn or reply to the agent's last visible text."""
+        if self.phase != WAITS_FOR_USER:
+            raise RuntimeError(f"episode {self.spec.episode_id!r} does not wait for the user (phase {self.phase!r})")
+        started = perf_counter()
+        if self.agent_text is None:
+            user_turn = await self.session.opening()
+        else:
+            user_turn = await self.session.respond(self.agent_text)
+        self._record_user(user_turn, perf_counter() - started)
+        self.messages.append({"role": "user", "content": user_turn.text})
+        if user_turn.end:
+            self._end(USER_END, "user", self.turn - 1)
+        else:
+            self.phase = WAITS_FOR_AGENT
+
+    def _record_user(self, user_turn: UserTurn, latency: float) -> None:
+        self._record(
+            "fallback" if user_turn.fallback else "user",
+            "user",
+            self.turn - 1,
+            text=user_turn.text,
+            detail=user_turn.failure,
+            retries=user_turn.retries,
+            latency_s=latency,
+        )
+
+    # -- the agent's side ----------------------------------------------------------------
+
+    def context(self) -> AgentContext:
+        if self.phase != WAITS_FOR_AGENT:
+            raise RuntimeError(f"episode {self.spec.episode_id!r} does not wait for the agent (phase {self.phase!r})")
+        return AgentContext(
+            episode_id=self.spec.episode_id,
+            seed=self.spec.seed,
+            exchange=self.exchange,
+            turn=self.turn,
+            step=self.step,
+            attempt=self.attempt,
+            messages=tuple(self.messages),
+            tools=self.format.tools,
+            calls=tuple(self.calls),
+            reference=self.spec.reference,
+        )
+
+    def take(self, output: AgentOutput) -> None:
+        """Apply one agent output: record it, run its tool calls, and move on."""
+        if self.phase != WAITS_FOR_AGENT:
+            raise RuntimeError(f"episode {self.spec.episode_id!r} does not wait for the agent (phase {self.phase!r})")
+        cost: dict[str, Any] = {
+            "latency_s": output.latency_s,
+            "prompt_tokens": output.prompt_tokens,
+            "completion_tokens": output.completion_tokens,
+        }
+        if output.error is not None:
+            self._reject(Malformed(f"the agent produced no output ({output.error})", ""), output, cost)
+            return
+        parsed = self.format.parse(output.text, output.tool_calls)
+        if isinstance(parsed, Malformed):
+            self._reject(parsed, output, cost)
+            return
+        actions = self._with_call_ids(parsed)
+        self.messages.append(self.format.assistant_message(output.text, output.tool_calls, actions))
+        for action in actions:
+            if action.kind != END:  # recorded last, as the episode's end
+                self._apply(action, cost)
+                cost = {}  # the output's cost goes on its first event only
+        self.step += 1
+
+        kinds = {a.kind for a in actions}
+        if END in kinds:
+            self._end(AGENT_END, "agent", self.turn, **cost)
+        elif kinds & {CLARIFY, RESPOND}:
+            self._next_exchange(next(a.text for a in actions if a.visible))
+        elif self.step >= self.config.max_steps:
+            self._fail_turn(f"no reply to the user after {self.step} steps")
+
+    def _with_call_ids(self, actions: Sequence[AgentAction]) -> tuple[AgentAction, ...]:
+        """Function calling answers every call by its id; outputs without ids get ones unique
+        in the episode."""
+        numbered = []
+        for k, action in enumerate(actions):
+            if action.kind == TOOL_CALL and action.call_id is None:
+                action = replace(action, call_id=f"call_{self.turn}_{self.step}_{k}")
+            numbered.append(action)
+        return tuple(numbered)
+
+    def _apply(self, action: AgentAction, cost: dict[str, Any]) -> None:
+        turn = self.turn
+        if action.kind == TOOL_CALL:
+            self._record(TOOL_CALL, "agent", turn, tool_name=action.tool_name, arguments_json=action.arguments_json, **cost)
+            started = perf_counter()
+            observation = self.environment.call(action.tool_name, dict(action.arguments or {}), turn=turn)
+            error = observation.get("error")
+            self._record(
+                "observation",
+                "environment",
+                turn,
+                tool_name=action.tool_name,
+                observation_json=observation_json(observation),
+                detail=None if error is None else str(error),
+                latency_s=perf_counter() - started,
+            )
+            self.calls.append((turn, ToolCall(action.tool_name, action.arguments or {}, observation)))
+            self.messages.append(self.format.observation_message(action, observation))
+        else:
+            self._record(action.kind, "agent", turn, text=action.text, **cost)
+            if action.visible:
+                self.visible_texts.append((turn, action.text))
+
+    def _reject(self, malformed: Malformed, output: AgentOutput, cost: dict[str, Any]) -> None:
+        self._record("malformed", "agent", self.turn, text=malformed.raw, detail=malformed.reason, **cost)
+        if output.error is None:
+            # The agent sees its output and why it failed; after a backend failure there is
+            # nothing to show, and the request is simply made again.
+            self.messages.append(self.format.assistant_message(output.text, output.tool_calls, None))
+            self.messages.append(self.format.feedback_message(malformed))
+        self.attempt += 1
+        if self.attempt > self.config.malformed_retries:
+            self._fail_turn(f"{self.attempt} malformed outputs in this turn")
+
+    def _fail_turn(self, reason: str) -> None:
+        apology = self.config.apology
+        self._record("fallback", "agent", self.turn, text=apology, detail=reason)
+        self.visible_texts.append((self.turn, apology))
+        # The agent's history shows what the user heard, in the agent's own format.
+        actions = (AgentAction.respond(apology),)
+        text, tool_calls = self.format.render(actions)
+        self.messages.append(self.format.assistant_message(text, tool_calls, actions))
+        self._next_exchange(apology)
+
+    def _next_exchange(self, shown: str) -> None:
+        self.agent_text = shown
+        if self.exchange + 1 >= self.config.max_exchanges:
+            self._end(TURN_LIMIT, "runner", self.turn)
+            return
+        self.exchange += 1
+        self.step = self.attempt = 0
+        self.phase = WAITS_FOR_USER
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def _end(self, ended_by: str, actor: str, turn: int, **cost: Any) -> None:
+        self._record(END, actor, turn, detail=ended_by, **cost)
+        self.ended_by = ended_by
+        self.phase = DONE
+
+    def _record(self, kind: str, actor: str, turn: int, **fields: Any) -> None:
+        self.events.append(EpisodeEvent(self.spec.episode_id, len(self.events), turn, kind, actor, **fields))
+
+    def finish(self) -> Episode:
+        """The episode's record, graded by the goal checker. Only for finished episodes."""
+        if self.phase != DONE or self.ended_by is None:
+            raise RuntimeError(f"episode {self.spec.episode_id!r} is not over (phase {self.phase!r})")
+        events = tuple(self.events)
+        state = self.environment.state
+        agent_events = [e for e in events if e.actor == "agent"]
+        user_events = [e for e in events if e.actor == "user"]
+        return Episode(
+            episode_id=self.spec.episode_id,
+            dialogue_id=self.spec.goal.dialogue_id,
+            agent=self.agent_name,
+            agent_format=self.format.name,
+            simulator=self.simulator_name,
+            seed=self.spec.seed,
+            n_turns=sum(1 for e in events if e.is_utterance),
+            ended_by=self.ended_by,
+            result=check_goal(self.spec.goal, state, self.visible_texts, None),
+            goal_domains=self.spec.goal.domain_names,
+            n_clarifications=sum(1 for e in agent_events if e.kind == CLARIFY),
+            n_tool_calls=len(state.calls),
+            n_tool_errors=state.error_count,
+            n_malformed=sum(1 for e in agent_events if e.kind == "malformed"),
+            n_agent_fallbacks=sum(1 for e in agent_events if e.kind == "fallback"),
+            simulator_retries=sum(e.retries or 0 for e in user_events),
+            simulator_fallbacks=sum(1 for e in user_events if e.kind == "fallback"),
+            prompt_tokens=sum(e.prompt_tokens or 0 for e in events),
+            completion_tokens=sum(e.completion_tokens or 0 for e in events),
+            wall_seconds=perf_counter() - self.started,
+            events=events,
+        )
+
+
+async def play(states: Sequence[EpisodeState], agent: Agent) -> list[Episode]:
+    """Play ``states`` to their end in rounds (see the module docstring); their records, in order."""
+    for state in states:
+        if state.format.name != agent.format.name:
+            raise ValueError(
+                f"episode {state.spec.episode_id!r} was started for format {state.format.name!r}, "
+                f"the agent writes {agent.format.name!r}"
+            )
+    while True:
+        users = [s for s in states if s.phase == WAITS_FOR_USER]
+        await asyncio.gather(*(s.hear_user() for s in users))
+        waiting = [s for s in states if s.phase == WAITS_FOR_AGENT]
+        if not waiting:
+            break
+        outputs = await agent.act([s.context() for s in waiting])
+        if len(outputs) != len(waiting):
+            raise RuntimeError(f"agent {agent.name!r} returned {len(outputs)} outputs for {len(waiting)} contexts")
+        for state, output in zip(waiting, outputs):
+            state.take(output)
+    return [s.finish() for s in states]
+
+
+async def run_episodes(
+    specs: Sequence[EpisodeSpec],
+    agent: Agent,
+    simulator: UserSimulator,
+    database: Database,
+    config: RunnerConfig = RunnerConfig(),
+) -> list[Episode]:
+    """Play every spec with ``agent`` and ``simulator``, stepped together; records in order."""
+    counts = Counter(spec.episode_id for spec in specs)
+    duplicates = sorted(i for i, n in counts.items() if n > 1)
+    if duplicates:
+        raise ValueError(f"episode ids must be unique; repeated: {', '.join(duplicates[:5])}")
+    states = [EpisodeState.start(spec, agent, simulator, database, config) for spec in specs]
+    return await play(states, agent)
+
+
+def run_episodes_sync(
+    specs: Sequence[EpisodeSpec],
+    agent: Agent,
+    simulator: UserSimulator,
+    database: Database,
+    config: RunnerConfig = RunnerConfig(),
+) -> list[Episode]:
+    """:func:`run_episodes` for synchronous callers (not from inside a running event loop)."""
+    return asyncio.run(run_episodes(specs, agent, simulator, database, config))

@@ -1,0 +1,106 @@
+"""SpeakRL's rewards for GRPO (section 3.3): R_total = R_format + R_clarify.
+
+* :mod:`~pipelines.rewards.format`: :func:`format_reward`, the structured-token reward of
+  eq. 8 with partial credit, on the agent grammar of :mod:`pipelines.episodes.formats`;
+* :mod:`~pipelines.rewards.clarify`: :class:`ClarifyReward`, the clarification reward
+  around an exchangeable judge: :class:`VerifiableJudge` (a rule over the SpeakER
+  decision point's annotations; its module documents the dataset columns) or
+  :class:`LLMJudge` (the Figure 6 rubric through the LLM client);
+* :mod:`~pipelines.rewards.prompts`: the Table 1 training instruction and the conversation
+  rendering, shared with the GRPO dataset.
+
+All are TRL reward functions, ``f(prompts=, completions=, **columns) -> list[float | None]``.
+TRL's ``reward_weights`` combines them; eq. 7 is weights (1, 1)::
+
+    GRPOTrainer(..., reward_funcs=[format_reward, build_clarify_reward("verifiable")])
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from pipelines.errors import ConfigError
+from pipelines.llm import LLMClient
+from pipelines.records import frozen_dict
+from pipelines.rewards.clarify import NO_QUESTION, Clarification, ClarifyReward, Judge, JudgeError, Verdict
+from pipelines.rewards.format import (
+    FULL_CREDIT,
+    PARTIAL_CREDIT,
+    clarification_question,
+    completion_text,
+    format_reward,
+    format_score,
+)
+from pipelines.rewards.llm_judge import CONVERSATION, JudgeStats, LLMJudge, parse_score
+from pipelines.rewards.prompts import (
+    JUDGE_PROMPT_TEMPLATE,
+    SPEAKRL_PROMPT_TEMPLATE,
+    render_conversation,
+    render_judge_prompt,
+    render_speakrl_prompt,
+)
+from pipelines.rewards.verifiable import (
+    CANDIDATE_VALUES,
+    DISCRIMINATING_SLOTS,
+    KNOWN_SLOTS,
+    SLOT_CUES,
+    VerifiableJudge,
+    asked_slots,
+)
+
+CLARIFY_JUDGES: tuple[str, ...] = ("verifiable", "llm")
+
+#: The reward functions that need nothing but the dataset, by name. An LLM-judged reward
+#: needs a client: :func:`build_clarify_reward`.
+REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = frozen_dict(
+    {"format": format_reward, "clarify_verifiable": ClarifyReward(VerifiableJudge())}
+)
+
+
+def build_clarify_reward(kind: str, client: LLMClient | None = None) -> ClarifyReward:
+    """The clarification reward with the ``kind`` of judge, one of :data:`CLARIFY_JUDGES`:
+    ``"verifiable"`` (``client`` is not used) or ``"llm"`` (an :class:`LLMJudge` with its
+    defaults over ``client``, which is then required; build ``ClarifyReward(LLMJudge(...))``
+    directly for other judge settings). Raises ConfigError for an unknown kind or a missing
+    client."""
+    if kind == "verifiable":
+        return ClarifyReward(VerifiableJudge())
+    if kind == "llm":
+        if client is None:
+            raise ConfigError("clarify reward: the llm judge needs an LLM client")
+        return ClarifyReward(LLMJudge(client))
+    raise ConfigError(f"clarify reward: unknown judge {kind!r}; judges: {', '.join(CLARIFY_JUDGES)}")
+
+
+__all__ = [
+    "CANDIDATE_VALUES",
+    "CLARIFY_JUDGES",
+    "CONVERSATION",
+    "Clarification",
+    "ClarifyReward",
+    "DISCRIMINATING_SLOTS",
+    "FULL_CREDIT",
+    "JUDGE_PROMPT_TEMPLATE",
+    "Judge",
+    "JudgeError",
+    "JudgeStats",
+    "KNOWN_SLOTS",
+    "LLMJudge",
+    "NO_QUESTION",
+    "PARTIAL_CREDIT",
+    "REWARD_FUNCTIONS",
+    "SLOT_CUES",
+    "SPEAKRL_PROMPT_TEMPLATE",
+    "Verdict",
+    "VerifiableJudge",
+    "asked_slots",
+    "build_clarify_reward",
+    "clarification_question",
+    "completion_text",
+    "format_reward",
+    "format_score",
+    "parse_score",
+    "render_conversation",
+    "render_judge_prompt",
+    "render_speakrl_prompt",
+]

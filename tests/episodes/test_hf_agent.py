@@ -1,0 +1,146 @@
+"""The hf agent on a tiny locally built Qwen2 model: one batched generate call per round,
+the same greedy outputs as episodes played one at a time, token counts, tools rendered by
+the chat template for function calling."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from pipelines.env.tools import TOOL_SCHEMAS
+from pipelines.episodes import (
+    AgentContext,
+    EpisodeSpec,
+    FunctionCallingFormat,
+    HFAgent,
+    RunnerConfig,
+    SpeakRLFormat,
+    run_episodes_sync,
+)
+from pipelines.llm import HFBackend, HFConfig, SamplingParams
+
+from .helpers import gold_user
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+# The tiny model has 1024 positions: a short task and no tool list keep the prompts short.
+CONFIG = RunnerConfig(max_exchanges=6, malformed_retries=1, task_prompt="Be brief.")
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
+N_EPISODES = 6
+
+
+@pytest.fixture(scope="module")
+def shared_backend(tiny_model_dir) -> HFBackend:
+    return HFBackend.from_config(HFConfig(model_path=str(tiny_model_dir), batch_size=N_EPISODES))
+
+
+@pytest.fixture
+def backend(request, shared_backend) -> HFBackend:
+    """The module's backend, or one with the test's ``batch_size`` parameter."""
+    batch_size = getattr(request, "param", None)
+    if batch_size is None:
+        return shared_backend
+    return HFBackend(shared_backend.model, shared_backend.tokenizer, batch_size=batch_size)
+
+
+@pytest.fixture
+def generate_calls(backend, monkeypatch) -> list[int]:
+    """The batch size of every ``model.generate`` call."""
+    calls: list[int] = []
+    original = backend.model.generate
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backend.model, "generate", counting)
+    return calls
+
+
+def agent_outputs(episode) -> int:
+    """Outputs the agent produced in an episode: each one's cost sits on its first event."""
+    return sum(1 for e in episode.events if e.actor == "agent" and e.prompt_tokens is not None)
+
+
+def content_of(episode):
+    return [dataclasses.replace(e, latency_s=None) for e in episode.events]
+
+
+def specs(small_corpus):
+    """Episodes of different lengths: the gold user of a dialogue with k user turns ends
+    after k agent replies, so the batches shrink as the short ones finish."""
+    by_length = {}
+    for dialogue in small_corpus.dialogues:
+        by_length.setdefault(sum(1 for t in dialogue.turns if t.speaker == "user"), dialogue)
+    chosen = [by_length[k] for k in sorted(by_length)][:N_EPISODES]
+    return [EpisodeSpec.from_dialogue(d, seed=i) for i, d in enumerate(chosen)]
+
+
+def test_episodes_are_generated_with_one_generate_call_per_round(backend, generate_calls, small_corpus, database):
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    episodes = run_episodes_sync(specs(small_corpus), agent, gold_user(), database, CONFIG)
+
+    steps = [agent_outputs(e) for e in episodes]
+    # Every round steps all live episodes in one call: as many calls as the longest episode
+    # has steps, and far fewer than the steps taken.
+    assert len(set(steps)) > 1, steps
+    assert len(generate_calls) == max(steps)
+    assert generate_calls == [sum(1 for n in steps if n > round_) for round_ in range(max(steps))]
+    assert sum(generate_calls) == sum(steps)
+    assert all(e.prompt_tokens > 0 and e.completion_tokens > 0 for e in episodes)
+
+
+def test_batched_episodes_equal_episodes_played_one_at_a_time(backend, small_corpus, database):
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    batched = run_episodes_sync(specs(small_corpus), agent, gold_user(), database, CONFIG)
+    alone = [run_episodes_sync([spec], agent, gold_user(), database, CONFIG)[0] for spec in specs(small_corpus)]
+
+    assert [content_of(e) for e in batched] == [content_of(e) for e in alone]
+    # The model's outputs depend on the prompt, so the comparison compares something.
+    first_outputs = {next(e.text for e in ep.events if e.actor == "agent") for ep in batched}
+    assert len(first_outputs) > 1
+
+
+@pytest.mark.parametrize("backend", [4], indirect=True)
+def test_a_round_larger_than_the_batch_size_is_split(backend, generate_calls):
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    contexts = [
+        AgentContext(f"e{i}", i, 0, 1, 0, 0, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": f"hotel {i}"}))
+        for i in range(N_EPISODES)
+    ]
+    outputs = asyncio.run(agent.act(contexts))
+    assert generate_calls == [4, 2] and len(outputs) == N_EPISODES
+
+
+def test_token_counts_are_the_prompt_and_the_generated_tokens(backend):
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(max_tokens=5))
+    context = AgentContext("e", 0, 0, 1, 0, 0, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "a taxi"}))
+    [output] = asyncio.run(agent.act([context]))
+    assert output.prompt_tokens == len(backend.tokenizer(agent.render(context), add_special_tokens=False)["input_ids"])
+    assert 1 <= output.completion_tokens <= 5 and output.latency_s > 0
+
+
+def test_sampling_is_reproducible(backend, small_corpus, database):
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(temperature=1.0, max_tokens=8), seed=3)
+    first = run_episodes_sync(specs(small_corpus)[:3], agent, gold_user(), database, CONFIG)
+    second = run_episodes_sync(specs(small_corpus)[:3], agent, gold_user(), database, CONFIG)
+    assert [content_of(e) for e in first] == [content_of(e) for e in second]
+
+
+def test_function_calling_renders_the_tools_with_the_chat_template(backend, small_corpus, database):
+    fmt = FunctionCallingFormat(tools=TOOL_SCHEMAS[:1])
+    agent = HFAgent(backend, fmt, GREEDY)
+    context = AgentContext(
+        "e", 0, 0, 1, 0, 0, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}), tools=fmt.tools
+    )
+    prompt = agent.render(context)
+    assert "<tools>" in prompt and '"query_restaurant"' in prompt
+    [episode] = run_episodes_sync(specs(small_corpus)[:1], agent, gold_user(), database, CONFIG)
+    assert episode.agent_format == "function_calling" and episode.ended_by in ("turn_limit", "user_end", "agent_end")
+
+
+def test_the_hf_agent_refuses_unsupported_settings(backend):
+    with pytest.raises(ValueError, match="presence_penalty"):
+        HFAgent(backend, SpeakRLFormat(), SamplingParams(presence_penalty=0.5))
