@@ -75,3 +75,19 @@ def test_gold_replay_on_the_real_database(tmp_path, real_db_dir, real_raw_db):
     database = Database(loaded.entities, loaded.taxi_options)
     results = [_grade(d, database) for d in loaded.dialogues]
     assert success_rate(results) >= 0.95, [(r.dialogue_id, r.reasons) for r in results if not r.success][:5]
+
+
+def test_runner_replays_embedded_style_goals_on_the_real_database(tmp_path, real_db_dir, real_raw_db):
+    """Replay agent + agenda simulator through the dialogue runner, grounded in the real DB."""
+    from pipelines.episodes import EpisodeSpec, ReplayAgent, get_format, run_episodes_sync
+    from pipelines.simulators.agenda import AgendaSimulator
+
+    corpus = generate_corpus(120, seed=31, db=real_raw_db)
+    (tmp_path / "data.json").write_text(json.dumps(corpus["data"]), encoding="utf-8")
+    loaded = load_multiwoz(tmp_path, db_dir=real_db_dir)
+    database = Database(loaded.entities, loaded.taxi_options)
+    specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in loaded.dialogues]
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)
+    assert len(episodes) == 120
+    assert sum(e.success for e in episodes) / len(episodes) >= 0.95
+    assert all(e.n_tool_errors == 0 for e in episodes)
