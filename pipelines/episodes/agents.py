@@ -9,10 +9,10 @@ produces text (and, for function calling, structured tool calls).
   the chat template and decodes them together: one ``model.generate`` call per
   ``backend.batch_size`` contexts, left-padded so that every prompt ends where generation
   starts (greedy replies then equal one-at-a-time ones).
-* :class:`OpenAIAgent`: any OpenAI-compatible endpoint through :class:`LLMClient`, for the
-  text formats (speakrl, react). ``LLMClient`` sends no ``tools`` and reads no
-  ``tool_calls`` from responses, so it cannot drive the function-calling format; the
-  constructor refuses it rather than emulate function calling in the prompt.
+* :class:`OpenAIAgent`: any OpenAI-compatible endpoint through :class:`LLMClient`, for
+  every format: the text formats (speakrl, react) as plain chat, function calling with the
+  format's tool schemas sent as ``tools`` and the reply's ``tool_calls`` handed to the
+  format's parser (the server must support function calling, e.g. vLLM with a tool parser).
 * :class:`ReplayAgent`: replays a dataset dialogue's system side, whatever the user says:
   for gold system turn k the gold tool calls of that turn (one per step), then the gold
   text, with MultiWOZ's booking references and taxi details replaced by what this
@@ -231,11 +231,13 @@ def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 
 class OpenAIAgent:
-    """An endpoint behind :class:`LLMClient` as the agent (text formats only, see the
-    module docstring). ``role``: whose accounting the calls go to (``agent`` unless the
-    caller names another of ``ROLES``). Each step's seed is
-    :attr:`AgentContext.step_seed`. A failed call becomes an output with ``error`` set,
-    which the runner treats like a malformed output (retried, then the turn fails)."""
+    """An endpoint behind :class:`LLMClient` as the agent (see the module docstring).
+    ``role``: whose accounting the calls go to (``agent`` unless the caller names another
+    of ``ROLES``). Each step's seed is :attr:`AgentContext.step_seed`. With a format that
+    sends tools out of band (function calling), the context's tools go with every request
+    and the first choice's ``tool_calls`` come back in :attr:`AgentOutput.tool_calls`.
+    A failed call becomes an output with ``error`` set, which the runner treats like a
+    malformed output (retried, then the turn fails)."""
 
     def __init__(
         self,
@@ -246,11 +248,6 @@ class OpenAIAgent:
         role: str = "agent",
         name: str | None = None,
     ):
-        if fmt.tools is not None:
-            raise ValueError(
-                f"format {fmt.name!r} needs tools sent with the request and tool_calls read back, "
-                "which LLMClient does not support; use the speakrl or react format"
-            )
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; roles: {list(ROLES)}")
         self.client = client
@@ -265,12 +262,21 @@ class OpenAIAgent:
 
     async def _act_one(self, context: AgentContext) -> AgentOutput:
         started = perf_counter()
-        result = await self.client.complete(context.messages, self.role, self.sampling, seed=context.step_seed)
+        tools = context.tools if context.tools is not None else self.format.tools
+        result = await self.client.complete(
+            context.messages, self.role, self.sampling, seed=context.step_seed, tools=tools
+        )
         latency = perf_counter() - started
         if not result.ok:
             return AgentOutput("", latency_s=latency, error=f"{result.reason}: {result.last_error}")
         usage = result.usage
-        return AgentOutput(result.text, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens, latency_s=latency)
+        return AgentOutput(
+            result.text or "",
+            tool_calls=tuple(result.tool_calls[0]),
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            latency_s=latency,
+        )
 
 
 # --------------------------------------------------------------------------------------

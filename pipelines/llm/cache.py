@@ -1,8 +1,8 @@
 """A content-addressed on-disk cache of LLM responses.
 
 The key of a response is the sha256 of the canonical JSON of what determines it: endpoint,
-model, messages, sampling parameters, seed (and, where they apply, the number of choices and
-the response schema). Credentials are never part of it: the client builds the key fields
+model, messages, sampling parameters, seed (and, where they apply, the number of choices,
+the response schema and the tools). Credentials are never part of it: the client builds the key fields
 itself and has no way to put a key in them.
 
 Each record is one JSON file, ``<directory>/<key[:2]>/<key>.json``: the two-character shards

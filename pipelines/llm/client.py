@@ -15,6 +15,11 @@ the server or the network did, and it never returns a silent empty answer. Aroun
   back), after which the call fails with reason "invalid_output";
 * a content-addressed response cache (``ResponseCache``), so that a re-run with unchanged
   inputs sends no request at all;
+* function calling: ``tools`` (OpenAI tool schemas) are sent with the request and part of
+  the cache key; each choice's ``tool_calls`` come back in ``Completion.tool_calls`` (and are
+  cached). A history may hold assistant messages with ``tool_calls`` (content None or empty)
+  and ``tool`` messages; argument objects in such assistant messages are sent as JSON
+  strings, the form the OpenAI API requires;
 * per-role accounting of calls, cache hits, requests, retries, repairs, failures, tokens, cost.
 
 Choices (``n > 1``): the client first asks the server for ``n`` choices in one request and
@@ -96,7 +101,11 @@ class Completion:
     """A successful call: ``texts`` holds the n choices, ``parsed`` their JSON values when a
     schema was given (else None). ``usage`` is what this call spent (zero when ``cached``);
     ``attempts`` the HTTP requests it sent, retries and repairs included; ``seeds`` the seed
-    of each choice's request (one seed when the server produced all choices at once)."""
+    of each choice's request (one seed when the server produced all choices at once).
+    ``tool_calls``: per choice, the assistant message's tool calls as the server sent them
+    (``{"id", "type": "function", "function": {"name", "arguments"}}``, arguments usually a
+    JSON string); an empty tuple for a choice without any (left out: empty for every choice).
+    A choice with tool calls often has no text: its entry in ``texts`` is then ""."""
 
     ok: ClassVar[bool] = True
 
@@ -108,6 +117,13 @@ class Completion:
     attempts: int
     repairs: int = 0
     seeds: tuple[int, ...] = ()
+    tool_calls: tuple[tuple[Mapping[str, Any], ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.tool_calls:
+            object.__setattr__(self, "tool_calls", tuple(() for _ in self.texts))
+        elif len(self.tool_calls) != len(self.texts):
+            raise ValueError(f"{len(self.tool_calls)} tool_calls entries for {len(self.texts)} choices")
 
     @property
     def text(self) -> str:
@@ -160,6 +176,7 @@ class CompletionRequest:
     seed: int
     n: int = 1
     response_schema: Mapping[str, Any] | None = None
+    tools: Sequence[Mapping[str, Any]] | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -194,6 +211,7 @@ class _Choices:
     texts: list[str]
     prompt_tokens: int
     completion_tokens: int
+    tool_calls: list[tuple[dict[str, Any], ...]] = field(default_factory=list)
 
 
 @dataclass
@@ -270,17 +288,43 @@ def _parse_choices(text: str) -> _Choices:
         raise _MalformedResponse("response body has no choices")
     choices = sorted(payload["choices"], key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
     texts = []
+    tool_calls = []
     for choice in choices:
         message = choice.get("message") if isinstance(choice, dict) else None
         content = message.get("content") if isinstance(message, dict) else None
-        if message is None or not isinstance(content, (str, type(None))):
+        if not isinstance(message, dict) or not isinstance(content, (str, type(None))):
             raise _MalformedResponse("a choice has no message content")
-        # content None: the model produced no text (e.g. only a refusal); an empty reply is
-        # what the caller sees, and schema validation rejects it where a schema applies.
+        # content None: the model produced no text (only tool calls, or a refusal); an empty
+        # reply is what the caller sees, and schema validation rejects it where a schema applies.
         texts.append(content or "")
+        tool_calls.append(_read_tool_calls(message.get("tool_calls")))
     # Usage is optional in practice (some servers omit it); a missing count is counted as 0.
     usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
-    return _Choices(texts, _token_count(usage.get("prompt_tokens")), _token_count(usage.get("completion_tokens")))
+    return _Choices(
+        texts, _token_count(usage.get("prompt_tokens")), _token_count(usage.get("completion_tokens")), tool_calls
+    )
+
+
+def _read_tool_calls(raw: Any) -> tuple[dict[str, Any], ...]:
+    """A message's tool calls as ``{"id", "type", "function": {"name", "arguments"}}``, the
+    arguments as the server sent them (a JSON string, from OpenAI). Only the structure is
+    checked here: whether the arguments make sense is the caller's business."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _MalformedResponse("a choice's tool_calls is not a list")
+    calls = []
+    for call in raw:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _MalformedResponse("a tool call has no function name")
+        read: dict[str, Any] = {}
+        if isinstance(call.get("id"), str):
+            read["id"] = call["id"]
+        read["type"] = call.get("type") or "function"
+        read["function"] = {"name": function["name"], "arguments": function.get("arguments", "")}
+        calls.append(read)
+    return tuple(calls)
 
 
 def _token_count(value: Any) -> int:
@@ -320,15 +364,66 @@ def _with_instructions(messages: list[dict[str, Any]], instructions: str) -> lis
     return messages
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with every mapping a dict and every list or tuple a list: what the JSON body
+    and the cache key need (tool schemas and arguments may come as read-only mappings)."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
 def _normalise_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Plain dict copies of the messages. An assistant message may have ``tool_calls`` instead
+    of content (content None, empty or absent); its argument objects become JSON strings, the
+    only form the OpenAI API takes (histories keep objects, which chat templates render).
+    ``tool`` messages (``tool_call_id``, ``name``, ``content``) pass through as they are."""
     if isinstance(messages, (str, bytes)) or not messages:
         raise ValueError("messages must be a non-empty sequence of {'role': ..., 'content': ...} mappings")
     normalised = []
     for i, message in enumerate(messages):
-        if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+        if not isinstance(message, Mapping) or "role" not in message:
+            raise ValueError(f"messages[{i}] must be a mapping with 'role' and 'content', got {message!r}")
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            plain = _plain(message)
+            plain["tool_calls"] = _outgoing_tool_calls(message["tool_calls"], i)
+            normalised.append(plain)
+            continue
+        if "content" not in message:
             raise ValueError(f"messages[{i}] must be a mapping with 'role' and 'content', got {message!r}")
         normalised.append(dict(message))
     return normalised
+
+
+def _outgoing_tool_calls(tool_calls: Any, i: int) -> list[dict[str, Any]]:
+    if isinstance(tool_calls, (str, bytes, Mapping)) or not isinstance(tool_calls, Sequence):
+        raise ValueError(f"messages[{i}]: tool_calls must be a sequence of tool calls, got {tool_calls!r}")
+    calls = []
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ValueError(
+                f"messages[{i}]: a tool call must be {{'type': 'function', 'function': {{'name': ..., "
+                f"'arguments': ...}}}}, got {call!r}"
+            )
+        plain = _plain(call)
+        arguments = plain["function"].get("arguments")
+        if arguments is None:
+            plain["function"]["arguments"] = "{}"
+        elif not isinstance(arguments, str):
+            plain["function"]["arguments"] = json.dumps(arguments, ensure_ascii=False)
+        calls.append(plain)
+    return calls
+
+
+def _normalise_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence) or not tools:
+        raise ValueError(f"tools must be a non-empty sequence of OpenAI tool schemas, got {tools!r}")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("function"), Mapping):
+            raise ValueError(f"tools[{i}] must be a {{'type': 'function', 'function': {{...}}}} mapping, got {tool!r}")
+    return _plain(tools)
 
 
 # ---------------------------------------------------------------------------
@@ -387,12 +482,15 @@ class LLMClient:
         seed: int,
         n: int = 1,
         response_schema: Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Completion | Failure:
         """n choices for one conversation, from the cache or the server.
 
         ``seed`` is sent with the request (choice i of a fan-out gets ``seed + i``) and is part
         of the cache key. With ``response_schema`` (a JSON schema), every choice is validated
-        and ``Completion.parsed`` holds the values."""
+        and ``Completion.parsed`` holds the values. With ``tools`` (OpenAI tool schemas), the
+        tools are sent (and part of the cache key) and ``Completion.tool_calls`` holds each
+        choice's calls; tools and a response schema together are refused."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; roles: {list(ROLES)}")
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -402,6 +500,10 @@ class LLMClient:
         if not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
         messages = _normalise_messages(messages)
+        if tools is not None:
+            if response_schema is not None:
+                raise ValueError("tools and response_schema cannot be combined in one call")
+            tools = _normalise_tools(tools)
         validator = None
         if response_schema is not None:
             response_schema = dict(response_schema)
@@ -410,7 +512,7 @@ class LLMClient:
             validator = validator_class(response_schema)
 
         self.accounting.record_call(role)
-        request = CompletionRequest(messages, role, sampling, seed, n, response_schema)
+        request = CompletionRequest(messages, role, sampling, seed, n, response_schema, tools)
         result: Completion | Failure | None = None
         probe_attempts = 0
         if n > 1:
@@ -439,7 +541,7 @@ class LLMClient:
         return list(
             await asyncio.gather(
                 *(
-                    self.complete(r.messages, r.role, r.sampling, r.seed, r.n, r.response_schema)
+                    self.complete(r.messages, r.role, r.sampling, r.seed, r.n, r.response_schema, r.tools)
                     for r in requests
                 )
             )
@@ -478,6 +580,8 @@ class LLMClient:
         }
         if request.response_schema is not None:
             fields["response_schema"] = request.response_schema
+        if request.tools is not None:  # only when given: keys of calls without tools stay as they were
+            fields["tools"] = request.tools
         return fields
 
     def _cached(self, request: CompletionRequest, seed: int, n: int) -> Completion | None:
@@ -503,10 +607,13 @@ class LLMClient:
         result = await self._fetch_discovering(request, seed, n, validator)
         if isinstance(result, Completion) and self.cache is not None:
             # Only successes are stored: a failure must be retried by the next run.
-            self.cache.put(
-                self._key_fields(request, seed, n),
-                {"texts": list(result.texts), "parsed": None if result.parsed is None else list(result.parsed)},
-            )
+            record: dict[str, Any] = {
+                "texts": list(result.texts),
+                "parsed": None if result.parsed is None else list(result.parsed),
+            }
+            if request.tools is not None:
+                record["tool_calls"] = [list(calls) for calls in result.tool_calls]
+            self.cache.put(self._key_fields(request, seed, n), record)
         return result
 
     async def _fetch_discovering(
@@ -539,7 +646,9 @@ class LLMClient:
             messages = request.messages
             if schema is not None and not use_response_format:
                 messages = _with_instructions(messages, SCHEMA_INSTRUCTIONS.format(schema=json.dumps(schema)))
-            body = self._body(messages, request.sampling, seed, n, schema if use_response_format else None)
+            body = self._body(
+                messages, request.sampling, seed, n, schema if use_response_format else None, request.tools
+            )
             outcome = await self._post(role, body, state)
             if isinstance(outcome, _Choices):
                 break
@@ -590,6 +699,7 @@ class LLMClient:
             attempts=state.attempts,
             repairs=state.repairs,
             seeds=(seed,),
+            tool_calls=tuple(outcome.tool_calls),
         )
 
     async def _repair(
@@ -638,6 +748,7 @@ class LLMClient:
         seed: int,
         n: int,
         response_schema: Mapping[str, Any] | None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.config.model,
@@ -652,6 +763,8 @@ class LLMClient:
                 "type": "json_schema",
                 "json_schema": {"name": "response", "schema": dict(response_schema)},
             }
+        if tools is not None:
+            body["tools"] = list(tools)
         if sampling.extra_body:
             # The openai package's own keyword: merged into the JSON body as it stands.
             body["extra_body"] = dict(sampling.extra_body)
@@ -744,6 +857,7 @@ class LLMClient:
 
 def _cached_completion(role: str, record: dict[str, Any], seeds: tuple[int, ...]) -> Completion:
     parsed = record.get("parsed")
+    tool_calls = record.get("tool_calls")
     return Completion(
         role=role,
         texts=tuple(record["texts"]),
@@ -752,6 +866,7 @@ def _cached_completion(role: str, record: dict[str, Any], seeds: tuple[int, ...]
         cached=True,
         attempts=0,
         seeds=seeds,
+        tool_calls=() if tool_calls is None else tuple(tuple(calls) for calls in tool_calls),
     )
 
 
@@ -777,4 +892,5 @@ def _combine(role: str, parts: Sequence[Completion | Failure], extra_attempts: i
         attempts=attempts,
         repairs=sum(c.repairs for c in completions),
         seeds=tuple(s for c in completions for s in c.seeds),
+        tool_calls=tuple(calls for c in completions for calls in c.tool_calls),
     )

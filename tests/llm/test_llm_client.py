@@ -13,6 +13,7 @@ import pytest
 from pipelines.errors import ConfigError
 from pipelines.llm import (
     Completion,
+    CompletionRequest,
     Failure,
     LLMClient,
     LLMFailure,
@@ -20,7 +21,8 @@ from pipelines.llm import (
     SamplingParams,
     unwrap,
 )
-from pipelines.llm.testing.fake_server import FaultPlan
+from pipelines.llm.cache import cache_key
+from pipelines.llm.testing.fake_server import CALL_TOOL, FaultPlan
 
 from .helpers import fast_config, requests_for, user
 
@@ -328,6 +330,143 @@ def test_an_invalid_schema_is_a_programming_error(server):
     client = LLMClient(fast_config(server.base_url))
     with pytest.raises(Exception, match="is not valid under any of the given schemas|is not of type"):
         client.complete_sync(user("x"), "judge", SamplingParams(), seed=0, response_schema={"type": 12})
+    assert server.stats.requests == 0
+
+
+# ---------------------------------------------------------------------------
+# function calling
+# ---------------------------------------------------------------------------
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "query_hotel",
+            "description": "Search hotels.",
+            "parameters": {"type": "object", "properties": {"area": {"type": "string"}}},
+        },
+    },
+    {"type": "function", "function": {"name": "book_taxi", "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+def test_tools_are_sent_and_tool_calls_read_back(server):
+    client = LLMClient(fast_config(server.base_url))
+
+    called = client.complete_sync(user(f"{CALL_TOOL}: a hotel?"), "judge", SamplingParams(), seed=4, tools=TOOLS).unwrap()
+    plain = client.complete_sync(user("a hotel?"), "judge", SamplingParams(), seed=4, tools=TOOLS).unwrap()
+    untooled = client.complete_sync(user(f"{CALL_TOOL}: a hotel?"), "judge", SamplingParams(), seed=4).unwrap()
+
+    # A reply with tool_calls and null content is a reply, not a malformed one.
+    assert called.text == "" and called.attempts == 1 and not client.accounting.role("judge").retries
+    [[call]] = called.tool_calls
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"] == {"name": "query_hotel", "arguments": "{}"}  # arguments as sent: a JSON string
+    assert plain.text.startswith("echo ") and plain.tool_calls == ((),)
+    assert untooled.text.startswith("echo ") and untooled.tool_calls == ((),)
+    # Server side: the tools went in the body only when given.
+    with_tools, _, without_tools = server.stats.bodies
+    assert with_tools["tools"] == TOOLS and "tools" not in without_tools
+    assert server.stats.tool_requests == 2
+
+
+def test_tool_calls_per_choice_and_determinism(make_server):
+    server = make_server(n_mode="ignore")
+    client = LLMClient(fast_config(server.base_url))
+    messages = user(f"{CALL_TOOL} now")
+
+    three = client.complete_sync(messages, "judge", SamplingParams(temperature=1.0), seed=7, n=3, tools=TOOLS).unwrap()
+    again = client.complete_sync(messages, "judge", SamplingParams(temperature=1.0), seed=8, tools=TOOLS).unwrap()
+
+    assert three.seeds == (7, 8, 9) and three.texts == ("", "", "")
+    ids = [calls[0]["id"] for calls in three.tool_calls]
+    assert len(set(ids)) == 3 and again.tool_calls[0][0]["id"] == ids[1]
+
+
+def test_a_tool_call_history_is_accepted_and_sent_in_openai_form(server):
+    client = LLMClient(fast_config(server.base_url))
+    # The form FunctionCallingFormat keeps its history in: arguments as objects.
+    history = [
+        {"role": "system", "content": "be helpful"},
+        {"role": "user", "content": f"{CALL_TOOL} please"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "query_hotel", "arguments": {"area": "north"}}},
+                {"id": "call_2", "type": "function", "function": {"name": "book_taxi", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "name": "query_hotel", "content": '{"count": 0}'},
+        {"role": "tool", "tool_call_id": "call_2", "name": "book_taxi", "content": '{"error": "x"}'},
+    ]
+
+    result = client.complete_sync(history, "judge", SamplingParams(), seed=0, tools=TOOLS).unwrap()
+
+    # The fake model answers a tool result in text.
+    assert result.text.startswith("echo ") and result.tool_calls == ((),)
+    sent = server.stats.bodies[-1]["messages"]
+    assert sent[2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"area": "north"})
+    assert sent[2]["tool_calls"][1]["function"]["arguments"] == "{}"
+    assert sent[2]["content"] is None and sent[3:] == history[3:]
+    # An assistant message with tool calls needs no content at all.
+    without_content = [history[1], {k: v for k, v in history[2].items() if k != "content"}, *history[3:]]
+    assert client.complete_sync(without_content, "judge", SamplingParams(), seed=0, tools=TOOLS).ok
+
+
+def test_tool_calls_are_cached_and_tools_are_part_of_the_key(server, tmp_path):
+    messages = user(f"{CALL_TOOL}: a taxi")
+    first = LLMClient(fast_config(server.base_url), cache=ResponseCache(tmp_path / "cache"))
+    called = first.complete_sync(messages, "judge", SamplingParams(), seed=1, tools=TOOLS).unwrap()
+    untooled = first.complete_sync(messages, "judge", SamplingParams(), seed=1).unwrap()
+    assert server.stats.requests == 2 and called.tool_calls[0] and not untooled.tool_calls[0]
+
+    cache = ResponseCache(tmp_path / "cache")
+    second = LLMClient(fast_config(server.base_url), cache=cache)
+    requests = [
+        CompletionRequest(messages, "judge", SamplingParams(), seed=1, tools=TOOLS),
+        CompletionRequest(messages, "judge", SamplingParams(), seed=1),
+    ]
+    again, again_untooled = second.complete_many_sync(requests)
+
+    assert server.stats.requests == 2, "a re-run sends no request"
+    assert again.cached and again.tool_calls == called.tool_calls and again.text == ""
+    assert again_untooled.cached and again_untooled.text == untooled.text and again_untooled.tool_calls == ((),)
+    assert cache.stats() == {"hits": 2, "misses": 0, "writes": 0}
+
+    # Other tools are another request.
+    other = second.complete_sync(messages, "judge", SamplingParams(), seed=1, tools=TOOLS[1:]).unwrap()
+    assert server.stats.requests == 3 and other.tool_calls[0][0]["function"]["name"] == "book_taxi"
+
+
+def test_cache_keys_without_tools_are_unchanged(server, tmp_path):
+    cache = ResponseCache(tmp_path / "cache")
+    client = LLMClient(fast_config(server.base_url), cache=cache)
+    client.complete_sync(user("a"), "judge", SamplingParams(), seed=3).unwrap()
+    fields = {
+        "endpoint": client.config.endpoint,
+        "model": client.config.model,
+        "messages": user("a"),
+        "sampling": SamplingParams().as_dict(),
+        "seed": 3,
+        "n": 1,
+    }
+    [path] = cache.directory.rglob("*.json")
+    assert path == cache.path_for(cache_key(fields))
+    assert set(json.loads(path.read_text())["response"]) == {"texts", "parsed"}
+
+
+def test_bad_tool_arguments_are_programming_errors(server):
+    client = LLMClient(fast_config(server.base_url))
+    with pytest.raises(ValueError, match="cannot be combined"):
+        client.complete_sync(user("a"), "judge", SamplingParams(), seed=0, tools=TOOLS, response_schema=SCHEMA)
+    with pytest.raises(ValueError, match="tools must be"):
+        client.complete_sync(user("a"), "judge", SamplingParams(), seed=0, tools=[])
+    with pytest.raises(ValueError, match=r"tools\[0\]"):
+        client.complete_sync(user("a"), "judge", SamplingParams(), seed=0, tools=[{"name": "x"}])
+    with pytest.raises(ValueError, match="tool call"):
+        bad = [*user("a"), {"role": "assistant", "content": None, "tool_calls": [{"name": "x"}]}]
+        client.complete_sync(bad, "judge", SamplingParams(), seed=0, tools=TOOLS)
     assert server.stats.requests == 0
 
 

@@ -6,6 +6,11 @@ and the choice index only. Deriving it from the first user message (rather than 
 conversation) means that a repair request, which appends the invalid reply and the validation
 error to the conversation, gets the same answer the original request would have got.
 
+Function calling: when the request carries ``tools`` and the first user message contains
+:data:`CALL_TOOL`, the fake model calls the first tool (arguments ``{}``, content null, an id
+derived like the text) instead of answering in text; once the conversation ends with a tool
+result (a ``tool`` message), it answers in text, so that an agent's turn can end.
+
 Faults are chosen by the server-side request counter, not at random: with ``rate=0.2`` requests
 5, 10, 15, ... are faulty, and the fault kinds are used in turn. Every injected fault is
 counted per kind, so a test can check the client's retry counts against the server's.
@@ -39,6 +44,9 @@ FAULT_KINDS: tuple[str, ...] = FaultKind.__args__  # type: ignore[attr-defined]
 #: The fake "model" answers in JSON when the request asks for it, either through
 #: ``response_format`` or through prompt instructions containing this phrase.
 JSON_INSTRUCTION_MARKER = "JSON schema"
+#: With ``tools`` in the request, a first user message containing this makes the fake model
+#: call the first tool (unless the last message is a tool result, which it answers in text).
+CALL_TOOL = "CALL_TOOL"
 
 
 @dataclass(frozen=True)
@@ -78,18 +86,43 @@ class ServerStats:
     max_in_flight: int = 0
     response_format_rejections: int = 0
     n_rejections: int = 0
+    tool_requests: int = 0  # requests that carried ``tools``
     bodies: list[dict[str, Any]] = field(default_factory=list)
     authorizations: set[str] = field(default_factory=set)
 
 
+def _first_user(messages: list[dict[str, Any]]) -> str:
+    return next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+
+
+def _digest(first_user: str, seed: int | None, index: int) -> str:
+    return hashlib.sha256(f"{first_user}\x00{seed}\x00{index}".encode()).hexdigest()[:12]
+
+
 def reply_text(messages: list[dict[str, Any]], seed: int | None, index: int, as_json: bool) -> str:
     """The fake model's answer: a function of the first user message, the seed and the choice."""
-    first_user = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
-    digest = hashlib.sha256(f"{first_user}\x00{seed}\x00{index}".encode()).hexdigest()[:12]
-    answer = f"echo {digest}: {first_user[:48]}"
+    first_user = _first_user(messages)
+    answer = f"echo {_digest(first_user, seed, index)}: {first_user[:48]}"
     if as_json:
         return json.dumps({"answer": answer, "seed": seed})
     return answer
+
+
+def reply_tool_call(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int | None, index: int) -> dict[str, Any]:
+    """The fake model's call of the first tool, with an id derived like :func:`reply_text`'s text."""
+    return {
+        "id": f"call_{_digest(_first_user(messages), seed, index)}",
+        "type": "function",
+        "function": {"name": tools[0]["function"]["name"], "arguments": "{}"},
+    }
+
+
+def wants_tool_call(body: dict[str, Any]) -> bool:
+    """Whether the fake model answers ``body`` with a tool call (see the module docstring)."""
+    messages, tools = body.get("messages") or [], body.get("tools")
+    if not tools or CALL_TOOL not in _first_user(messages):
+        return False
+    return not (messages and messages[-1].get("role") == "tool")
 
 
 def _count_tokens(text: str) -> int:
@@ -191,6 +224,8 @@ class FakeOpenAIServer:
                 self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
                 if self.keep_bodies:
                     self.stats.bodies.append(body)
+                if body.get("tools"):
+                    self.stats.tool_requests += 1
                 self.stats.authorizations.add(request.headers.get("authorization", ""))
             try:
                 if self.latency_s:
@@ -234,23 +269,26 @@ class FakeOpenAIServer:
         wants_json = body.get("response_format") is not None or any(
             JSON_INSTRUCTION_MARKER in str(m.get("content", "")) for m in messages
         )
-        texts = [reply_text(messages, body.get("seed"), i, wants_json) for i in range(n)]
+        texts: list[str | None] = [reply_text(messages, body.get("seed"), i, wants_json) for i in range(n)]
+        tool_calls: list[list[dict[str, Any]]] = [[] for _ in texts]
         if fault == "invalid_content":
             texts = ['{"answer": "cut off' for _ in texts]
         elif fault == "wrong_schema":
             texts = [json.dumps({"answer": 42, "seed": body.get("seed")}) for _ in texts]
+        elif wants_tool_call(body):
+            tool_calls = [[reply_tool_call(messages, body["tools"], body.get("seed"), i)] for i in range(n)]
+            texts = [None for _ in texts]
 
-        prompt_tokens = sum(_count_tokens(str(m.get("content", ""))) for m in messages)
-        completion_tokens = sum(_count_tokens(t) for t in texts)
+        prompt_tokens = sum(_count_tokens(str(m.get("content") or "")) for m in messages)
+        completion_tokens = sum(_count_tokens(t or "") for t in texts) + sum(
+            _count_tokens(f"{c['function']['name']} {c['function']['arguments']}") for calls in tool_calls for c in calls
+        )
         payload = {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "created": 0,
             "model": body.get("model", ""),
-            "choices": [
-                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                for i, t in enumerate(texts)
-            ],
+            "choices": [_choice(i, t, calls) for i, (t, calls) in enumerate(zip(texts, tool_calls))],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -261,3 +299,10 @@ class FakeOpenAIServer:
         if fault == "truncated":
             encoded = encoded[: len(encoded) // 2]
         return Response(encoded, media_type="application/json")
+
+
+def _choice(index: int, text: str | None, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {"index": index, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}
