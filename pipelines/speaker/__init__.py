@@ -1,0 +1,1 @@
+"""SpeakER: synthesis and filtering of clarification dialogues (SpeakRL section 3.4)."""

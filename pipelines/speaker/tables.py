@@ -1,0 +1,235 @@
+"""The SpeakER artifacts: Arrow schemas, expectation suites, pipeline result -> tables.
+
+Training sets in TRL's conversational formats, messages as ``list<struct<role, content>>``:
+
+``speaker_sft``
+    One row per agent decision of a kept dialogue (prompt-completion): ``prompt`` is the
+    system message (task, tool schemas, SpeakRL output format) and the conversation so far,
+    ``completion`` the agent's output in SpeakRL's tokens. ``kind`` says what it does.
+``speaker_grpo``
+    One row per clarification decision: ``prompt`` is Table 1's instruction with the
+    conversation so far substituted (:func:`pipelines.rewards.prompts.render_speakrl_prompt`),
+    plus the columns the rewards read (:mod:`pipelines.rewards.verifiable`):
+    ``discriminating_slots``, ``candidate_values`` (JSON slot -> values),
+    ``known_slots``, and ``goal`` (JSON). ``reference`` is the synthesized output there.
+``speaker_dpo``
+    One row per SpeakER-DPO pair: ``prompt`` (system message and conversation), ``chosen``
+    (the clarification) and ``rejected`` (acting on a guess).
+
+``speaker_dialogues`` is for inspection (DuckDB): one row per seed with its outcome,
+drop reason, ambiguity points and the synthesized dialogue as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from pipelines.artifacts.spec import ArtifactSpec, Reference, between, in_set, length_between
+from pipelines.episodes.formats import DEFAULT_TASK_PROMPT
+from pipelines.records import SPLITS
+from pipelines.rewards.prompts import render_conversation, render_speakrl_prompt
+from pipelines.speaker.ambiguity import AMBIGUITY_TYPES
+from pipelines.speaker.pipeline import DROP_REASONS, SeedOutcome, SpeakerResult
+from pipelines.speaker.trajectory import AGENT_KINDS, ChatTurn, goal_json, system_message, visible_conversation
+
+MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False), pa.field("content", pa.string(), nullable=False)])
+MESSAGES = pa.list_(MESSAGE)
+_STRINGS = pa.list_(pa.string())
+
+
+def _required(name: str, data_type: pa.DataType) -> pa.Field:
+    return pa.field(name, data_type, nullable=False)
+
+
+SPEAKER_DIALOGUES = ArtifactSpec(
+    name="speaker_dialogues",
+    description="One row per seed dialogue: what synthesis made of it, why it was dropped, and the dialogue as JSON.",
+    schema=pa.schema([
+        _required("dialogue_id", pa.string()),
+        _required("split", pa.string()),
+        _required("backend", pa.string()),
+        _required("kept", pa.bool_()),
+        ("drop_reason", pa.string()),
+        ("drop_detail", pa.string()),
+        _required("domains", _STRINGS),
+        _required("n_ambiguity_points", pa.int32()),
+        _required("ambiguity_points_json", pa.string()),  # every point found in the seed
+        _required("n_planned", pa.int32()),
+        _required("n_clarifications", pa.int32()),
+        _required("clarification_types", _STRINGS),
+        _required("clarification_questions", _STRINGS),
+        _required("n_turns", pa.int32()),
+        _required("n_tool_calls", pa.int32()),
+        ("success", pa.bool_()),  # the goal checker on replay; null when nothing was synthesized
+        ("turns_json", pa.string()),  # null when nothing was synthesized
+        _required("dpo_pairs", pa.int32()),
+        _required("dpo_dropped", _STRINGS),  # one reason per clarified point without a pair
+    ]),
+    keys=("dialogue_id",),
+    expectations=(
+        in_set("split", SPLITS),
+        in_set("drop_reason", DROP_REASONS),
+        *(between(c, 0, None) for c in ("n_ambiguity_points", "n_planned", "n_clarifications", "n_turns", "n_tool_calls", "dpo_pairs")),
+    ),
+)
+
+SPEAKER_SFT = ArtifactSpec(
+    name="speaker_sft",
+    description="SFT (TRL prompt-completion, conversational): every agent decision of a kept dialogue.",
+    schema=pa.schema([
+        _required("dialogue_id", pa.string()),
+        _required("step", pa.int32()),
+        _required("kind", pa.string()),
+        ("ambiguity_type", pa.string()),  # clarify rows: the ambiguity resolved
+        _required("prompt", MESSAGES),
+        _required("completion", MESSAGES),
+    ]),
+    keys=("dialogue_id", "step"),
+    expectations=(in_set("kind", AGENT_KINDS), in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None)),
+    references=(Reference("dialogue_id", "speaker_dialogues", "dialogue_id"),),
+)
+
+SPEAKER_GRPO = ArtifactSpec(
+    name="speaker_grpo",
+    description="GRPO prompts (SpeakRL Table 1) at clarification decisions, with the columns the rewards read.",
+    schema=pa.schema([
+        _required("dialogue_id", pa.string()),
+        _required("step", pa.int32()),
+        _required("prompt", MESSAGES),
+        _required("ambiguity_type", pa.string()),
+        _required("domain", pa.string()),
+        _required("discriminating_slots", _STRINGS),
+        _required("candidate_values", pa.string()),  # JSON {slot: [values]}
+        _required("known_slots", _STRINGS),
+        _required("goal", pa.string()),  # JSON {domain: {info, book, reqt, ...}}
+        _required("reference", pa.string()),  # the synthesized clarification output
+    ]),
+    keys=("dialogue_id", "step"),
+    expectations=(in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None), length_between("candidate_values", 3)),
+    references=(Reference("dialogue_id", "speaker_dialogues", "dialogue_id"),),
+)
+
+SPEAKER_DPO = ArtifactSpec(
+    name="speaker_dpo",
+    description="SpeakER-DPO (TRL preference, conversational): clarifying (chosen) vs acting on a guess (rejected).",
+    schema=pa.schema([
+        _required("dialogue_id", pa.string()),
+        _required("step", pa.int32()),
+        _required("ambiguity_type", pa.string()),
+        _required("domain", pa.string()),
+        _required("prompt", MESSAGES),
+        _required("chosen", MESSAGES),
+        _required("rejected", MESSAGES),
+        _required("negative_failure", _STRINGS),  # why the negative trajectory failed the goal
+    ]),
+    keys=("dialogue_id", "step"),
+    expectations=(in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None)),
+    references=(Reference("dialogue_id", "speaker_dialogues", "dialogue_id"),),
+)
+
+SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (SPEAKER_DIALOGUES, SPEAKER_SFT, SPEAKER_GRPO, SPEAKER_DPO)}
+
+
+def speaker_tables(result: SpeakerResult, task_prompt: str = DEFAULT_TASK_PROMPT) -> dict[str, pa.Table]:
+    """The four artifacts of a pipeline result, keyed by artifact name."""
+    system = system_message(task_prompt)
+    rows: dict[str, dict[str, list]] = {name: {f: [] for f in spec.schema.names} for name, spec in SPECS.items()}
+    for outcome in result.outcomes:
+        _append(rows["speaker_dialogues"], _dialogue_row(outcome, result.backend))
+        if not outcome.kept:
+            continue
+        for row in _sft_rows(outcome, system):
+            _append(rows["speaker_sft"], row)
+        for row in _grpo_rows(outcome):
+            _append(rows["speaker_grpo"], row)
+        for pair in outcome.pairs:
+            _append(rows["speaker_dpo"], {
+                "dialogue_id": pair.dialogue_id,
+                "step": pair.step,
+                "ambiguity_type": pair.point.type,
+                "domain": pair.point.domain,
+                "prompt": [system, *(t.message for t in pair.prompt)],
+                "chosen": [pair.chosen.message],
+                "rejected": [pair.rejected.message],
+                "negative_failure": list(pair.negative_reasons),
+            })
+    return {name: pa.Table.from_pydict(columns, schema=SPECS[name].schema) for name, columns in rows.items()}
+
+
+def _append(columns: dict[str, list], row: dict[str, Any]) -> None:
+    for name, values in columns.items():
+        values.append(row[name])
+
+
+def _dialogue_row(outcome: SeedOutcome, backend: str) -> dict[str, Any]:
+    trajectory = outcome.trajectory
+    clarified = trajectory.clarifications if trajectory else []
+    return {
+        "dialogue_id": outcome.dialogue.dialogue_id,
+        "split": outcome.dialogue.split,
+        "backend": backend,
+        "kept": outcome.kept,
+        "drop_reason": outcome.drop_reason,
+        "drop_detail": outcome.drop_detail,
+        "domains": list(outcome.dialogue.goal.domain_names),
+        "n_ambiguity_points": len(outcome.points),
+        "ambiguity_points_json": json.dumps([p.as_dict() for p in outcome.points], ensure_ascii=False),
+        "n_planned": len(outcome.plan.points) if outcome.plan else 0,
+        "n_clarifications": len(clarified),
+        "clarification_types": [t.point.type if t.point else "unannotated" for _, t in clarified],
+        "clarification_questions": outcome.questions,
+        "n_turns": len(trajectory.turns) if trajectory else 0,
+        "n_tool_calls": outcome.replay.n_tool_calls if outcome.replay else 0,
+        "success": outcome.replay.success if outcome.replay else None,
+        "turns_json": trajectory.turns_json() if trajectory else None,
+        "dpo_pairs": len(outcome.pairs),
+        "dpo_dropped": sorted(outcome.pair_drops.elements()),
+    }
+
+
+def _agent_turns(turns: Iterable[ChatTurn]) -> Iterable[tuple[int, int, ChatTurn]]:
+    """(step, turn index, turn) for every agent output."""
+    step = 0
+    for index, turn in enumerate(turns):
+        if turn.role == "assistant":
+            yield step, index, turn
+            step += 1
+
+
+def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str, Any]]:
+    trajectory = outcome.trajectory
+    messages = trajectory.messages()
+    for step, index, turn in _agent_turns(trajectory.turns):
+        yield {
+            "dialogue_id": trajectory.dialogue_id,
+            "step": step,
+            "kind": turn.kind,
+            "ambiguity_type": turn.point.type if turn.point else None,
+            "prompt": [system, *messages[:index]],
+            "completion": [turn.message],
+        }
+
+
+def _grpo_rows(outcome: SeedOutcome) -> Iterable[dict[str, Any]]:
+    trajectory = outcome.trajectory
+    goal = goal_json(outcome.dialogue.goal)
+    for step, index, turn in _agent_turns(trajectory.turns):
+        if turn.point is None or turn.kind != "clarify":
+            continue
+        point = turn.point
+        conversation = render_conversation(visible_conversation(trajectory.turns[:index]))
+        yield {
+            "dialogue_id": trajectory.dialogue_id,
+            "step": step,
+            "prompt": [{"role": "user", "content": render_speakrl_prompt(conversation)}],
+            "ambiguity_type": point.type,
+            "domain": point.domain,
+            "discriminating_slots": list(point.slots),
+            "candidate_values": json.dumps({s: list(v) for s, v in point.candidates.items()}, ensure_ascii=False),
+            "known_slots": list(point.known),
+            "goal": goal,
+            "reference": turn.content,
+        }

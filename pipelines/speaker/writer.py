@@ -1,0 +1,468 @@
+"""The rules synthesizer's dialogue writer: a seed dialogue, rewritten around clarifications.
+
+:class:`DialogueWriter` writes one :class:`~pipelines.speaker.trajectory.Trajectory` from a
+seed dialogue, its goal and a :class:`Plan` (the ambiguity points to clarify). It follows
+the seed's path (the domains in the order its belief states take them up, what the user
+says first, ``fail_info`` / ``fail_book`` detours, the venue the seed settled on when the
+agent is shown it) and rewrites it where the plan says:
+
+* at an underspecification point the user's request says only the point's ``known``
+  constraints; the agent searches, sees several candidates, reasons about what differs in
+  ``<think>`` and asks in ``<clarify>``; the user answers from the goal; the agent searches
+  again, and asks again while the goal still discriminates and the budget allows;
+* at a referential point the user says "the same day as my earlier booking" or "a taxi
+  between the two places" and the agent asks which reading is meant.
+
+Everything else is stated in full, so the agent acts at once; where several candidates fit
+and the goal does not care, the user says so ("any price range is fine"). Every point is
+re-evaluated on the dialogue being written (:mod:`pipelines.speaker.ambiguity`), so a
+clarification is only written where the written dialogue really is ambiguous.
+
+A *negative* (SpeakER-DPO) is written by the same code with ``guess`` set to one planned
+point: there the agent does not ask but acts on its best guess (the first search result,
+the most recent earlier booking, the order in which the places came up), and the
+conversation goes on with the user going along with it, as a user who cannot see what the
+agent assumed would. Up to that point the negative is the positive turn for turn (same
+code path, same random draws), so the two outputs at the point form a preference pair.
+
+Tool calls run in the trajectory's environment as they are written: counts, results and
+booking references in the dialogue are the environment's.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from pipelines.env.replay import QUERY_TOOLS
+from pipelines.env.tools import TOOLS, Database, entity_view, name_key
+from pipelines.errors import AskflowError
+from pipelines.records import Dialogue, DomainGoal, Entity
+from pipelines.speaker import phrasing as say
+from pipelines.speaker.ambiguity import (
+    BOOK,
+    REFERENCE_PHRASES,
+    REFERENTIAL,
+    SEARCH,
+    SEARCH_DOMAINS,
+    TAXI,
+    UNDERSPECIFICATION,
+    VENUE_DOMAINS,
+    AmbiguityPoint,
+    Booking,
+    candidate_values,
+    constraints,
+    discriminating_values,
+    referential_day_or_people,
+    seed_view,
+    taxi_direction,
+)
+from pipelines.speaker.trajectory import Trajectory, TrajectoryBuilder
+
+BOOKING_TOOLS: Mapping[str, str] = {"restaurant": "book_restaurant", "hotel": "book_hotel", "train": "buy_train_ticket"}
+# Chance that the user adds a second question slot to the first clarification when the
+# budget allows both ways; the rest of the time the agent asks one thing at a time.
+_TWO_AT_ONCE = 0.3
+# Chance that a value shared with one earlier booking is given by an explicit reference
+# ("the same day as my hotel booking"), which the agent resolves without asking.
+_EXPLICIT_REFERENCE = 0.5
+
+
+class SynthesisError(AskflowError):
+    """A seed that cannot be synthesized; ``reason`` is a short code for the drop reports."""
+
+    def __init__(self, reason: str, detail: str):
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The points to clarify (dialogue order) and the most clarification turns the dialogue
+    may spend on them; every planned point gets at least one."""
+
+    points: tuple[AmbiguityPoint, ...]
+    max_turns: int
+
+    def get(self, domain: str, action: str, type_: str) -> AmbiguityPoint | None:
+        return next((p for p in self.points if p.key == (domain, action, type_)), None)
+
+
+def plan_clarifications(points: Sequence[AmbiguityPoint], rng: random.Random, max_turns: int) -> Plan:
+    """Between one and ``min(len(points), max_turns)`` of the points, chosen at random, so
+    that dialogues clarify at different stages and different numbers of times."""
+    if not points or max_turns < 1:
+        return Plan((), max_turns)
+    count = rng.randint(1, min(len(points), max_turns))
+    chosen = sorted(rng.sample(range(len(points)), count))
+    return Plan(tuple(points[i] for i in chosen), max_turns)
+
+
+class DialogueWriter:
+    """Writes one trajectory (module docstring). ``seed`` drives the phrasing; ``env_seed``
+    the environment; ``guess``: write the negative for this planned point."""
+
+    def __init__(
+        self,
+        dialogue: Dialogue,
+        database: Database,
+        plan: Plan,
+        *,
+        seed: int,
+        env_seed: int,
+        guess: AmbiguityPoint | None = None,
+    ):
+        self.dialogue = dialogue
+        self.goal = dialogue.goal
+        self.database = database
+        self.plan = plan
+        self.guess = guess
+        self.rng = random.Random(f"speaker-writer:{seed}:{dialogue.dialogue_id}")
+        self.view = seed_view(dialogue)
+        self.builder = TrajectoryBuilder(dialogue.dialogue_id, dialogue.goal, database, env_seed)
+        self.pending = list(plan.points)  # planned points not reached yet
+        self.budget = plan.max_turns  # clarification turns left
+        self.bookings: list[Booking] = []  # made so far, for references
+        self.venues: list[tuple[str, str]] = []  # (domain, name) offered so far
+        self.ack = False  # the next user turn first accepts an offer
+        self.guessed: AmbiguityPoint | None = None
+
+    # -- the dialogue --------------------------------------------------------------------
+
+    def write(self) -> Trajectory:
+        for domain in self.view.order:
+            domain_goal = self.goal.get(domain)
+            if domain in SEARCH_DOMAINS:
+                self._search_domain(domain_goal)
+            elif domain == "taxi":
+                self._taxi(domain_goal)
+            else:
+                raise SynthesisError("unsupported_domain", f"no tools for the {domain} domain")
+        think, text = say.closing(self.rng)
+        self.builder.user(say.goodbye(self.rng, ack=self._take_ack()))
+        self.builder.agent(think, respond=text, end=True)
+        return self.builder.build(self.guessed)
+
+    def _take_ack(self) -> bool:
+        ack, self.ack = self.ack, False
+        return ack
+
+    def _reach(self, point: AmbiguityPoint | None) -> None:
+        if point is not None and point in self.pending:
+            self.pending.remove(point)
+
+    def _guessing(self, point: AmbiguityPoint) -> bool:
+        return self.guess is not None and self.guess.key == point.key
+
+    def _spend(self) -> None:
+        self.budget -= 1
+
+    def _can_ask_again(self) -> bool:
+        """Whether one more turn at this point leaves a turn for every point still ahead."""
+        return self.budget - 1 > len(self.pending)
+
+    # -- search domains ------------------------------------------------------------------
+
+    def _search_domain(self, goal: DomainGoal) -> None:
+        domain, info = goal.domain, constraints(goal.info)
+        if not info or not self.database.search(domain, info):
+            raise SynthesisError("goal_unsatisfiable", f"no {domain} satisfies the goal {info}")
+        under = self.plan.get(domain, SEARCH, UNDERSPECIFICATION)
+        self._reach(under)
+        fail = constraints(goal.fail_info)
+        live: AmbiguityPoint | None = None
+        if "name" in info:
+            self.builder.user(say.name_request(self.rng, info["name"], ack=self._take_ack()))
+            self._query(say.search_think(self.rng, domain, {"name": info["name"]}), domain, {"name": info["name"]})
+        elif fail and not self.database.search(domain, fail):
+            self._fail_info(domain, info, fail)
+        else:
+            known = dict(under.known) if under else dict(info)
+            known = self._request(goal, known, under)
+            live = self._disambiguate(goal, known, under)
+        entity = self._offer(goal, live)
+        if constraints(goal.book):
+            self._book(goal, entity)
+        if goal.reqt:
+            self._requests(goal, entity)
+        elif not constraints(goal.book):
+            self.ack = True
+
+    def _query(self, think: str, domain: str, known: Mapping[str, str], point: AmbiguityPoint | None = None) -> dict[str, Any]:
+        return self.builder.call(think, QUERY_TOOLS[domain], _tool_arguments(domain, known), point)
+
+    def _fail_info(self, domain: str, info: Mapping[str, str], fail: Mapping[str, str]) -> None:
+        """The seed's detour: ask for what does not exist, hear so, settle for the goal."""
+        self.builder.user(say.find_request(self.rng, domain, fail, ack=self._take_ack()))
+        self._query(say.search_think(self.rng, domain, fail), domain, fail)
+        think, text = say.no_match(self.rng, domain, fail)
+        self.builder.agent(think, respond=text)
+        changed = {s: v for s, v in info.items() if fail.get(s) != v} or dict(info)
+        self.builder.user(say.changed_request(self.rng, domain, changed))
+        self._query(say.search_think(self.rng, domain, info), domain, info)
+
+    def _request(self, goal: DomainGoal, known: dict[str, str], under: AmbiguityPoint | None) -> dict[str, str]:
+        """The user's request (and, for a train whose day is a reference, its resolution);
+        returns what the agent then knows."""
+        domain = goal.domain
+        day_ref = self.plan.get(domain, SEARCH, REFERENTIAL)
+        readings = self._readings(day_ref, "day", known.get("day"))
+        self._reach(day_ref)
+        explicit = None if readings else self._explicit_reference(domain, "day", known.get("day"))
+        hint = ""
+        if under is None and domain in VENUE_DOMAINS:
+            hint = self._dont_mind(domain, known)
+        phrase = REFERENCE_PHRASES["day"] if readings else (explicit[1] if explicit else None)
+        text = say.find_request(self.rng, domain, known, day_phrase=phrase, ack=self._take_ack())
+        self.builder.user(f"{text} {hint}".strip())
+        think = say.search_think(self.rng, domain, known)
+        point = None
+        if readings:
+            day, guess_think, point = self._resolve_reference(day_ref, "day", known["day"], readings, known)
+            known = {**known, "day": day}
+            think = guess_think or say.search_think(self.rng, domain, known)
+        elif explicit:
+            think = f"{say.reference_resolved_think('day', explicit[0], known['day'])} {think}"
+        self._query(think, domain, known, point)
+        return known
+
+    def _dont_mind(self, domain: str, known: Mapping[str, str]) -> str:
+        """"Any area is fine" when the full request still leaves several candidates that
+        differ in a slot the goal does not care about: the cue that acting is right."""
+        candidates = self.database.search(domain, known)
+        if len(candidates) < 2:
+            return ""
+        for slot in ("area", "pricerange", "food", "type", "stars"):
+            if slot not in known and len(candidate_values(slot, candidates)) > 1:
+                return say.dont_mind(self.rng, slot)
+        return ""
+
+    def _disambiguate(self, goal: DomainGoal, known: dict[str, str], under: AmbiguityPoint | None) -> AmbiguityPoint | None:
+        """Clarify until the goal no longer discriminates between the candidates; in a
+        negative, stop at the guess. Returns the point when the agent guessed there."""
+        domain, info = goal.domain, constraints(goal.info)
+        asked_here = 0
+        while under is not None:
+            candidates = self.database.search(domain, known)
+            discriminating = discriminating_values(domain, candidates, info, known)
+            if not discriminating:
+                return None
+            point = AmbiguityPoint(
+                self.dialogue.dialogue_id, domain, UNDERSPECIFICATION, SEARCH, under.turn, known, tuple(discriminating),
+                discriminating, {s: info[s] for s in discriminating}, len(candidates), under.origin,
+            )
+            if self._guessing(point) and asked_here == 0:
+                self.guessed = point
+                return point
+            shown = self.builder.environment.state.queries[-1].results
+            seen = {s: candidate_values(s, shown) for s in discriminating}
+            # The slot the shown results split most on first: that is what the agent can see.
+            ranked = sorted(discriminating, key=lambda s: -len(seen[s]))
+            if self._can_ask_again() and len(ranked) > 1:
+                asked = ranked[: 2 if self.rng.random() < _TWO_AT_ONCE else 1]
+            else:
+                asked = ranked
+            differing = {s: v for s, v in seen.items() if len(v) > 1}
+            self.builder.agent(
+                say.clarify_think(self.rng, domain, len(candidates), differing, asked),
+                clarify=say.questions(self.rng, domain, {s: seen[s] for s in asked}, len(candidates), earliest=shown[0].get("leaveAt") if shown else None),
+                point=point,
+            )
+            self._spend()
+            asked_here += 1
+            answer = {s: info[s] for s in asked}
+            self.builder.user(say.answer(self.rng, domain, answer))
+            known.update(answer)
+            self._query(say.requery_think(self.rng, domain, answer), domain, known)
+        return None
+
+    def _offer(self, goal: DomainGoal, guessed: AmbiguityPoint | None) -> Entity:
+        """Recommend an entity of the last search: the seed's own when the agent was shown it
+        (later parts of the goal, a taxi to it, refer to it), else the first; the first when
+        guessing."""
+        domain = goal.domain
+        query = self.builder.environment.state.queries[-1]
+        if not query.results:
+            raise SynthesisError("goal_unsatisfiable", f"the {domain} search returned nothing")
+        entity = query.results[0]
+        chosen = self.view.chosen.get(domain)
+        if guessed is None and chosen:
+            entity = next((e for e in query.results if name_key(e.name) == name_key(chosen)), entity)
+        think = say.recommend_think(self.rng, domain, query.count, entity.name, guessed=guessed is not None)
+        attributes = {**entity_view(entity), "name": entity.name}
+        self.builder.agent(think, respond=say.recommendation(self.rng, domain, attributes, bool(constraints(goal.book))), point=guessed)
+        if domain in VENUE_DOMAINS:
+            self.venues.append((domain, entity.name))
+        return entity
+
+    # -- references ----------------------------------------------------------------------
+
+    def _readings(self, point: AmbiguityPoint | None, slot: str, value: str | None) -> tuple | None:
+        """The antecedents of a planned reference, if it is ambiguous in this dialogue."""
+        if point is None or value is None:
+            return None
+        found = referential_day_or_people({slot: value}, self.bookings, slots=(slot,))
+        return found[1] if found else None
+
+    def _explicit_reference(self, domain: str, slot: str, value: str | None) -> tuple[str, str] | None:
+        """(domain, phrase) for "the same day as my hotel booking", sometimes, when exactly
+        one earlier booking has the value: unambiguous, so the agent resolves it itself."""
+        if value is None:
+            return None
+        same = [b for b in self.bookings if b.values.get(slot) == value]
+        if len(same) != 1 or self.rng.random() >= _EXPLICIT_REFERENCE:
+            return None
+        other = same[0].domain
+        phrase = f"the same day as my {other} booking" if slot == "day" else f"the same number of people as my {other} booking"
+        return other, phrase
+
+    def _resolve_reference(
+        self, planned: AmbiguityPoint, slot: str, wanted: str, readings: Sequence, known: Mapping[str, str]
+    ) -> tuple[str, str | None, AmbiguityPoint | None]:
+        """Ask which earlier booking is meant: (the user's answer, None, None). In the
+        negative, do not ask: (the most recent booking's value, the reasoning for the call
+        that acts on it, the point, which marks that call)."""
+        domain = planned.domain
+        values = tuple(sorted({a.values[slot] for a in readings}))
+        point = AmbiguityPoint(
+            self.dialogue.dialogue_id, domain, REFERENTIAL, planned.action, planned.turn,
+            {s: v for s, v in known.items() if s != slot}, (slot,), {slot: values}, {slot: wanted},
+            len(readings), planned.origin, tuple(readings), REFERENCE_PHRASES[slot],
+        )
+        earlier = [(b.domain, b.values[slot]) for b in self.bookings if b.values.get(slot)]
+        if self._guessing(point):
+            self.guessed = point
+            last_domain, guess = earlier[-1]
+            return guess, say.reference_guess_think(slot, last_domain, guess), point
+        think, question = say.reference_clarify(self.rng, slot, earlier)
+        self.builder.agent(think, clarify=question, point=point)
+        self._spend()
+        label = next((f"the {d} booking" for d, v in earlier if v == wanted), None)
+        self.builder.user(say.reference_answer(self.rng, slot, wanted, label))
+        return wanted, None, None
+
+    # -- bookings ------------------------------------------------------------------------
+
+    def _book(self, goal: DomainGoal, entity: Entity) -> None:
+        domain = goal.domain
+        book, fail_book = constraints(goal.book), constraints(goal.fail_book)
+        attempt = {slot: fail_book.get(slot, value) for slot, value in book.items()}
+        planned = self.plan.get(domain, BOOK, REFERENTIAL)
+        slot = planned.slots[0] if planned else None
+        readings = self._readings(planned, slot, attempt.get(slot)) if planned else None
+        self._reach(planned)
+        phrases: dict[str, str] = {}
+        resolved_note = ""
+        if readings:
+            phrases[slot] = REFERENCE_PHRASES[slot]
+        else:
+            for candidate in ("day", "people"):
+                explicit = self._explicit_reference(domain, candidate, attempt.get(candidate)) if candidate not in fail_book else None
+                if explicit:
+                    phrases[candidate] = explicit[1]
+                    resolved_note = say.reference_resolved_think(candidate, explicit[0], attempt[candidate]) + " "
+                    break
+        self.builder.user(say.booking_request(self.rng, domain, attempt, phrases))
+        values = dict(attempt)
+        point = None
+        if readings:
+            known = {s: v for s, v in attempt.items() if s != slot}
+            values[slot], guess_think, point = self._resolve_reference(planned, slot, attempt[slot], readings, known)
+            resolved_note = f"{guess_think} " if guess_think else ""
+        name = _entity_name(domain, entity)
+        think = resolved_note + say.book_think(self.rng, name, values)
+        observation = self.builder.call(think.strip(), BOOKING_TOOLS[domain], self._booking_arguments(domain, entity, values), point)
+        if observation.get("unavailable"):
+            failed = next(s for s in fail_book if s in values)
+            think, text = say.unavailable(self.rng, name, failed, values[failed])
+            self.builder.agent(think, respond=text)
+            values[failed] = book[failed]
+            self.builder.user(say.retry_request(self.rng, failed, book[failed]))
+            observation = self.builder.call(say.book_think(self.rng, name, values), BOOKING_TOOLS[domain], self._booking_arguments(domain, entity, values))
+        if "reference" not in observation:
+            raise SynthesisError("booking_failed", f"booking {name} failed: {observation.get('error')}")
+        self.builder.agent(
+            f"The booking went through; I'll give the user the reference {observation['reference']}.",
+            respond=say.booked(self.rng, domain, name, observation["reference"], observation.get("total price")),
+        )
+        booked = dict(values)
+        if domain == "train" and entity.get("day"):
+            booked["day"] = entity.get("day")
+        self.bookings.append(Booking(domain, booked))
+
+    @staticmethod
+    def _booking_arguments(domain: str, entity: Entity, values: Mapping[str, str]) -> dict[str, Any]:
+        if domain == "train":
+            # The timetable reuses train ids across days: the day pins the ticket down.
+            arguments: dict[str, Any] = {"trainID": entity.get("trainID") or entity.name, "people": int(values["people"])}
+            if entity.get("day"):
+                arguments["day"] = entity.get("day")
+            return arguments
+        arguments = {"name": entity.name}
+        for slot, value in values.items():
+            arguments[slot] = int(value) if slot in ("people", "stay") and value.isdigit() else value
+        return arguments
+
+    def _requests(self, goal: DomainGoal, entity: Entity) -> None:
+        name = _entity_name(goal.domain, entity)
+        text = say.reqt_request(self.rng, goal.reqt)
+        if self._take_ack():
+            text = f"{say.pick(self.rng, ('That sounds great.', 'Sounds good.'))} {text}"
+        self.builder.user(text)
+        values = {slot: (entity.name if slot == "name" else entity.get(slot)) for slot in goal.reqt}
+        self.builder.agent(say.reqt_think(self.rng, name, goal.reqt), respond=say.reqt_answer(name, values))
+
+    # -- taxi ----------------------------------------------------------------------------
+
+    def _taxi(self, goal: DomainGoal) -> None:
+        info = constraints(goal.info)
+        time_slot = "leaveAt" if "leaveAt" in info else "arriveBy"
+        time = info.get(time_slot, "")
+        departure, destination = info.get("departure", ""), info.get("destination", "")
+        planned = self.plan.get("taxi", TAXI, REFERENTIAL)
+        readings = taxi_direction(info, self.venues) if planned else None
+        self._reach(planned)
+        point = None
+        if readings is None:
+            self.builder.user(say.taxi_request(self.rng, departure, destination, time_slot, time, ack=self._take_ack()))
+            think = say.taxi_think(self.rng, departure, destination, time_slot, time)
+        else:
+            self.builder.user(say.taxi_request(self.rng, None, None, time_slot, time, ack=self._take_ack()))
+            first, second = readings[0].values["departure"], readings[0].values["destination"]
+            point = AmbiguityPoint(
+                self.dialogue.dialogue_id, "taxi", REFERENTIAL, TAXI, planned.turn, {time_slot: time}, ("departure", "destination"),
+                planned.candidates, {"departure": departure, "destination": destination}, len(readings), planned.origin,
+                readings, planned.reference,
+            )
+            if self._guessing(point):
+                self.guessed = point
+                departure, destination = first, second
+                think = say.taxi_guess_think(first, second)
+            else:
+                think, question = say.taxi_clarify(self.rng, first, second)
+                self.builder.agent(think, clarify=question, point=point)
+                self._spend()
+                self.builder.user(say.taxi_answer(self.rng, departure, destination))
+                think = say.taxi_think(self.rng, departure, destination, time_slot, time)
+                point = None
+        arguments = {"departure": departure, "destination": destination, time_slot: time}
+        observation = self.builder.call(think, "book_taxi", arguments, point)
+        if "reference" not in observation:
+            raise SynthesisError("booking_failed", f"taxi booking failed: {observation.get('error')}")
+        self.builder.agent(
+            "The taxi is booked; I'll pass on the car, the phone number and the reference.",
+            respond=say.taxi_booked(self.rng, observation["car type"], observation["phone"], observation["reference"]),
+        )
+
+
+def _tool_arguments(domain: str, known: Mapping[str, str]) -> dict[str, str]:
+    """Search arguments: the known constraints the domain's query tool takes."""
+    spec = TOOLS[QUERY_TOOLS[domain]]
+    return {slot: value for slot, value in known.items() if spec.param(slot) is not None}
+
+
+def _entity_name(domain: str, entity: Entity) -> str:
+    """How the dialogue names an entity: a train by its id."""
+    return (entity.get("trainID") or entity.name) if domain == "train" else entity.name

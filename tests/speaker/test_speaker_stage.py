@@ -1,0 +1,146 @@
+"""The ``speaker`` stage on a small embedded corpus: the acceptance criteria of the SpeakER
+datasets, checked on what the stage published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.artifacts.validate import validate
+from pipelines.episodes.formats import CLARIFY, THINK, TOOL_CALL, Malformed, SpeakRLFormat
+from pipelines.errors import ConfigError
+from pipelines.rewards.verifiable import VerifiableJudge
+from pipelines.speaker.synthesis import env_seed
+from pipelines.speaker.tables import SPECS
+from pipelines.speaker.trajectory import ChatTurn, Trajectory, replay_trajectory
+from stages.speaker import run
+
+from .conftest import stage_params
+
+FORMAT = SpeakRLFormat()
+ARTIFACTS = ("speaker_dialogues", "speaker_sft", "speaker_grpo", "speaker_dpo")
+
+
+def _table(params: dict, name: str):
+    return pq.read_table(Path(params["output"]) / f"{name}.parquet")
+
+
+def _parsed(content: str):
+    parsed = FORMAT.parse(content)
+    assert not isinstance(parsed, Malformed), f"{parsed.reason}: {content!r}"
+    return parsed
+
+
+def test_stage_publishes_the_datasets_and_their_metrics(stage_run):
+    params, metrics = stage_run
+    for name in ARTIFACTS:
+        assert _table(params, name).num_rows == metrics["rows"][name] > 0, name
+    assert json.loads(Path(params["metrics"]).read_text()) == metrics
+    dialogues = metrics["dialogues"]
+    assert dialogues["kept"] + dialogues["dropped"] == metrics["seeds"] == metrics["rows"]["speaker_dialogues"]
+    assert sum(dialogues["dropped_by_reason"].values()) == dialogues["dropped"]
+    assert metrics["llm"]["total"]["requests"] == 0, "the rules backend makes no LLM call"
+
+
+def test_expectation_suites_pass(stage_run):
+    params, _ = stage_run
+    tables = {name: _table(params, name) for name in ARTIFACTS}
+    for name, table in tables.items():
+        report = validate(table, SPECS[name], {"speaker_dialogues": tables["speaker_dialogues"]})
+        assert report.success, report.to_text()
+
+
+def test_every_kept_dialogue_replays_successfully_with_a_clarification(stage_run, speaker_corpus, database):
+    params, metrics = stage_run
+    goals = {d.dialogue_id: d.goal for d in speaker_corpus.dialogues}
+    kept = [r for r in _table(params, "speaker_dialogues").to_pylist() if r["kept"]]
+    assert len(kept) == metrics["dialogues"]["kept"] > 0
+    for row in kept:
+        turns = tuple(ChatTurn(t["role"], t["content"], t["kind"]) for t in json.loads(row["turns_json"]))
+        trajectory = Trajectory(row["dialogue_id"], goals[row["dialogue_id"]], env_seed(params["seed"], row["dialogue_id"]), turns)
+        assert replay_trajectory(trajectory, database).success, row["dialogue_id"]
+        assert row["n_clarifications"] >= 1 and len(row["clarification_questions"]) == row["n_clarifications"]
+
+
+def test_every_dpo_negative_fails_replay(rules_result, database):
+    pairs = [pair for outcome in rules_result.kept for pair in outcome.pairs]
+    assert pairs
+    for pair in pairs:
+        outcome = replay_trajectory(pair.negative, database)
+        assert outcome.problem is None and not outcome.success and outcome.failure_reasons == pair.negative_reasons
+        assert pair.chosen.kind == CLARIFY and pair.rejected.kind != CLARIFY
+        assert pair.negative.turns[: len(pair.prompt)] == pair.prompt, "chosen and rejected answer the same conversation"
+
+
+def test_sft_completions_and_dpo_outputs_parse_with_the_runner_parser(stage_run):
+    params, _ = stage_run
+    system = None
+    for row in _table(params, "speaker_sft").to_pylist():
+        (completion,) = row["completion"]
+        actions = _parsed(completion["content"])
+        assert completion["role"] == "assistant" and actions[0].kind == THINK
+        assert (row["kind"] == CLARIFY) == any(a.kind == CLARIFY for a in actions)
+        assert (row["ambiguity_type"] is not None) == (row["kind"] == CLARIFY)
+        assert row["prompt"][0]["role"] == "system" and row["prompt"][-1]["role"] == "user"
+        system = system or row["prompt"][0]["content"]
+        assert row["prompt"][0]["content"] == system
+    for row in _table(params, "speaker_dpo").to_pylist():
+        chosen, rejected = _parsed(row["chosen"][0]["content"]), _parsed(row["rejected"][0]["content"])
+        assert [a.kind for a in chosen] == [THINK, CLARIFY]
+        assert CLARIFY not in [a.kind for a in rejected] and rejected[0].kind == THINK
+        assert row["prompt"][0]["content"] == system and row["negative_failure"]
+
+
+def test_grpo_rows_give_the_rewards_what_they_read(stage_run):
+    params, _ = stage_run
+    judge = VerifiableJudge()
+    rows = _table(params, "speaker_grpo").to_pylist()
+    for row in rows:
+        (message,) = row["prompt"]
+        assert message["role"] == "user" and message["content"].rstrip().endswith("Agent:")
+        assert "<think>" in message["content"] and "User:" in message["content"]
+        question = next(a.text for a in _parsed(row["reference"]) if a.kind == CLARIFY)
+        verdict = judge.verdict(question, {k: row[k] for k in ("discriminating_slots", "candidate_values", "known_slots")})
+        assert verdict.score == 1.0, (question, row["discriminating_slots"], row["known_slots"], verdict.reason)
+        assert set(json.loads(row["candidate_values"])) == set(row["discriminating_slots"])
+        assert json.loads(row["goal"])
+
+
+def test_clarifications_are_grounded_in_the_tool_results(rules_result):
+    """The agent asks after it has searched (it knows how many candidates there are), and
+    the reasoning names that count."""
+    for outcome in rules_result.kept:
+        turns = outcome.trajectory.turns
+        for index, turn in outcome.trajectory.clarifications:
+            if turn.point.type != "underspecification":
+                continue
+            before = [t for t in turns[:index] if t.role == "assistant"]
+            assert before and before[-1].kind == TOOL_CALL
+            think = _parsed(turn.content)[0].text
+            assert str(turn.point.n_candidates) in think
+
+
+def test_rerunning_the_stage_reproduces_its_outputs(stage_run, tmp_path):
+    params, metrics = stage_run
+    again = stage_params(Path(params["source"]), tmp_path)
+    assert run(again) == metrics
+    for name in ARTIFACTS:
+        assert _table(again, name).equals(_table(params, name)), name
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"surprise": 1}, "unknown key"),
+        ({"synthesizer": {"backend": "hf", "model_path": "x"}}, "not supported"),
+        ({"synthesizer": {"backend": "openai"}}, "base_url"),
+        ({"max_clarifications": 0}, "max_clarifications"),
+        ({"dedup": {"threshold": 1.5}}, "threshold"),
+    ],
+)
+def test_bad_params_are_config_errors(speaker_corpus_dir, tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        run(stage_params(speaker_corpus_dir, tmp_path, **override))

@@ -1,0 +1,187 @@
+"""Synthesis: rules trajectories, negatives, replay, and the prompted synthesizer's path from a
+JSON dialogue to a replayed trajectory (with a stub client standing in for the LLM)."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+
+from pipelines.episodes.formats import CLARIFY, THINK, TOOL_CALL, Malformed, SpeakRLFormat
+from pipelines.llm.client import Completion, Failure
+from pipelines.llm.config import ClientConfig, SamplingParams
+from pipelines.llm.cache import ResponseCache
+from pipelines.speaker.ambiguity import find_ambiguity_points
+from pipelines.speaker.synthesis import (
+    DIALOGUE_SCHEMA,
+    DialogueShapeError,
+    LLMSynthesizer,
+    RulesSynthesizer,
+    SeedTask,
+    draft_turns,
+    materialize,
+    write_rules,
+)
+from pipelines.speaker.trajectory import OBSERVATION, replay_trajectory
+from pipelines.speaker.writer import plan_clarifications
+
+FORMAT = SpeakRLFormat()
+
+
+def _tasks(corpus, database, limit=None, max_turns=3):
+    tasks = []
+    for dialogue in corpus.dialogues:
+        if set(dialogue.goal.domain_names) & {"police", "hospital"}:
+            continue
+        points = tuple(find_ambiguity_points(dialogue, database))
+        if points:
+            tasks.append(SeedTask(dialogue, points, plan_clarifications(points, random.Random(dialogue.dialogue_id), max_turns)))
+    return tasks[:limit]
+
+
+def test_rules_trajectories_replay_successfully_and_clarify(speaker_corpus, database):
+    syntheses = RulesSynthesizer(database, seed=1).synthesize(_tasks(speaker_corpus, database))
+    written = [s.trajectory for s in syntheses if s.trajectory is not None]
+    assert len(written) >= 0.9 * len(syntheses)
+    for trajectory in written:
+        assert replay_trajectory(trajectory, database).success, trajectory.dialogue_id
+        assert trajectory.clarifications
+        for _, turn in trajectory.clarifications:
+            assert turn.point is not None and turn.point.slots
+        for turn in trajectory.turns:
+            if turn.role == "assistant":
+                parsed = FORMAT.parse(turn.content)
+                assert not isinstance(parsed, Malformed) and parsed[0].kind == THINK and parsed[0].text
+
+
+def test_synthesis_is_deterministic(speaker_corpus, database):
+    tasks = _tasks(speaker_corpus, database, limit=10)
+    first = [s.trajectory for s in RulesSynthesizer(database, seed=5).synthesize(tasks)]
+    again = [s.trajectory for s in RulesSynthesizer(database, seed=5).synthesize(tasks)]
+    other = [s.trajectory for s in RulesSynthesizer(database, seed=6).synthesize(tasks)]
+    assert first == again
+    assert first != other, "the seed drives phrasing and booking references"
+
+
+def test_negative_shares_the_prefix_and_acts_instead_of_asking(speaker_corpus, database):
+    checked = 0
+    for task in _tasks(speaker_corpus, database, limit=30):
+        positive = write_rules(task, database, seed=2)
+        for point in task.plan.points:
+            chosen_at = positive.decision(point)
+            if chosen_at is None:
+                continue
+            negative = write_rules(task, database, seed=2, guess=point)
+            rejected_at = negative.decision(point)
+            assert rejected_at == chosen_at and negative.turns[:chosen_at] == positive.turns[:chosen_at]
+            assert positive.turns[chosen_at].kind == CLARIFY and negative.turns[rejected_at].kind != CLARIFY
+            assert negative.guessed is not None and negative.guessed.key == point.key
+            checked += 1
+    assert checked > 10
+
+
+def test_replay_rejects_a_tampered_observation(speaker_corpus, database):
+    trajectory = next(s.trajectory for s in RulesSynthesizer(database).synthesize(_tasks(speaker_corpus, database, limit=5)) if s.trajectory)
+    index = next(i for i, t in enumerate(trajectory.turns) if t.kind == OBSERVATION)
+    tampered = list(trajectory.turns)
+    tampered[index] = replace(tampered[index], content=tampered[index].content.replace('"count"', '"cnt"'))
+    outcome = replay_trajectory(replace(trajectory, turns=tuple(tampered)), database)
+    assert not outcome.success and "observation differs" in outcome.problem
+
+
+def test_a_dialogue_round_trips_through_the_llm_json_shape(speaker_corpus, database):
+    """The draft written as the LLM's reply materializes into an equivalent trajectory that
+    replays: the path an LLM dialogue takes, without an LLM."""
+    for task in _tasks(speaker_corpus, database, limit=8):
+        draft = write_rules(task, database, seed=4)
+        turns, _ = draft_turns(draft)
+        trajectory = materialize({"turns": turns}, task, draft, database)
+        assert [t.content for t in trajectory.turns] == [t.content for t in draft.turns]
+        assert [t.point for t in trajectory.turns if t.kind == CLARIFY] == [t.point for _, t in draft.clarifications]
+        assert replay_trajectory(trajectory, database).success
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda turns: turns[1:], "open with the user"),
+        (lambda turns: turns[:-1], "close with an agent turn"),
+        (lambda turns: [{**t, "action": "respond"} if t.get("action") == CLARIFY else t for t in turns], "clarification"),
+        (lambda turns: [turns[0], turns[0], *turns[1:]], "out of turn"),
+    ],
+)
+def test_malformed_llm_dialogues_are_rejected(speaker_corpus, database, mutate, message):
+    task = _tasks(speaker_corpus, database, limit=1)[0]
+    draft = write_rules(task, database, seed=4)
+    turns, _ = draft_turns(draft)
+    with pytest.raises(DialogueShapeError, match=message):
+        materialize({"turns": mutate(turns)}, task, draft, database)
+
+
+class _StubClient:
+    """Stands in for LLMClient: answers each prompt with its draft (a perfect synthesizer),
+    or fails every call with ``failure``."""
+
+    def __init__(self, failure: str | None = None):
+        self.config = ClientConfig(base_url="http://127.0.0.1:9/v1", model="stub", repair_retries=1)
+        self.failure = failure
+        self.requests = []
+
+    def complete_many_sync(self, requests):
+        self.requests.extend(requests)
+        replies = []
+        for request in requests:
+            if self.failure:
+                replies.append(Failure(request.role, self.failure, 2, "not valid JSON"))
+                continue
+            assert request.response_schema == DIALOGUE_SCHEMA and request.role == "synthesizer"
+            body = request.messages[-1]["content"]
+            draft = json.loads(body.split("## Draft\n", 1)[1].split("\n\n## ", 1)[0])
+            replies.append(Completion(request.role, (json.dumps(draft),), (draft,), usage=None, cached=False, attempts=1))
+        return replies
+
+
+def test_llm_synthesizer_keeps_valid_dialogues_and_remembers_invalid_ones(speaker_corpus, database, tmp_path):
+    tasks = _tasks(speaker_corpus, database, limit=6)
+    good = LLMSynthesizer(_StubClient(), SamplingParams(), database, seed=4)
+    kept = good.synthesize(tasks)
+    assert all(s.trajectory is not None and replay_trajectory(s.trajectory, database).success for s in kept)
+
+    cache = ResponseCache(tmp_path / "cache")
+    failing = _StubClient(failure="invalid_output")
+    first = LLMSynthesizer(failing, SamplingParams(), database, seed=4, cache=cache).synthesize(tasks)
+    assert {s.drop_reason for s in first} == {"llm_invalid_output"} and len(failing.requests) == len(tasks)
+    again_client = _StubClient(failure="invalid_output")
+    again = LLMSynthesizer(again_client, SamplingParams(), database, seed=4, cache=cache)
+    assert [s.drop_reason for s in again.synthesize(tasks)] == [s.drop_reason for s in first]
+    assert again_client.requests == [] and again.stats.remembered_failures == len(tasks)
+
+    transient = _StubClient(failure="timeout")
+    LLMSynthesizer(transient, SamplingParams(), database, seed=5, cache=cache).synthesize(tasks)
+    retried = _StubClient(failure="timeout")
+    LLMSynthesizer(retried, SamplingParams(), database, seed=5, cache=cache).synthesize(tasks)
+    assert len(retried.requests) == len(tasks), "a transient failure is retried by the next run"
+
+
+def test_tool_calls_in_llm_dialogues_run_in_the_environment(speaker_corpus, database):
+    task = _tasks(speaker_corpus, database, limit=1)[0]
+    draft = write_rules(task, database, seed=4)
+    turns, _ = draft_turns(draft)
+    call = next(t for t in turns if t.get("action") == TOOL_CALL)
+    call["arguments"] = {"no_such_argument": 1}
+    trajectory = materialize({"turns": turns}, task, draft, database)
+    observation = next(t for t in trajectory.turns if t.kind == OBSERVATION)
+    assert "error" in observation.content, "the environment answers, the model does not"
+    assert replay_trajectory(trajectory, database).problem is None, "a failed call is data, not a broken trajectory"
+
+
+def test_agent_text_with_format_tags_is_rejected(speaker_corpus, database):
+    task = _tasks(speaker_corpus, database, limit=1)[0]
+    draft = write_rules(task, database, seed=4)
+    turns, _ = draft_turns(draft)
+    agent = next(t for t in turns if t["speaker"] == "agent")
+    agent["think"] += " <clarify>which one?</clarify>"
+    with pytest.raises(DialogueShapeError, match="format tags"):
+        materialize({"turns": turns}, task, draft, database)
