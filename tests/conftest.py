@@ -6,6 +6,7 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -65,3 +66,51 @@ def small_corpus(small_corpus_dir):
     from stages.multiwoz_dir import load_multiwoz
 
     return load_multiwoz(small_corpus_dir)
+
+
+# -- LLM test doubles, shared by tests/llm, tests/episodes, tests/simulators, tests/rewards ----
+
+
+@pytest.fixture
+def make_server() -> Iterator[Callable[..., Any]]:
+    """``make_server(faults=FaultPlan(...), n_mode=..., ...)``: a started fake
+    OpenAI-compatible server on 127.0.0.1, stopped at teardown."""
+    from pipelines.llm.testing.fake_server import FakeOpenAIServer
+
+    servers: list[FakeOpenAIServer] = []
+
+    def make(*args: Any, **kwargs: Any) -> FakeOpenAIServer:
+        server = FakeOpenAIServer(*args, **kwargs).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def server(make_server):
+    """A fault-free fake server."""
+    return make_server()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen2 chat model with a locally trained tokenizer (nothing from the hub)."""
+    from pipelines.llm.testing.tiny_model import build_tiny_chat_model
+
+    return build_tiny_chat_model(tmp_path_factory.mktemp("tiny-qwen2"))
+
+
+@pytest.fixture(scope="module")
+def single_torch_thread() -> Iterator[None]:
+    """One intra-op thread while a module runs tiny models. At this size thread synchronisation
+    dominates: on a busy 2-core machine a 2-thread forward pass was ~100x slower than 1-thread.
+    The previous setting is restored, so other test modules are unaffected."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -4,13 +4,12 @@ per clarification question."""
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from pipelines.llm import ClientConfig
 from pipelines.llm.testing import fake_server
-from pipelines.llm.testing.fake_server import FakeOpenAIServer
 
 # Where the Figure 6 prompt puts the question.
 _QUESTION = re.compile(r"Agent Clarification Question to Judge\n(.*?)\n\nYour Decision", re.DOTALL)
@@ -46,18 +45,3 @@ def judge_replies(monkeypatch) -> dict[str, str]:
 
     monkeypatch.setattr(fake_server, "reply_text", scripted)
     return replies
-
-
-@pytest.fixture
-def make_server() -> Iterator[Callable[..., FakeOpenAIServer]]:
-    """``make_server(faults=..., latency_s=...)``: a started server, stopped at teardown."""
-    servers: list[FakeOpenAIServer] = []
-
-    def make(*args: Any, **kwargs: Any) -> FakeOpenAIServer:
-        server = FakeOpenAIServer(*args, **kwargs).start()
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        server.stop()

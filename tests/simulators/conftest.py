@@ -4,13 +4,12 @@ tests reason about, goal builders, and the fake OpenAI-compatible server."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
 from pipelines.env.tools import Database
 from pipelines.llm import ClientConfig, LLMClient, ResponseCache
-from pipelines.llm.testing.fake_server import FakeOpenAIServer
 from pipelines.records import DomainGoal, Entity, Goal, frozen_dict
 
 
@@ -76,26 +75,6 @@ def run(coroutine: Any) -> Any:
 
 
 # -- LLM simulators ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def make_server() -> Iterator[Callable[..., FakeOpenAIServer]]:
-    """``make_server(faults=FaultPlan(...))``: a started fake server, stopped at teardown."""
-    servers: list[FakeOpenAIServer] = []
-
-    def make(*args: Any, **kwargs: Any) -> FakeOpenAIServer:
-        server = FakeOpenAIServer(*args, **kwargs).start()
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        server.stop()
-
-
-@pytest.fixture
-def server(make_server) -> FakeOpenAIServer:
-    return make_server()
 
 
 def make_client(base_url: str, cache_dir=None, **overrides: Any) -> LLMClient:
