@@ -38,6 +38,11 @@ def project(tmp_path) -> Path:
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["corpus"]["n_dialogues"] = N_DIALOGUES
+    if "bootstrap" in params:  # a token pre-training run: this test is about the pipeline, not learning
+        params["bootstrap"].update(vocab_size=1000, max_length=512)
+        params["bootstrap"]["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
+        params["bootstrap"]["train"].update(steps=3, warmup_steps=1)
+        params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     _run(["git", "init", "-q"], root)
     _run([sys.executable, "-m", "dvc", "init", "-q"], root)
