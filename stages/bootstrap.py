@@ -42,7 +42,7 @@ from pipelines.policy.bootstrap import BootstrapConfig, BootstrapResult, bootstr
 from pipelines.policy.model import Architecture, TrainConfig, save_policy
 from pipelines.policy.pretrain_data import seed_chat
 from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
-from stages.io import main_wrapper, read_params, write_json_atomic
+from stages.io import main_wrapper, read_params, replace_directory, write_json_atomic
 from stages.multiwoz_dir import load_multiwoz
 
 _KEYS = {
@@ -122,7 +122,7 @@ def run(params: dict) -> dict:
         metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
         (staging / "README.md").write_text(model_card(result, metrics, params), encoding="utf-8")
         _ordinary_permissions(staging)
-        _swap_in(staging, output)
+        replace_directory(staging, output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -151,18 +151,6 @@ def _ordinary_permissions(directory: Path) -> None:
     directory.chmod(0o777 & ~umask)
     for path in directory.iterdir():
         path.chmod(0o666 & ~umask)
-
-
-def _swap_in(staging: Path, target: Path) -> None:
-    """Replace ``target`` (a directory, or nothing) by ``staging``."""
-    backup = None
-    if target.exists():
-        backup = target.with_name(f".{target.name}.old")
-        shutil.rmtree(backup, ignore_errors=True)
-        os.replace(target, backup)
-    os.replace(staging, target)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
 
 
 def model_card(result: BootstrapResult, metrics: Mapping[str, Any], params: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -248,3 +249,16 @@ def main_wrapper(fn: Callable[..., T]) -> Callable[..., T]:
             raise SystemExit(1) from None
 
     return run
+
+
+def replace_directory(staging: Path, target: Path) -> None:
+    """Swap a fully written ``staging`` directory in for ``target`` (a directory, or nothing):
+    readers see the old directory or the new one, never a half-written mix."""
+    backup = None
+    if target.exists():
+        backup = target.with_name(f".{target.name}.old")
+        shutil.rmtree(backup, ignore_errors=True)
+        os.replace(target, backup)
+    os.replace(staging, target)
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)

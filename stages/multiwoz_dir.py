@@ -13,7 +13,6 @@ The embedded corpus is written in exactly this layout and read back by the same 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from pipelines.errors import DataError
 from pipelines.multiwoz.ontology import DB_DOMAINS
 from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list
 from pipelines.records import Corpus, Entity
-from stages.io import read_json, read_text
+from stages.io import read_json, read_text, replace_directory
 
 TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
 
@@ -91,14 +90,7 @@ def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:
                 json.dump(records, handle, ensure_ascii=False, indent=1)
         for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
             (staging / filename).write_text("".join(f"{i}\n" for i in corpus["splits"][split]), encoding="utf-8")
-        backup = None
-        if target.exists():
-            backup = target.with_name(f".{target.name}.old")
-            shutil.rmtree(backup, ignore_errors=True)
-            os.replace(target, backup)
-        os.replace(staging, target)
-        if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
+        replace_directory(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
