@@ -108,6 +108,16 @@ def write_json_atomic(path: Path | str, obj: Any) -> None:
         temp.unlink(missing_ok=True)  # gone already once renamed
 
 
+def write_text_atomic(path: Path | str, text: str) -> None:
+    """Write ``text`` as UTF-8 through a temporary file beside ``path`` and a rename."""
+    path = Path(path)
+    temp = _write_temp(path, lambda file: file.write(text.encode("utf-8")))
+    try:
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
 def publish(
     outputs: Mapping[Path, tuple[pa.Table, ArtifactSpec]], report_path: Path | None = None
 ) -> dict[str, Any]:

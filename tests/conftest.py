@@ -114,3 +114,16 @@ def single_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """A temporary Prefect API (its own SQLite database) for the session's flow runs."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    # Offline: the server's telemetry would only log connection errors.
+    analytics = os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+    if analytics == "false":
+        os.environ.pop("PREFECT_SERVER_ANALYTICS_ENABLED", None)

@@ -28,6 +28,28 @@ def _run(args: list[str], cwd: Path, check: bool = True) -> subprocess.Completed
     return proc
 
 
+def shrink_training_and_evaluation(params: dict) -> None:
+    """A few steps of each training method and a few short episodes per model: the test is
+    about the pipeline's wiring, not about learning."""
+    train = params.get("train")
+    if train:
+        train["holdout"] = {**train.get("holdout", {}), "fraction": 0.2}
+        for method in ("sft", "dpo", "kto", "grpo"):
+            section = train[method]
+            for source in section["data"]["sources"]:
+                source["max_rows"] = 8
+            section["optim"].update(max_steps=2, batch_size=4, logging_steps=1)
+            section["eval"] = {**section.get("eval", {}), "max_examples": 4}
+            if "max_new_tokens" in section["eval"]:
+                section["eval"]["max_new_tokens"] = 8
+        train["grpo"]["objective"].update(num_generations=2, max_completion_length=16)
+        train["grpo"]["optim"]["batch_size"] = 4
+    evaluate = params.get("evaluate")
+    if evaluate:
+        evaluate.update(max_goals=2, seeds=[0, 1], max_exchanges=2)
+        evaluate["generation"].update(max_new_tokens=8)
+
+
 @pytest.fixture()
 def project(tmp_path) -> Path:
     """A copy of the repository's pipeline (code, dvc.yaml, params.yaml) as a fresh git + DVC repo."""
@@ -43,6 +65,7 @@ def project(tmp_path) -> Path:
         params["bootstrap"]["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
         params["bootstrap"]["train"].update(steps=3, warmup_steps=1)
         params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
+    shrink_training_and_evaluation(params)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     _run(["git", "init", "-q"], root)
     _run([sys.executable, "-m", "dvc", "init", "-q"], root)

@@ -1,0 +1,69 @@
+"""The embedded policy's view of an episode: the prompts it was trained on.
+
+A model trained by the training flows never saw the runner's full SpeakRL system prompt
+(every tool's JSON schema: thousands of tokens) nor a whole dialogue: it saw the compact
+system prompt, as much recent history as fits its context, and shortened tool
+observations (:mod:`pipelines.policy.prompts`, :func:`pipelines.training.data.compact`).
+:class:`PolicyPromptAgent` rewrites each step's context the same way before a wrapped
+agent (usually an :class:`~pipelines.episodes.HFAgent`) sees it. A hub model with a long
+context is evaluated with ``PromptSpec(compact=False)``: the runner's prompt unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from pipelines.episodes.agents import Agent, AgentContext, AgentOutput
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """``compact``: the compact system prompt and fitted history (else the runner's
+    messages as they are). ``max_prompt_tokens``: the longest prompt, history cut from
+    the front to fit (the model's context minus the reply's room); None keeps all of it.
+    ``max_history_messages``: at most this many recent messages (None: as many as fit),
+    e.g. 1 for a model fine-tuned on prompts cut that short.
+    ``max_tool_results``: search results kept per ``<tool_response>`` (None: all)."""
+
+    compact: bool = True
+    max_prompt_tokens: int | None = 448
+    max_history_messages: int | None = None
+    max_tool_results: int | None = 2
+
+    def __post_init__(self) -> None:
+        for name in ("max_prompt_tokens", "max_history_messages", "max_tool_results"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or null, got {value!r}")
+
+
+class PolicyPromptAgent:
+    """``inner`` with every context's messages rewritten by ``spec`` (module docstring)."""
+
+    def __init__(self, inner: Agent, tokenizer: Any, spec: PromptSpec = PromptSpec()):
+        self.inner = inner
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.name = inner.name
+        self.format = inner.format
+
+    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
+        return await self.inner.act([replace(c, messages=tuple(self.messages(c.messages))) for c in contexts])
+
+    def messages(self, messages: Sequence[Any]) -> list[dict[str, Any]]:
+        if not self.spec.compact:
+            return [dict(m) for m in messages]
+        from pipelines.policy.prompts import compact_messages, compact_messages_within
+        from pipelines.training.config import ToolResultsSpec
+        from pipelines.training.data import shorten_tool_response
+
+        chat = [dict(m) for m in messages]
+        if self.spec.max_tool_results is not None:
+            shorten = ToolResultsSpec(max_results=self.spec.max_tool_results)
+            chat = [{**m, "content": shorten_tool_response(m["content"], shorten)} if m["role"] != "system" and isinstance(m.get("content"), str) else m for m in chat]
+        if self.spec.max_history_messages is not None:
+            chat = compact_messages(chat, self.spec.max_history_messages)
+        if self.spec.max_prompt_tokens is None:
+            return compact_messages(chat, None)
+        return compact_messages_within(chat, self.tokenizer, self.spec.max_prompt_tokens)

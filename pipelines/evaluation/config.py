@@ -1,0 +1,82 @@
+"""The evaluation's configuration: data for the ``evaluate`` section of params.yaml."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.errors import ConfigError
+from pipelines.evaluation.agent import PromptSpec
+from pipelines.evaluation.policy import GenerationSpec
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model: ``path`` (local directory or LoRA adapter) or ``hub_id``; ``prompt``
+    overrides the shared prompt settings for it (e.g. ``{compact: false}`` for a hub model)."""
+
+    path: str | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+    prompt: PromptSpec | None = None
+
+
+@dataclass(frozen=True)
+class SimulatorSpec:
+    """``kind``: agenda (rules, the default), goal_llm or guide_llm (the ``user_simulator``
+    LLM role of params.yaml ``llm``); agenda settings for the agenda simulator and for the
+    LLM simulators' fallback."""
+
+    kind: str = "agenda"
+    verbosity: str = "normal"
+    noise: float = 0.0
+    max_stalled_turns: int = 4
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    episodes: str = "data/episodes/eval"
+    metrics: str = "reports/eval.json"
+    markdown: str = "reports/eval.md"
+    plot: str = "reports/eval_plot.csv"
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Every model plays ``max_goals`` goals of ``split`` once per seed (Avg@k)."""
+
+    source: str
+    models: tuple[tuple[str, ModelEntry], ...]
+    db_dir: str | None = None
+    split: str = "test"
+    max_goals: int | None = 40
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    max_exchanges: int = 20
+    max_steps: int = 6
+    malformed_retries: int = 2
+    agent_format: str = "speakrl"
+    batched: bool = True
+    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
+    generation: GenerationSpec = field(default_factory=GenerationSpec)
+    prompt: PromptSpec = field(default_factory=PromptSpec)
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ConfigError("evaluate.models: at least one model is required")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"evaluate.seeds: distinct seeds, at least one; got {list(self.seeds)}")
+        if self.max_goals is not None and self.max_goals < 1:
+            raise ConfigError(f"evaluate.max_goals: expected >= 1 or null, got {self.max_goals}")
+        if self.max_exchanges < 1:
+            raise ConfigError(f"evaluate.max_exchanges: expected >= 1, got {self.max_exchanges}")
+        for name, entry in self.models:
+            if (entry.path is None) == (entry.hub_id is None):
+                raise ConfigError(f"evaluate.models.{name}: give exactly one of path and hub_id")
+        from pipelines.episodes import FORMATS
+
+        if self.agent_format not in FORMATS:
+            raise ConfigError(f"evaluate.agent_format: unknown {self.agent_format!r}; one of {sorted(FORMATS)}")
+        from pipelines.simulators.factory import SIMULATOR_KINDS
+
+        if self.simulator.kind not in SIMULATOR_KINDS:
+            raise ConfigError(f"evaluate.simulator.kind: unknown {self.simulator.kind!r}; one of {list(SIMULATOR_KINDS)}")

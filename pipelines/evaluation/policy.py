@@ -1,0 +1,85 @@
+"""Load a trained policy (a local Hugging Face directory, a LoRA adapter directory, or a
+hub id) as a batched agent with the prompts it was trained on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.errors import ConfigError
+from pipelines.evaluation.agent import PolicyPromptAgent, PromptSpec
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One model to evaluate. ``path`` (a local directory, possibly a LoRA adapter saved
+    by a training flow) or ``hub_id`` (with ``revision``); ``prompt``: how its prompts are
+    built (the compact prompt of the embedded policy by default)."""
+
+    name: str
+    path: str | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+    prompt: PromptSpec = field(default_factory=PromptSpec)
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.hub_id is None):
+            raise ConfigError(f"model {self.name!r}: give exactly one of path and hub_id")
+
+    @property
+    def name_or_path(self) -> str:
+        return self.path if self.path is not None else str(self.hub_id)
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """Decoding: greedy at ``temperature`` 0 (the default: seeds then vary the user and
+    the environment, not the policy). ``batch_size``: conversations per ``generate`` call."""
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    max_new_tokens: int = 128
+    batch_size: int = 64
+    threads: int | None = None
+
+
+def check_policy(spec: PolicySpec) -> None:
+    """Fail before any model loads: a local model directory must exist with a config."""
+    if spec.path is not None:
+        directory = Path(spec.path)
+        if not directory.is_dir():
+            raise ConfigError(f"model {spec.name!r}: {spec.path} does not exist (run its training stage first)")
+        if not (directory / "config.json").is_file() and not (directory / "adapter_config.json").is_file():
+            raise ConfigError(f"model {spec.name!r}: {spec.path} has neither config.json nor adapter_config.json")
+
+
+def load_policy(spec: PolicySpec, fmt: Any, generation: GenerationSpec, seed: int = 0) -> PolicyPromptAgent:
+    """The model of ``spec`` as an :class:`HFAgent` behind its prompt rewriting."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pipelines.episodes.agents import HFAgent
+    from pipelines.llm.config import SamplingParams
+    from pipelines.llm.hf import HFBackend
+    from pipelines.training.config import ModelSpec
+    from pipelines.training.modeling import load_tokenizer
+
+    check_policy(spec)
+    if generation.threads is not None:
+        torch.set_num_threads(generation.threads)
+    adapter = spec.path is not None and (Path(spec.path) / "adapter_config.json").is_file()
+    source = {"revision": spec.revision} if spec.hub_id is not None and spec.revision else {}
+    tokenizer = load_tokenizer(ModelSpec(path=spec.path, hub_id=spec.hub_id, revision=spec.revision))
+    if adapter:
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(spec.path, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(spec.name_or_path, dtype=torch.float32, **source)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device).eval()
+    backend = HFBackend(model, tokenizer, batch_size=generation.batch_size)
+    sampling = SamplingParams(temperature=generation.temperature, top_p=generation.top_p, max_tokens=generation.max_new_tokens)
+    agent = HFAgent(backend, fmt, sampling, name=spec.name, seed=seed)
+    return PolicyPromptAgent(agent, tokenizer, spec.prompt)

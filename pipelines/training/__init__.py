@@ -1,0 +1,66 @@
+"""Post-training recipes with TRL: SFT, DPO, KTO and GRPO, as configs and building blocks.
+
+The Prefect flows in :mod:`flows.train` put these together; the DVC stages
+(``stages/train.py``) read ``params.yaml`` into the configs.
+
+* :mod:`~pipelines.training.config` - a run as frozen dataclasses (:class:`TrainConfig`);
+* :mod:`~pipelines.training.preflight` - every check that can fail before training starts;
+* :mod:`~pipelines.training.device` - GPU/CPU, bf16, gradient checkpointing, vLLM;
+* :mod:`~pipelines.training.data` - column contract, dialogue-level hold-out, compact
+  prompts fitted to the context, TRL rows;
+* :mod:`~pipelines.training.modeling` - model, tokenizer, LoRA, 4-bit, saving;
+* :mod:`~pipelines.training.trainers` - the TRL trainer of each method;
+* :mod:`~pipelines.training.callbacks` - progress logging, time budget, curves;
+* :mod:`~pipelines.training.evaluation` - held-out generations, rewards, preference margins;
+* :mod:`~pipelines.training.report` / :mod:`~pipelines.training.card` - metrics, curve,
+  model card.
+
+torch, transformers and TRL are imported where they are used, so that configs and
+preflight checks stay cheap to import.
+"""
+
+from __future__ import annotations
+
+from pipelines.training.config import (
+    METHODS,
+    OBJECTIVES,
+    DataSpec,
+    DeviceSpec,
+    DPOObjective,
+    EvalSpec,
+    GRPOObjective,
+    HoldoutSpec,
+    KTOObjective,
+    LoraSpec,
+    ModelSpec,
+    OptimSpec,
+    OutputSpec,
+    QuantizationSpec,
+    SFTObjective,
+    SourceSpec,
+    TrainConfig,
+    config_dict,
+)
+from pipelines.training.preflight import preflight
+
+__all__ = [
+    "DPOObjective",
+    "DataSpec",
+    "DeviceSpec",
+    "EvalSpec",
+    "GRPOObjective",
+    "HoldoutSpec",
+    "KTOObjective",
+    "LoraSpec",
+    "METHODS",
+    "ModelSpec",
+    "OBJECTIVES",
+    "OptimSpec",
+    "OutputSpec",
+    "QuantizationSpec",
+    "SFTObjective",
+    "SourceSpec",
+    "TrainConfig",
+    "config_dict",
+    "preflight",
+]

@@ -1,0 +1,330 @@
+"""A training run, as data: what to start from, what to train on, how, and where results go.
+
+Every setting is a frozen dataclass with the embedded (CPU, small model) defaults; the
+``params.yaml`` ``train`` section is turned into these by ``stages/train.py``, the only
+place that reads params. A :class:`TrainConfig` says everything one run needs::
+
+    TrainConfig(
+        method="grpo",
+        model=ModelSpec(path="models/sft"),
+        data=DataSpec(sources=(SourceSpec("data/processed/speaker/speaker_grpo.parquet"),)),
+        output=OutputSpec.for_method("grpo"),
+        objective=GRPOObjective(num_generations=4),
+    )
+
+Nothing here touches torch or the file system: :mod:`pipelines.training.preflight`
+checks a config against the machine and the data before anything is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Union
+
+METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
+
+
+# --- Model -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """A LoRA adapter (PEFT). ``merge``: save the merged full model instead of the adapter
+    (what a later stage or ``transformers serve`` can load without PEFT)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: Union[str, tuple[str, ...]] = "all-linear"
+    merge: bool = False
+
+
+@dataclass(frozen=True)
+class QuantizationSpec:
+    """bitsandbytes 4-bit loading (QLoRA), for CUDA machines only; needs ``lora``."""
+
+    quant_type: str = "nf4"
+    compute_dtype: str = "bfloat16"
+    double_quant: bool = True
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The starting model: a local directory (``path``, Hugging Face layout, e.g. the
+    ``bootstrap`` stage's ``models/base`` or ``models/sft``) or a hub id (``hub_id``), never
+    both. A local path is never looked up on the hub."""
+
+    path: str | None = "models/base"
+    hub_id: str | None = None
+    revision: str | None = None
+    lora: LoraSpec | None = None
+    quantization: QuantizationSpec | None = None
+
+    @property
+    def name_or_path(self) -> str:
+        return self.hub_id if self.hub_id is not None else str(self.path)
+
+    @property
+    def local(self) -> bool:
+        return self.hub_id is None
+
+
+# --- Data ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One Parquet dataset. ``max_rows``: training rows drawn from it (after the hold-out,
+    seeded), None for all. ``completion_column``: a text column to use as the assistant's
+    completion where the table has no ``completion`` messages (e.g. ``speaker_grpo``'s
+    ``reference``). ``prompts_from``: another table whose ``prompt`` replaces this one's,
+    row for row on (hold-out key, ``step``); e.g. ``speaker_grpo``'s reward rows with the
+    chat prompts of ``speaker_sft`` at the same decision points, the format the embedded
+    policy is trained and deployed with, instead of SpeakRL's Table 1 instruction.
+
+    ``windows`` (SFT): train on whole dialogues instead of one decision per row: each
+    dialogue (its last decision row's prompt and completion) is cut into windows of at most
+    ``max_length`` tokens, the loss on every assistant message (``assistant_only_loss``),
+    each message the target of exactly one window. ``max_rows`` then counts windows. A
+    window carries the system prompt once for several targets: several times the learning
+    per token of decision rows. Held-out evaluation stays per decision."""
+
+    path: str
+    max_rows: int | None = None
+    completion_column: str | None = None
+    prompts_from: str | None = None
+    windows: bool = False
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+
+@dataclass(frozen=True)
+class HoldoutSpec:
+    """Rows whose ``key`` (a dialogue id) hashes below ``fraction`` are held out of every
+    training stage and used for the reports. The same key, fraction and salt everywhere
+    hold out the same dialogues in every stage and every dataset."""
+
+    key: str = "dialogue_id"
+    fraction: float = 0.05
+    salt: str = "askflow-holdout"
+
+
+@dataclass(frozen=True)
+class ToolResultsSpec:
+    """Shorter ``<tool_response>`` observations for a short context: at most
+    ``max_results`` search results (``count`` still says how many matched), the first in
+    full and the others reduced to ``fields`` (what tells candidates apart). A full SpeakER
+    observation of five results is ~500 tokens of the embedded tokenizer, more than the
+    whole context left after the system prompt and a clarification."""
+
+    max_results: int = 3
+    fields: tuple[str, ...] = (
+        "name", "area", "pricerange", "type", "food", "stars", "internet", "parking",
+        "trainID", "day", "departure", "destination", "leaveAt", "arriveBy", "price",
+    )
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What a run trains on. Prompts get the policy's compact system prompt
+    (``compact_prompts``) and at most ``max_history_messages`` messages of history; then,
+    if the example is still longer than ``OptimSpec.max_length`` tokens, the oldest history
+    goes first, the completion is never cut, and an example that cannot fit is dropped
+    (and counted). ``tool_results``: shorten tool observations in prompts (None keeps them
+    whole)."""
+
+    sources: tuple[SourceSpec, ...]
+    holdout: HoldoutSpec = HoldoutSpec()
+    compact_prompts: bool = True
+    max_history_messages: int | None = 6
+    tool_results: ToolResultsSpec | None = None
+    seed: int = 0
+
+
+# --- Optimisation and device ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    """The optimisation loop. ``max_time_s`` stops training at the first step boundary past
+    it (a time budget on top of ``max_steps``; None for none). For GRPO ``batch_size``
+    counts completions (``num_generations`` per prompt) and must be a multiple of it."""
+
+    max_steps: int = 100
+    max_time_s: float | None = None
+    learning_rate: float = 1e-4
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    max_grad_norm: float = 1.0
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_length: int = 512
+    logging_steps: int = 5
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """``bf16`` / ``gradient_checkpointing``: None chooses for the machine (on a GPU: bf16
+    where supported, checkpointing on; on CPU both off, the fast choice for a small model).
+    ``bf16=True`` on a machine without bf16 support is a configuration error.
+
+    ``use_vllm`` (GRPO generation through vLLM, ``vllm_mode`` ``colocate`` or ``server``;
+    a server is started with ``trl vllm-serve --model <path>``) needs CUDA and vLLM.
+    Multi-GPU runs need nothing here: launch the stage with ``accelerate launch``.
+    ``threads``: torch CPU threads (None: torch's default, one per core)."""
+
+    bf16: bool | None = None
+    gradient_checkpointing: bool | None = None
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    threads: int | None = None
+
+
+# --- Objectives ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SFTObjective:
+    """Supervised fine-tuning on prompt-completion pairs; the loss covers the completion."""
+
+    completion_only_loss: bool = True
+
+
+@dataclass(frozen=True)
+class DPOObjective:
+    """DPO on prompt/chosen/rejected pairs (TRL ``loss_type`` names)."""
+
+    beta: float = 0.1
+    loss_type: tuple[str, ...] = ("sigmoid",)
+
+
+@dataclass(frozen=True)
+class KTOObjective:
+    """KTO on unpaired examples: ``prompt``/``completion``/``label`` rows, or preference
+    pairs split into a desirable (chosen) and an undesirable (rejected) example."""
+
+    beta: float = 0.1
+    desirable_weight: float = 1.0
+    undesirable_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class GRPOObjective:
+    """GRPO with SpeakRL's rewards (names of :data:`pipelines.rewards.REWARD_FUNCTIONS`,
+    with their weights; eq. 7 is format + clarification at weight 1 each). ``beta=0``: no
+    KL term and no reference model (SpeakRL Table 3 used 0.04).
+    ``mask_truncated_completions``: completions cut at ``max_completion_length`` (a small
+    model's repetition loops) are left out of the loss rather than teaching "shorter is
+    better" through a zero format reward."""
+
+    num_generations: int = 8
+    max_completion_length: int = 128
+    temperature: float = 1.0
+    beta: float = 0.0
+    rewards: tuple[tuple[str, float], ...] = (("format", 1.0), ("clarify_verifiable", 1.0))
+    loss_type: str = "dapo"
+    scale_rewards: str = "group"
+    mask_truncated_completions: bool = False
+
+
+Objective = Union[SFTObjective, DPOObjective, KTOObjective, GRPOObjective]
+
+#: The objective class of each method.
+OBJECTIVES: dict[str, type] = {"sft": SFTObjective, "dpo": DPOObjective, "kto": KTOObjective, "grpo": GRPOObjective}
+
+
+# --- Evaluation and outputs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """Held-out evaluation, before and after training, on at most ``max_examples`` held-out
+    rows per source (``before``: also evaluate the starting model). ``generate``:
+    generations scored by the format reward (and, for GRPO, by every training reward);
+    preference data also gets the chosen-over-rejected log-probability margin.
+
+    ``samples`` 0 decodes greedily; ``samples`` n > 0 draws n completions per prompt at
+    ``temperature`` (seeded by ``seed``), so the metrics estimate the policy's expected
+    reward: what GRPO maximises, and what a greedy decode of a small model can hide."""
+
+    max_examples: int = 64
+    before: bool = True
+    generate: bool = True
+    max_new_tokens: int = 128
+    batch_size: int = 16
+    samples: int = 0
+    temperature: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """Where a run writes: the model directory (Hugging Face layout plus a model card), the
+    metrics JSON, and the per-step training curve (CSV)."""
+
+    model_dir: str
+    metrics: str
+    curve: str
+
+    @classmethod
+    def for_method(cls, method: str, models: str = "models", reports: str = "reports/train") -> "OutputSpec":
+        return cls(f"{models}/{method}", f"{reports}/{method}.json", f"{reports}/{method}_curve.csv")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. ``objective`` None means the method's defaults."""
+
+    method: str
+    model: ModelSpec
+    data: DataSpec
+    output: OutputSpec
+    optim: OptimSpec = OptimSpec()
+    device: DeviceSpec = DeviceSpec()
+    eval: EvalSpec = EvalSpec()
+    objective: Objective | None = None
+
+    def resolved_objective(self) -> Objective:
+        return self.objective if self.objective is not None else OBJECTIVES[self.method]()
+
+
+def config_dict(config: Any) -> Any:
+    """A config as plain JSON-able data (dicts, lists, scalars), for reports and model cards."""
+    if is_dataclass(config) and not isinstance(config, type):
+        return {f.name: config_dict(getattr(config, f.name)) for f in fields(config)}
+    if isinstance(config, (tuple, list)):
+        return [config_dict(item) for item in config]
+    if isinstance(config, dict):
+        return {str(k): config_dict(v) for k, v in config.items()}
+    return config
+
+
+__all__ = [
+    "DPOObjective",
+    "DataSpec",
+    "DeviceSpec",
+    "EvalSpec",
+    "GRPOObjective",
+    "HoldoutSpec",
+    "KTOObjective",
+    "LoraSpec",
+    "METHODS",
+    "ModelSpec",
+    "OBJECTIVES",
+    "Objective",
+    "OptimSpec",
+    "OutputSpec",
+    "QuantizationSpec",
+    "SFTObjective",
+    "SourceSpec",
+    "ToolResultsSpec",
+    "TrainConfig",
+    "config_dict",
+]

@@ -1,0 +1,509 @@
+"""Training data: Parquet tables -> a held-out split, compact prompts that fit, TRL rows.
+
+Column contract (conversational data: messages are ``{"role", "content"}`` lists)
+------------------------------------------------------------------------------------
+
+==========  ======================================================================
+method      columns (besides the hold-out key, ``dialogue_id`` by default)
+==========  ======================================================================
+sft         ``prompt`` + ``completion``; or ``prompt`` + a text column named by
+            ``SourceSpec.completion_column`` (e.g. ``speaker_grpo.reference``); with
+            ``SourceSpec.windows``, whole dialogues in TRL's ``messages`` layout
+dpo         ``prompt`` + ``chosen`` + ``rejected`` (SpeakER-DPO)
+kto         ``prompt`` + ``completion`` + ``label`` (bool; JOSH's KTO data), or
+            ``prompt`` + ``chosen`` + ``rejected``, split into a desirable and an
+            undesirable example (clarifying vs acting on a guess)
+grpo        ``prompt`` + the columns the rewards read (:mod:`pipelines.rewards`);
+            every column reaches the reward functions
+==========  ======================================================================
+
+Hold-out
+--------
+
+A row is held out when the hash of its key (the dialogue id) falls below
+``HoldoutSpec.fraction``: the same dialogues are held out of every stage and every
+dataset, so an evaluation prompt was never trained on by an earlier post-training stage
+either. (The bootstrap pretraining reads the corpus' train split, gold turns without
+clarifications: it may have seen the seed of a held-out dialogue.)
+
+Fitting
+-------
+
+A small model has a short context. Each prompt gets the policy's compact system prompt
+and its last ``max_history_messages`` messages (:func:`pipelines.policy.prompts.compact_messages`),
+optionally with shortened tool observations (:func:`shorten_tool_response`);
+if prompt and completion still exceed ``max_length`` tokens, the oldest history is
+dropped, one message at a time, and inside a single SpeakRL Table 1 message one rendered
+turn at a time. The completion is never cut; an example that cannot fit is dropped and
+counted. For GRPO the completion is yet to be generated: ``max_completion_length`` tokens
+are reserved for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence
+
+from pipelines.errors import ConfigError
+from pipelines.rewards import REWARD_FUNCTIONS
+from pipelines.rewards.prompts import SPEAKER_LABELS, SPEAKRL_PROMPT_TEMPLATE
+from pipelines.training.config import DataSpec, GRPOObjective, HoldoutSpec, SourceSpec, ToolResultsSpec
+
+Messages = list[dict[str, Any]]
+Row = dict[str, Any]
+
+#: Row layouts a source can have.
+COMPLETION = "completion"  # prompt + completion
+PAIRS = "pairs"  # prompt + chosen + rejected
+LABELED = "labeled"  # prompt + completion + label
+PROMPTS = "prompts"  # prompt only (+ reward columns)
+
+_LAYOUT_COLUMNS: dict[str, tuple[str, ...]] = {
+    COMPLETION: ("prompt", "completion"),
+    PAIRS: ("prompt", "chosen", "rejected"),
+    LABELED: ("prompt", "completion", "label"),
+    PROMPTS: ("prompt",),
+}
+#: The layouts each method accepts, in order of preference.
+METHOD_LAYOUTS: dict[str, tuple[str, ...]] = {
+    "sft": (COMPLETION,),
+    "dpo": (PAIRS,),
+    "kto": (LABELED, PAIRS),
+    "grpo": (PROMPTS,),
+}
+
+
+# --- Column contract -------------------------------------------------------------------------
+
+
+def source_layout(method: str, source: SourceSpec, columns: Iterable[str], holdout_key: str) -> str:
+    """The layout in which ``method`` reads a source with these ``columns``; ConfigError
+    naming what is missing otherwise."""
+    present = set(columns)
+    if source.completion_column is not None:
+        if method not in ("sft",):
+            raise ConfigError(f"{source.path}: completion_column is only for sft sources, not {method}")
+        present |= {"completion"} if source.completion_column in present else set()
+    missing_key = [] if holdout_key in present else [holdout_key]
+    for layout in METHOD_LAYOUTS[method]:
+        needed = _LAYOUT_COLUMNS[layout]
+        if all(c in present for c in needed) and not missing_key:
+            return layout
+    wanted = " or ".join("+".join(_LAYOUT_COLUMNS[layout]) for layout in METHOD_LAYOUTS[method])
+    if source.completion_column is not None:
+        wanted = f"prompt+{source.completion_column} (completion_column)"
+    best = min(
+        ([c for c in _LAYOUT_COLUMNS[layout] if c not in present] + missing_key for layout in METHOD_LAYOUTS[method]),
+        key=len,
+    )
+    raise ConfigError(
+        f"{source.path}: {method} needs columns {wanted} and the hold-out key {holdout_key!r}; "
+        f"missing {', '.join(map(repr, best))} (columns: {', '.join(sorted(columns))})"
+    )
+
+
+def reward_columns(objective: GRPOObjective) -> tuple[str, ...]:
+    """The dataset columns the configured rewards cannot do without."""
+    needed: list[str] = []
+    for name, _ in objective.rewards:
+        judge = getattr(REWARD_FUNCTIONS.get(name), "judge", None)
+        if judge is not None:
+            # A judge declares the columns it reads; the verifiable judge requires the first.
+            needed.extend(judge.columns[:1])
+    return tuple(dict.fromkeys(needed))
+
+
+# --- Hold-out --------------------------------------------------------------------------------
+
+
+def holdout_score(key: Any, salt: str) -> float:
+    """A stable number in [0, 1) for a key: SHA-256, independent of Python's hash seed."""
+    digest = hashlib.sha256(f"{salt}\x00{key}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def is_held_out(key: Any, spec: HoldoutSpec) -> bool:
+    return holdout_score(key, spec.salt) < spec.fraction
+
+
+# --- Prompt fitting --------------------------------------------------------------------------
+
+_TABLE1_HEAD, _TABLE1_TAIL = SPEAKRL_PROMPT_TEMPLATE.split("{conversation}")
+_TURN_START = re.compile(r"\n(?=(?:%s): )" % "|".join(map(re.escape, SPEAKER_LABELS.values())))
+
+
+def drop_oldest_rendered_turn(content: str) -> str | None:
+    """A SpeakRL Table 1 prompt without its oldest conversation turn; None for another
+    text, or when a single turn is left (the final user query is never cut)."""
+    if not (content.startswith(_TABLE1_HEAD) and content.endswith(_TABLE1_TAIL)):
+        return None
+    conversation = content[len(_TABLE1_HEAD) : len(content) - len(_TABLE1_TAIL)]
+    turns = _TURN_START.split(conversation)
+    if len(turns) < 2:
+        return None
+    return _TABLE1_HEAD + "\n".join(turns[1:]) + _TABLE1_TAIL
+
+
+class TokenCounter:
+    """Token lengths of chat-templated conversations, with the tokenizer's own template."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+
+    def __call__(self, messages: Messages, add_generation_prompt: bool = False) -> int:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _without_oldest(prompt: Messages, k: int) -> Messages | None:
+    """``prompt`` without its ``k`` oldest history units: whole messages first (never the
+    system message or the last message), then rendered turns inside a last Table 1
+    message. None when fewer than ``k`` units can go."""
+    first = 1 if prompt and prompt[0]["role"] == "system" else 0
+    droppable = max(len(prompt) - first - 1, 0)
+    messages = [*prompt[:first], *prompt[first + min(k, droppable) :]]
+    for _ in range(k - droppable):
+        if len(messages) <= first:
+            return None
+        shorter = drop_oldest_rendered_turn(messages[-1]["content"])
+        if shorter is None:
+            return None
+        messages[-1] = {**messages[-1], "content": shorter}
+    return messages
+
+
+def _droppable_units(prompt: Messages) -> int:
+    first = 1 if prompt and prompt[0]["role"] == "system" else 0
+    if len(prompt) <= first:
+        return 0
+    units = len(prompt) - first - 1
+    content = prompt[-1]["content"]
+    while (content := drop_oldest_rendered_turn(content)) is not None:
+        units += 1
+    return units
+
+
+def fit_prompt(
+    prompt: Messages,
+    completions: Sequence[Messages],
+    count: Callable[..., int],
+    max_length: int,
+    reserve: int = 0,
+) -> Messages | None:
+    """``prompt`` cut from the left until it fits in ``max_length`` tokens with the longest
+    of ``completions`` (or, with no completion, with ``reserve`` tokens left for one); None
+    when it cannot. The system message and the last message are never dropped; only the
+    oldest turns of a last Table 1 message are. The fewest units are dropped (a binary
+    search: a handful of tokenizations per example)."""
+
+    def fits(messages: Messages | None) -> bool:
+        if messages is None:
+            return False
+        if completions:
+            return max(count(messages + list(c)) for c in completions) <= max_length
+        return count(messages, add_generation_prompt=True) + reserve <= max_length
+
+    prompt = [dict(m) for m in prompt]
+    if fits(prompt):
+        return prompt
+    most = _droppable_units(prompt)
+    if not fits(_without_oldest(prompt, most)):
+        return None
+    low, high = 0, most  # low does not fit, high does
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(_without_oldest(prompt, middle)):
+            high = middle
+        else:
+            low = middle
+    return _without_oldest(prompt, high)
+
+
+_TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*)\n</tool_response>", re.DOTALL)
+
+
+def shorten_tool_response(content: str, spec: ToolResultsSpec) -> str:
+    """A ``<tool_response>`` message with at most ``spec.max_results`` results, all but the
+    first reduced to ``spec.fields``; any other content unchanged."""
+    match = _TOOL_RESPONSE.fullmatch(content)
+    if match is None:
+        return content
+    try:
+        observation = json.loads(match.group(1))
+    except json.JSONDecodeError:
+        return content
+    results = observation.get("results") if isinstance(observation, dict) else None
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        return content
+    kept = results[: spec.max_results]
+    kept = kept[:1] + [{k: v for k, v in r.items() if k in spec.fields} for r in kept[1:]]
+    return f"<tool_response>\n{json.dumps({**observation, 'results': kept}, ensure_ascii=False)}\n</tool_response>"
+
+
+def compact(prompt: Messages, spec: DataSpec) -> Messages:
+    """The prompt with the policy's compact system prompt, its recent history and, with
+    ``spec.tool_results``, shortened tool observations."""
+    if spec.compact_prompts:
+        from pipelines.policy.prompts import compact_messages
+
+        messages = compact_messages(prompt, spec.max_history_messages)
+    else:
+        first = 1 if prompt and prompt[0]["role"] == "system" else 0
+        history = prompt[first:]
+        if spec.max_history_messages is not None:
+            history = history[-spec.max_history_messages :] if spec.max_history_messages else []
+        messages = [dict(m) for m in (*prompt[:first], *history)]
+    if spec.tool_results is not None:
+        messages = [{**m, "content": shorten_tool_response(m["content"], spec.tool_results)} for m in messages]
+    return messages
+
+
+# --- Sources -> rows -------------------------------------------------------------------------
+
+
+@dataclass
+class SourceRows:
+    """One source, prepared: training and held-out rows in the source's layout."""
+
+    name: str
+    layout: str
+    train: list[Row]
+    heldout: list[Row]
+    stats: dict[str, Any] = field(default_factory=dict)
+    windows: bool = False  # training rows are dialogue windows ({"messages"})
+
+
+JOIN_COLUMN = "step"
+
+
+def join_prompts(rows: Sequence[Row], prompt_rows: Sequence[Row], key: str) -> tuple[list[Row], int]:
+    """``rows`` with the ``prompt`` of the ``prompt_rows`` row at the same (``key``,
+    ``step``); rows without one are left out and counted."""
+    prompts = {(r[key], r[JOIN_COLUMN]): r["prompt"] for r in prompt_rows}
+    joined = [{**row, "prompt": prompts[(row[key], row[JOIN_COLUMN])]} for row in rows if (row[key], row[JOIN_COLUMN]) in prompts]
+    return joined, len(rows) - len(joined)
+
+
+def _messages(value: Any, where: str) -> Messages:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ConfigError(f"{where}: expected a list of chat messages, got {type(value).__name__}")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def _normalize(row: Row, layout: str, source: SourceSpec) -> Row:
+    where = f"{source.path} ({row.get('dialogue_id', '?')})"
+    out = dict(row)
+    out["prompt"] = _messages(row["prompt"], f"{where} prompt")
+    if source.completion_column is not None:
+        out["completion"] = [{"role": "assistant", "content": str(row[source.completion_column])}]
+    for column in ("completion", "chosen", "rejected"):
+        if column in _LAYOUT_COLUMNS[layout]:
+            out[column] = _messages(out[column], f"{where} {column}")
+    if layout == LABELED:
+        out["label"] = bool(row["label"])
+    return out
+
+
+def _completions(row: Row, layout: str) -> list[Messages]:
+    if layout == PAIRS:
+        return [row["chosen"], row["rejected"]]
+    if layout in (COMPLETION, LABELED):
+        return [row["completion"]]
+    return []
+
+
+def dialogue_chats(rows: Iterable[Row], key: str) -> dict[Any, Messages]:
+    """Whole dialogues from their decision rows: per key, the last row's prompt followed by
+    its completion (every earlier row's prompt is a prefix of it)."""
+    last: dict[Any, Row] = {}
+    for row in rows:
+        if row[key] not in last or row[JOIN_COLUMN] > last[row[key]][JOIN_COLUMN]:
+            last[row[key]] = row
+    return {k: [*row["prompt"], *row["completion"]] for k, row in last.items()}
+
+
+def chat_windows(chat: Messages, count: Callable[..., int], max_length: int) -> list[Messages]:
+    """A chat (system message first) cut into windows of at most ``max_length`` tokens:
+    the system message and consecutive messages, ending with an assistant message and
+    beginning with another role. Cut greedily from the end: the last assistant message gets
+    the longest history that fits, the assistant messages before it in the window are
+    targets too, and the next window ends where this one begins; so every assistant
+    message is the target of one window, or of none when it does not fit with at least
+    one message of history."""
+    system, messages = chat[0], chat[1:]
+    base = count([system])
+    # Message lengths are additive in a ChatML template (each message is its own block);
+    # the full count below checks the assumption for any other template.
+    lengths = [count([system, m]) - base for m in messages]
+    windows: list[Messages] = []
+    end = len(messages)
+    while end > 0:
+        if messages[end - 1]["role"] != "assistant":
+            end -= 1
+            continue
+        start, used = end, base
+        while start > 0 and used + lengths[start - 1] <= max_length:
+            start -= 1
+            used += lengths[start]
+        while start < end and (messages[start]["role"] == "assistant" or count([system, *messages[start:end]]) > max_length):
+            start += 1
+        if start == end:
+            end -= 1  # no history fits with it
+            continue
+        windows.append([system, *messages[start:end]])
+        end = start
+    windows.reverse()
+    return windows
+
+
+def _prepare_windows(
+    rows: Sequence[Row], source: SourceSpec, spec: DataSpec, count: Callable[..., int], max_length: int, stats: dict[str, Any]
+) -> list[Row]:
+    """Training windows of the dialogues not held out, in seeded dialogue order, up to
+    ``source.max_rows`` windows."""
+    chats = dialogue_chats((r for r in rows if not is_held_out(r[spec.holdout.key], spec.holdout)), spec.holdout.key)
+    order = sorted(chats, key=str)
+    random.Random(spec.seed).shuffle(order)
+    whole = replace(spec, max_history_messages=None)
+    windows: list[Row] = []
+    targets = covered = 0
+    for key in order:
+        if source.max_rows is not None and len(windows) >= source.max_rows:
+            break
+        chat = compact(_messages(chats[key], f"{source.path} ({key})"), whole)
+        cut = chat_windows(chat, count, max_length)
+        targets += sum(m["role"] == "assistant" for m in chat)
+        covered += sum(m["role"] == "assistant" for w in cut for m in w)
+        windows.extend({spec.holdout.key: key, "messages": w} for w in cut)
+    if source.max_rows is not None:
+        windows = windows[: source.max_rows]
+    stats.update(train_targets=covered, train_targets_dropped_too_long=targets - covered)
+    return windows
+
+
+def prepare_source(
+    rows: Sequence[Row],
+    columns: Iterable[str],
+    source: SourceSpec,
+    method: str,
+    spec: DataSpec,
+    count: Callable[..., int],
+    max_length: int,
+    *,
+    reserve: int = 0,
+    max_heldout: int | None = None,
+    prompt_rows: Sequence[Row] | None = None,
+) -> SourceRows:
+    """Split one source's rows (dicts, as ``pyarrow.Table.to_pylist`` gives them; ``columns``
+    are the table's) into training and held-out rows, each with a compact prompt that fits
+    (module docstring).
+
+    Training rows are a seeded sample of ``source.max_rows``; held-out rows the first
+    ``max_heldout`` in hash order (a stable sample). Only sampled rows are fitted. With
+    ``prompt_rows`` (``source.prompts_from``), prompts are joined from them first."""
+    layout = source_layout(method, source, columns, spec.holdout.key)
+    stats: dict[str, Any] = {"rows": len(rows)}
+    if prompt_rows is not None:
+        rows, stats["no_prompt"] = join_prompts(rows, prompt_rows, spec.holdout.key)
+    train_rows, heldout_rows = [], []
+    for row in rows:
+        (heldout_rows if is_held_out(row[spec.holdout.key], spec.holdout) else train_rows).append(row)
+    random.Random(spec.seed).shuffle(train_rows)
+    heldout_rows.sort(key=lambda r: holdout_score(f"{r[spec.holdout.key]}/{r.get('step', '')}", spec.holdout.salt))
+    stats["heldout_rows"] = len(heldout_rows)
+
+    def fitted(candidates: list[Row], limit: int | None) -> tuple[list[Row], int]:
+        kept, dropped = [], 0
+        for row in candidates:
+            if limit is not None and len(kept) >= limit:
+                break
+            row = _normalize(row, layout, source)
+            prompt = fit_prompt(compact(row["prompt"], spec), _completions(row, layout), count, max_length, reserve)
+            if prompt is None:
+                dropped += 1
+                continue
+            kept.append({**row, "prompt": prompt})
+        return kept, dropped
+
+    if source.windows:
+        train = _prepare_windows(rows, source, spec, count, max_length, stats)
+    else:
+        train, stats["train_dropped_too_long"] = fitted(train_rows, source.max_rows)
+    heldout, stats["heldout_dropped_too_long"] = fitted(heldout_rows, max_heldout)
+    stats["train"] = len(train)
+    stats["heldout"] = len(heldout)
+    return SourceRows(source.name, layout, train, heldout, stats, windows=source.windows)
+
+
+# --- Rows -> TRL's layout --------------------------------------------------------------------
+
+
+def trainer_rows(method: str, prepared: SourceRows) -> list[Row]:
+    """The training rows in the columns the method's TRL trainer reads. KTO reads pairs as
+    two unpaired examples; GRPO keeps every column (the rewards read them)."""
+    rows = prepared.train
+    if method == "sft" and prepared.windows:
+        return [{"messages": r["messages"]} for r in rows]
+    if method == "sft":
+        return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+    if method == "dpo":
+        return [{"prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]} for r in rows]
+    if method == "kto":
+        if prepared.layout == LABELED:
+            return [{"prompt": r["prompt"], "completion": r["completion"], "label": r["label"]} for r in rows]
+        unpaired = []
+        for r in rows:
+            unpaired.append({"prompt": r["prompt"], "completion": r["chosen"], "label": True})
+            unpaired.append({"prompt": r["prompt"], "completion": r["rejected"], "label": False})
+        return unpaired
+    if method == "grpo":
+        return [dict(r) for r in rows]
+    raise ConfigError(f"unknown method {method!r}")
+
+
+def build_train_dataset(method: str, prepared: Sequence[SourceRows], seed: int = 0) -> Any:
+    """All sources' training rows as one shuffled ``datasets.Dataset``."""
+    from datasets import Dataset
+
+    if len({source.windows for source in prepared}) > 1:
+        raise ConfigError(f"{method}: either every source is read as dialogue windows or none is")
+    rows = [row for source in prepared for row in trainer_rows(method, source)]
+    if not rows:
+        raise ConfigError(
+            f"{method}: no training example left after the hold-out and length fitting "
+            f"({', '.join(f'{s.name}: {s.stats}' for s in prepared)}); raise max_length or max_history_messages"
+        )
+    if method == "grpo":
+        # Arrow needs one type per column across sources: keep the columns all sources share.
+        shared = set.intersection(*(set(source.train[0]) for source in prepared if source.train))
+        rows = [{k: v for k, v in row.items() if k in shared} for row in rows]
+    random.Random(seed).shuffle(rows)
+    return Dataset.from_list(rows)
+
+
+__all__ = [
+    "COMPLETION",
+    "LABELED",
+    "METHOD_LAYOUTS",
+    "PAIRS",
+    "PROMPTS",
+    "SourceRows",
+    "TokenCounter",
+    "build_train_dataset",
+    "chat_windows",
+    "dialogue_chats",
+    "compact",
+    "drop_oldest_rendered_turn",
+    "fit_prompt",
+    "holdout_score",
+    "is_held_out",
+    "prepare_source",
+    "reward_columns",
+    "shorten_tool_response",
+    "source_layout",
+    "trainer_rows",
+]

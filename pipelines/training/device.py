@@ -1,0 +1,80 @@
+"""The machine a run trains on, and the precision settings that suit it.
+
+On a GPU: bf16 where the GPU supports it, gradient checkpointing on. On CPU: both off.
+bf16 on a CPU-only machine is refused at build time by ``TrainingArguments`` itself
+(``use_cpu`` autocasting would work but is several times slower); gradient checkpointing
+trades compute for memory a small model does not need. Asking for either where it cannot
+work is a :class:`~pipelines.errors.ConfigError`, raised before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from pipelines.errors import ConfigError
+from pipelines.training.config import DeviceSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the run can use: ``accelerator`` is ``"cuda"`` or ``"cpu"``."""
+
+    accelerator: str
+    bf16_supported: bool
+    n_gpus: int = 0
+
+    @classmethod
+    def detect(cls) -> "Machine":
+        import torch
+
+        if torch.cuda.is_available():
+            return cls("cuda", torch.cuda.is_bf16_supported(), torch.cuda.device_count())
+        return cls("cpu", False, 0)
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """The resolved settings a run uses."""
+
+    accelerator: str
+    bf16: bool
+    gradient_checkpointing: bool
+    use_vllm: bool
+    vllm_mode: str
+    threads: int | None = None
+
+
+VLLM_MODES = ("colocate", "server")
+
+
+def resolve_device(spec: DeviceSpec, model: ModelSpec, method: str, machine: Machine) -> DeviceSettings:
+    """``spec`` made concrete for ``machine``; ConfigError for what the machine cannot do."""
+    gpu = machine.accelerator == "cuda"
+    if spec.bf16 and not machine.bf16_supported:
+        where = "a CPU-only machine" if not gpu else "this GPU"
+        raise ConfigError(f"device.bf16 is true but {where} does not support bf16; set it to false or leave it unset (auto)")
+    if model.quantization is not None:
+        if not gpu:
+            raise ConfigError("model.quantization (4-bit) needs a CUDA GPU; remove it to train on CPU")
+        if model.lora is None:
+            raise ConfigError("model.quantization needs model.lora: a 4-bit model is trained through an adapter")
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise ConfigError("model.quantization needs the bitsandbytes package, which is not installed")
+    if spec.use_vllm:
+        if method != "grpo":
+            raise ConfigError(f"device.use_vllm is for grpo generation; {method} does not generate")
+        if not gpu:
+            raise ConfigError("device.use_vllm needs a CUDA GPU; set it to false on CPU")
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("device.use_vllm needs the vllm package, which is not installed")
+    if spec.vllm_mode not in VLLM_MODES:
+        raise ConfigError(f"device.vllm_mode must be one of {', '.join(VLLM_MODES)}, got {spec.vllm_mode!r}")
+    bf16 = machine.bf16_supported if spec.bf16 is None else spec.bf16
+    checkpointing = gpu if spec.gradient_checkpointing is None else spec.gradient_checkpointing
+    if spec.threads is not None and (isinstance(spec.threads, bool) or not isinstance(spec.threads, int) or spec.threads < 1):
+        raise ConfigError(f"device.threads must be a positive integer or null, got {spec.threads!r}")
+    return DeviceSettings(machine.accelerator, bf16, checkpointing, spec.use_vllm, spec.vllm_mode, spec.threads)
+
+
+__all__ = ["DeviceSettings", "Machine", "VLLM_MODES", "resolve_device"]

@@ -1,0 +1,284 @@
+"""Held-out evaluation of a policy: what it writes, and what it prefers.
+
+* :func:`generate` - greedy completions for chat prompts, batched with left padding.
+* :func:`generation_metrics` - how those completions score: the format reward
+  (``well_formed``: full credit, a ``<think>`` followed by one action), the decision they
+  take (``clarify_rate``) and, where the reference completion is known, whether it is the
+  reference's decision (``decision_match``).
+* :func:`reward_metrics` - the mean of each training reward and of their weighted total,
+  as GRPO sees them.
+* :func:`preference_metrics` - the log-probability margin of chosen over rejected
+  completions (``margin``: mean of ``log p(chosen) - log p(rejected)``; ``accuracy``: the
+  share of pairs with a positive margin). DPO must raise it; it is measured the same way
+  before and after training. For unpaired data (``label`` rows) :func:`labeled_metrics`
+  gives the mean log-probability of desirable and of undesirable completions.
+
+:func:`evaluate_heldout` runs what applies to each held-out source.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import fmean
+from typing import Any, Callable, Mapping, Sequence
+
+from pipelines.episodes.formats import END, THINK, Malformed, SpeakRLFormat
+from pipelines.rewards import FULL_CREDIT, completion_text, format_score
+from pipelines.training.config import EvalSpec, GRPOObjective, Objective
+from pipelines.training.data import COMPLETION, LABELED, PAIRS, SourceRows
+from pipelines.training.trainers import reward_functions, reward_name
+
+Messages = list[dict[str, Any]]
+_PARSER = SpeakRLFormat()
+
+
+# --- Generation ------------------------------------------------------------------------------
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Messages],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 16,
+    temperature: float | None = None,
+    seed: int = 0,
+) -> list[str]:
+    """One completion per prompt, decoded without control tokens, in the order of
+    ``prompts``: greedy, or sampled at ``temperature`` (no top-k/top-p cut, as GRPO
+    samples) with torch's RNG seeded with ``seed`` (the caller's RNG state is restored
+    afterwards). Prompts are batched by length to waste little on padding."""
+    import torch
+    from transformers import GenerationConfig
+
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {"do_sample": False}
+    settings = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **sampling,
+    )
+    device = next(model.parameters()).device
+    was_training, padding_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    outputs: dict[int, str] = {}
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():  # the caller's RNG state is left as it was
+            torch.manual_seed(seed)
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                encoded = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False)
+                encoded = encoded.to(device)
+                generated = model.generate(**encoded, generation_config=settings)
+                new_tokens = generated[:, encoded["input_ids"].shape[1] :]
+                for i, text in zip(batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True)):
+                    outputs[i] = text.strip()
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return [outputs[i] for i in range(len(texts))]
+
+
+# --- Scoring generations ---------------------------------------------------------------------
+
+
+def decision(text: str) -> str | None:
+    """What an output does: ``clarify``, ``tool_call``, ``respond`` or ``end`` (a response
+    that ends the dialogue); None when the agent grammar rejects it."""
+    parsed = _PARSER.parse(text)
+    if isinstance(parsed, Malformed):
+        return None
+    kinds = [action.kind for action in parsed if action.kind != THINK]
+    if END in kinds:
+        return END
+    return kinds[0] if kinds else None
+
+
+def generation_metrics(texts: Sequence[str], references: Sequence[str] | None = None) -> dict[str, float]:
+    """Format and decision statistics of generated texts (module docstring)."""
+    if not texts:
+        return {}
+    scores = [format_score(t) for t in texts]
+    decisions = [decision(t) for t in texts]
+    metrics = {
+        "n": len(texts),
+        "format_reward": fmean(scores),
+        "well_formed": fmean(s == FULL_CREDIT for s in scores),
+        "clarify_rate": fmean(d == "clarify" for d in decisions),
+    }
+    if references is not None:
+        metrics["decision_match"] = fmean(d is not None and d == decision(r) for d, r in zip(decisions, references))
+    return metrics
+
+
+def reward_metrics(
+    prompts: Sequence[Messages],
+    texts: Sequence[str],
+    rows: Sequence[Mapping[str, Any]],
+    functions: Sequence[Callable[..., list]],
+    weights: Sequence[float],
+    names: Sequence[str],
+) -> dict[str, float]:
+    """Mean of each reward over the completions and of their weighted total (a reward of
+    None, a sample its judge could not score, counts in no mean)."""
+    if not texts:
+        return {}
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    columns = {k: [row.get(k) for row in rows] for k in rows[0] if k != "prompt"}
+    metrics: dict[str, float] = {}
+    totals = [0.0] * len(texts)
+    for function, weight, name in zip(functions, weights, names):
+        values = function(prompts=list(prompts), completions=completions, **columns)
+        scored = [v for v in values if v is not None]
+        metrics[f"reward/{name}"] = fmean(scored) if scored else math.nan
+        totals = [t + weight * (v or 0.0) for t, v in zip(totals, values)]
+    metrics["reward/total"] = fmean(totals)
+    return metrics
+
+
+# --- Preferences -----------------------------------------------------------------------------
+
+
+def completion_logprobs(
+    model: Any, tokenizer: Any, prompts: Sequence[Messages], completions: Sequence[Messages], *, batch_size: int = 16
+) -> list[float]:
+    """``log p(completion | prompt)`` under the chat template: the summed log-probabilities
+    of the completion's tokens (its end-of-turn token included)."""
+    import torch
+
+    sequences: list[tuple[list[int], int]] = []
+    for prompt, completion in zip(prompts, completions):
+        head = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(list(prompt) + list(completion), tokenize=False)
+        if not full.startswith(head):
+            raise ValueError("the chat template does not render the prompt as a prefix of prompt + completion")
+        head_ids = tokenizer(head, add_special_tokens=False)["input_ids"]
+        tail_ids = tokenizer(full[len(head) :], add_special_tokens=False)["input_ids"]
+        sequences.append((head_ids + tail_ids, len(head_ids)))
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    pad = tokenizer.pad_token_id
+    logps: list[float] = []
+    try:
+        for start in range(0, len(sequences), batch_size):
+            batch = sequences[start : start + batch_size]
+            width = max(len(ids) for ids, _ in batch)
+            input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch], device=device)
+            attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch], device=device)
+            with torch.no_grad():
+                logits = model(input_ids=input_ids, attention_mask=attention).logits.float()
+            token_logps = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+            for row, (ids, prompt_len) in enumerate(batch):
+                logps.append(token_logps[row, prompt_len - 1 : len(ids) - 1].sum().item())
+    finally:
+        model.train(was_training)
+    return logps
+
+
+def preference_metrics(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Messages],
+    chosen: Sequence[Messages],
+    rejected: Sequence[Messages],
+    *,
+    batch_size: int = 16,
+) -> dict[str, float]:
+    """The chosen-over-rejected log-probability margin on pairs (module docstring)."""
+    if not prompts:
+        return {}
+    good = completion_logprobs(model, tokenizer, prompts, chosen, batch_size=batch_size)
+    bad = completion_logprobs(model, tokenizer, prompts, rejected, batch_size=batch_size)
+    margins = [g - b for g, b in zip(good, bad)]
+    return {
+        "n_pairs": len(margins),
+        "margin": fmean(margins),
+        "accuracy": fmean(m > 0 for m in margins),
+        "logp_chosen": fmean(good),
+        "logp_rejected": fmean(bad),
+    }
+
+
+def labeled_metrics(
+    model: Any, tokenizer: Any, rows: Sequence[Mapping[str, Any]], *, batch_size: int = 16
+) -> dict[str, float]:
+    """Mean log-probability of desirable and of undesirable completions, and the gap."""
+    logps = completion_logprobs(
+        model, tokenizer, [r["prompt"] for r in rows], [r["completion"] for r in rows], batch_size=batch_size
+    )
+    good = [lp for lp, r in zip(logps, rows) if r["label"]]
+    bad = [lp for lp, r in zip(logps, rows) if not r["label"]]
+    metrics: dict[str, float] = {"n_desirable": len(good), "n_undesirable": len(bad)}
+    if good:
+        metrics["logp_desirable"] = fmean(good)
+    if bad:
+        metrics["logp_undesirable"] = fmean(bad)
+    if good and bad:
+        metrics["gap"] = metrics["logp_desirable"] - metrics["logp_undesirable"]
+    return metrics
+
+
+# --- Everything that applies -----------------------------------------------------------------
+
+
+def evaluate_heldout(
+    model: Any,
+    tokenizer: Any,
+    sources: Sequence[SourceRows],
+    spec: EvalSpec,
+    objective: Objective,
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """Metrics per held-out source (``{source: {"preference" | "labeled" | "generation" |
+    "rewards": {...}}}``) and the generated texts per source."""
+    results: dict[str, dict[str, Any]] = {}
+    generations: dict[str, list[str]] = {}
+    for source in sources:
+        rows = source.heldout
+        if not rows:
+            continue
+        prompts = [r["prompt"] for r in rows]
+        metrics: dict[str, Any] = {}
+        if source.layout == PAIRS:
+            metrics["preference"] = preference_metrics(
+                model, tokenizer, prompts, [r["chosen"] for r in rows], [r["rejected"] for r in rows],
+                batch_size=spec.batch_size,
+            )
+        if source.layout == LABELED:
+            metrics["labeled"] = labeled_metrics(model, tokenizer, rows, batch_size=spec.batch_size)
+        if spec.generate:
+            # n samples per prompt: the prompts repeated, each copy drawing its own sample.
+            copies = max(spec.samples, 1)
+            repeated = [row for row in rows for _ in range(copies)]
+            texts = generate(
+                model, tokenizer, [r["prompt"] for r in repeated], max_new_tokens=spec.max_new_tokens,
+                batch_size=spec.batch_size, temperature=spec.temperature if spec.samples else None, seed=spec.seed,
+            )
+            generations[source.name] = texts[::copies]
+            reference_column = {COMPLETION: "completion", PAIRS: "chosen"}.get(source.layout)
+            references = [completion_text(r[reference_column]) for r in repeated] if reference_column else None
+            metrics["generation"] = generation_metrics(texts, references)
+            if isinstance(objective, GRPOObjective):
+                functions, weights = reward_functions(objective)
+                names = [reward_name(f) for f in functions]
+                metrics["rewards"] = reward_metrics([r["prompt"] for r in repeated], texts, repeated, functions, weights, names)
+        results[source.name] = metrics
+    return results, generations
+
+
+__all__ = [
+    "evaluate_heldout",
+    "labeled_metrics",
+    "completion_logprobs",
+    "completion_text",
+    "decision",
+    "generate",
+    "generation_metrics",
+    "preference_metrics",
+    "reward_metrics",
+]

@@ -1,0 +1,142 @@
+"""Loading the starting model and tokenizer, the PEFT and quantization configs, saving.
+
+A local ``ModelSpec.path`` is loaded with ``local_files_only`` (never a hub lookup); a
+``hub_id`` goes through the hub (or its cache). A chat model must carry a chat template:
+every dataset here is conversational.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pipelines.errors import ConfigError
+from pipelines.training.config import LoraSpec, ModelSpec, QuantizationSpec
+from pipelines.training.device import DeviceSettings
+
+logger = logging.getLogger(__name__)
+
+
+def _source_kwargs(spec: ModelSpec) -> dict[str, Any]:
+    """Loading arguments; a local directory must exist (a missing one would otherwise be
+    looked up as a hub id, and fail as a network error)."""
+    if spec.local and not Path(spec.path).is_dir():
+        raise ConfigError(f"model path {spec.path!r} does not exist")
+    kwargs: dict[str, Any] = {"local_files_only": spec.local}
+    if spec.revision is not None:
+        kwargs["revision"] = spec.revision
+    return kwargs
+
+
+def _tokenization(tokenizer_json: dict) -> dict:
+    return {part: tokenizer_json.get(part) for part in ("normalizer", "pre_tokenizer")}
+
+
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """The model's tokenizer, exactly as its ``tokenizer.json`` defines it.
+
+    transformers 5's ``AutoTokenizer`` maps every ``qwen2`` model to ``Qwen2Tokenizer``,
+    which rebuilds the normalizer and pre-tokenizer of Qwen's own vocabulary: a tokenizer
+    trained with other rules (the embedded base model's) then splits text into tokens the
+    model never saw. A local directory whose ``tokenizer.json`` disagrees with what
+    ``AutoTokenizer`` built is loaded from that file as is, with a warning."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    tokenizer = AutoTokenizer.from_pretrained(spec.name_or_path, **_source_kwargs(spec))
+    saved = Path(spec.name_or_path) / "tokenizer.json" if spec.local else None
+    if saved is not None and saved.is_file():
+        expected = _tokenization(json.loads(saved.read_text(encoding="utf-8")))
+        if _tokenization(json.loads(tokenizer.backend_tokenizer.to_str())) != expected:
+            logger.warning(
+                "%s: AutoTokenizer built a %s that tokenizes differently from tokenizer.json; using tokenizer.json as is",
+                spec.name_or_path, type(tokenizer).__name__,
+            )
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(spec.name_or_path, **_source_kwargs(spec))
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"model {spec.name_or_path}: the tokenizer has no chat template; the training data is conversational")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def quantization_config(spec: QuantizationSpec) -> Any:
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=spec.quant_type,
+        bnb_4bit_compute_dtype=getattr(torch, spec.compute_dtype),
+        bnb_4bit_use_double_quant=spec.double_quant,
+    )
+
+
+def load_model(spec: ModelSpec, device: DeviceSettings) -> Any:
+    """The starting model, in bf16 when the run is, on the run's device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if device.threads is not None:
+        torch.set_num_threads(device.threads)
+    kwargs = _source_kwargs(spec)
+    kwargs["dtype"] = torch.bfloat16 if device.bf16 else torch.float32
+    if spec.quantization is not None:
+        kwargs["quantization_config"] = quantization_config(spec.quantization)
+        kwargs["device_map"] = {"": 0}
+    model = AutoModelForCausalLM.from_pretrained(spec.name_or_path, **kwargs)
+    if spec.quantization is None:
+        model.to(device.accelerator)
+    return model
+
+
+def peft_config(spec: LoraSpec | None) -> Any:
+    if spec is None:
+        return None
+    from peft import LoraConfig
+
+    target = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
+    return LoraConfig(
+        task_type="CAUSAL_LM", r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=target
+    )
+
+
+def parameter_counts(model: Any) -> dict[str, int]:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"total": total, "trainable": trainable}
+
+
+def save_model(
+    model: Any, tokenizer: Any, directory: str | os.PathLike[str], *, merge_adapter: bool = False, card: str | None = None
+) -> Path:
+    """Save in Hugging Face layout (weights, config, generation config, tokenizer) into
+    ``directory``, replacing it whole: everything is written to a sibling temporary
+    directory first, so a failed save leaves the previous model as it was.
+
+    A PEFT model saves its adapter (``adapter_config.json`` naming the base model), or,
+    with ``merge_adapter``, the merged full model. ``card`` becomes ``README.md``."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    temp = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        if merge_adapter and hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        model.save_pretrained(temp)
+        tokenizer.save_pretrained(temp)
+        if card is not None:
+            (temp / "README.md").write_text(card, encoding="utf-8")
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(temp, directory)
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp)
+    return directory
+
+
+__all__ = ["load_model", "load_tokenizer", "parameter_counts", "peft_config", "quantization_config", "save_model"]

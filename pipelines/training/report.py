@@ -1,0 +1,136 @@
+"""What a run reports: ``reports/train/<method>.json`` (DVC metrics) and the per-step curve
+(``<method>_curve.csv``, a DVC plot).
+
+The metrics are a function of the inputs (data, params, code): wall-clock timings go to
+the flow's log and the model card, not here. The exception is a run that a time budget
+stopped (``train.stopped_by``), which the report says plainly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from pipelines.training.config import TrainConfig
+from pipelines.training.data import SourceRows
+from pipelines.training.device import DeviceSettings
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """What came out of ``trainer.train()``."""
+
+    steps: int
+    max_steps: int
+    stopped_by: str  # "max_steps" | "time_budget"
+    epochs: float
+    mean_loss: float | None
+    final_loss: float | None
+    runtime_s: float
+    curve: tuple[dict[str, Any], ...]
+
+
+#: Metric names that count examples: not compared before/after.
+COUNTS = frozenset({"n", "n_pairs", "n_desirable", "n_undesirable"})
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def deltas(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, float]:
+    """``after - before`` for every numeric metric measured both times (counts excluded)."""
+    flat_before, flat_after = flatten(before), flatten(after)
+    out = {}
+    for name, value in flat_after.items():
+        old = flat_before.get(name)
+        if name.rsplit(".", 1)[-1] in COUNTS:
+            continue
+        if isinstance(value, (int, float)) and isinstance(old, (int, float)) and not isinstance(value, bool):
+            difference = _finite(float(value) - float(old))
+            if difference is not None:
+                out[name] = difference
+    return out
+
+
+def training_report(
+    config: TrainConfig,
+    device: DeviceSettings,
+    parameters: Mapping[str, int],
+    sources: Sequence[SourceRows],
+    train_examples: int,
+    summary: TrainSummary,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any],
+) -> dict[str, Any]:
+    report = {
+        "method": config.method,
+        "model": {
+            "start": config.model.name_or_path,
+            "lora": config.model.lora is not None,
+            "parameters": parameters["total"],
+            "trainable_parameters": parameters["trainable"],
+        },
+        "device": {"accelerator": device.accelerator, "bf16": device.bf16, "gradient_checkpointing": device.gradient_checkpointing},
+        "data": {
+            "sources": {s.name: dict(s.stats) for s in sources},
+            "train_examples": train_examples,
+        },
+        "train": {
+            "steps": summary.steps,
+            "max_steps": summary.max_steps,
+            "stopped_by": summary.stopped_by,
+            "epochs": _finite(summary.epochs),
+            "mean_loss": _finite(summary.mean_loss),
+            "final_loss": _finite(summary.final_loss),
+        },
+        "eval": {"after": _clean(after)},
+    }
+    if before is not None:
+        report["eval"]["before"] = _clean(before)
+        report["eval"]["delta"] = deltas(before, after)
+    return report
+
+
+def _clean(metrics: Any) -> Any:
+    """NaN and infinity are not JSON (and DVC refuses them): they become null."""
+    if isinstance(metrics, Mapping):
+        return {k: _clean(v) for k, v in metrics.items()}
+    return _finite(metrics)
+
+
+def curve_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """The curve as CSV: ``step``, ``epoch`` and ``columns`` ('/' becomes '_' in headers, for
+    plotting tools), empty cells where a step did not log a value."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["step", "epoch", *(c.replace("/", "_") for c in columns)])
+    for row in rows:
+        writer.writerow([_cell(row.get("step")), _cell(row.get("epoch")), *(_cell(row.get(c)) for c in columns)])
+    return buffer.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else f"{value:.6g}"
+    return str(value)
+
+
+__all__ = ["TrainSummary", "curve_csv", "deltas", "flatten", "training_report"]

@@ -1,0 +1,115 @@
+"""DVC stage ``evaluate``: simulated collaborative evaluation of every trained model, one
+Prefect flow run (:mod:`flows.evaluate`).
+
+    python -m stages.evaluate [--params params.yaml] [--one-at-a-time]
+
+params.yaml ``evaluate`` (fields and defaults: :mod:`pipelines.evaluation.config`):
+``source`` / ``db_dir`` (the corpus whose ``split`` goals are played), ``max_goals``,
+``seeds`` (one run per seed: Avg@k), ``max_exchanges`` (agent turns, 20), ``agent_format``,
+``batched``, ``simulator`` (``kind: agenda`` or an LLM simulator whose backend is the
+``user_simulator`` role of params.yaml ``llm``), ``generation`` (decoding, batch size),
+``prompt`` (the policy's compact prompts), ``models`` (``name: {path: ...}`` or
+``{hub_id: ...}``, in table order) and ``output``.
+
+Outputs: ``data/episodes/eval/episodes.parquet`` / ``episode_events.parquet`` (every
+episode, ``agent`` = the model's name; ``askflow sql`` names them ``eval_episodes`` /
+``eval_episode_events``), ``reports/eval.json`` (DVC metrics), ``reports/eval.md`` (the
+table) and ``reports/eval_plot.csv`` (success vs turns, a DVC plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pipelines.errors import ConfigError
+from pipelines.evaluation.config import EvalConfig, ModelEntry
+from stages.io import main_wrapper, read_params
+from stages.train import configure_prefect, configure_threads, from_params
+
+
+def eval_config(params: Mapping[str, Any]) -> EvalConfig:
+    """The :class:`EvalConfig` of params.yaml ``evaluate`` (ConfigError naming the key)."""
+    where = "params.yaml evaluate"
+    params = dict(params)
+    models = params.pop("models", None)
+    if not isinstance(models, Mapping) or not models:
+        raise ConfigError(f"{where}.models: required, a mapping name -> {{path: ...}} or {{hub_id: ...}}")
+    if "source" not in params:
+        raise ConfigError(f"{where}.source: required (a MultiWOZ-layout directory)")
+    entries = tuple((str(name), from_params(ModelEntry, entry, f"{where}.models.{name}")) for name, entry in models.items())
+    fields = {f.name for f in dataclasses.fields(EvalConfig)} - {"models"}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(fields | {'models'})}")
+    config = from_params(_WithoutModels, params, where)
+    return EvalConfig(models=entries, **{f.name: getattr(config, f.name) for f in dataclasses.fields(_WithoutModels)})
+
+
+# EvalConfig without ``models`` (parsed on their own: a mapping, not a list), for from_params.
+_WithoutModels = dataclasses.make_dataclass(
+    "_WithoutModels",
+    [(f.name, f.type, f) for f in dataclasses.fields(EvalConfig) if f.name != "models"],
+    frozen=True,
+)
+_WithoutModels.__module__ = EvalConfig.__module__
+
+
+def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -> Any:
+    """The ``user_simulator`` role's LLM client, for an LLM simulator (None for agenda)."""
+    if config.simulator.kind == "agenda":
+        return None
+    from pipelines.llm import BackendConfig, LLMClient, ResponseCache
+
+    roles = (llm_params or {}).get("roles") or {}
+    backend = BackendConfig.from_dict("user_simulator", roles.get("user_simulator") or {}, "llm.roles.user_simulator")
+    if backend.kind != "openai":
+        raise ConfigError(f"evaluate.simulator.kind {config.simulator.kind!r} needs llm.roles.user_simulator.backend: openai")
+    return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm"))
+
+
+def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, batched: bool | None = None) -> dict[str, Any]:
+    config = eval_config(params)
+    if batched is not None:
+        config = dataclasses.replace(config, batched=batched)
+    from flows.evaluate import policy_specs
+    from pipelines.evaluation.policy import check_policy
+
+    for spec in policy_specs(config):
+        check_policy(spec)  # before Prefect starts
+    if not Path(config.source).is_dir():
+        raise ConfigError(f"params.yaml evaluate.source: {config.source} does not exist")
+    client = simulator_client(config, llm_params)
+    configure_prefect(Path.cwd())
+    from flows.evaluate import evaluate
+
+    report = evaluate(config, client)
+    for name, result in report["models"].items():
+        print(f"evaluate: {name}: success {result['success']['mean']:.3f} ± {result['success']['std']:.3f}, "
+              f"turns {result['turns']['mean']:.2f} ± {result['turns']['std']:.2f}, "
+              f"{result['dialogues_per_second']:.2f} dialogues/s")
+    return report
+
+
+@main_wrapper
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument("--one-at-a-time", action="store_true", help="play episodes one at a time (for comparison)")
+    args = parser.parse_args(argv)
+    configure_threads()
+    llm = read_params("llm", args.params) if _has_section("llm", args.params) else None
+    run(read_params("evaluate", args.params), llm, batched=False if args.one_at_a_time else None)
+
+
+def _has_section(section: str, path: str) -> bool:
+    import yaml
+
+    return isinstance((yaml.safe_load(Path(path).read_text()) or {}).get(section), Mapping)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

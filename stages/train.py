@@ -1,0 +1,196 @@
+"""DVC stages ``train_sft``, ``train_dpo``, ``train_kto``, ``train_grpo``: one Prefect flow
+run each (:mod:`flows.train`).
+
+    python -m stages.train sft|dpo|kto|grpo [--params params.yaml]
+
+params.yaml ``train``:
+
+* ``holdout``: ``{key, fraction, salt}``, shared by every method so that the same
+  dialogues are held out everywhere (:class:`pipelines.training.config.HoldoutSpec`);
+* one section per method, ``sft`` / ``dpo`` / ``kto`` / ``grpo``, each with
+  ``model`` (``{path: models/base}`` or ``{hub_id: ..., revision: ...}``, optional
+  ``lora: {r, alpha, dropout, target_modules, merge}`` and ``quantization: {quant_type,
+  compute_dtype, double_quant}``), ``data`` (``sources: [{path, max_rows,
+  completion_column}]``, ``compact_prompts``, ``max_history_messages``, ``seed``),
+  ``optim``, ``device`` (``bf16`` / ``gradient_checkpointing``: true, false or auto;
+  ``use_vllm``, ``vllm_mode``), ``eval``, ``objective`` (the method's settings: e.g. GRPO's
+  ``num_generations``, ``beta``, ``rewards: {format: 1.0, clarify_verifiable: 1.0}``) and
+  ``output: {model_dir, metrics, curve}``. Field names and defaults are those of
+  :mod:`pipelines.training.config`; an unknown key is an error.
+
+A bad configuration (unknown method or key, missing dataset column, missing model
+directory, bf16 on a CPU-only machine, ...) fails here, before Prefect or torch start
+training, with ``error: <message>`` and exit status 1.
+
+Prefect: without ``PREFECT_API_URL``, each run uses a temporary local API whose database
+lives in ``PREFECT_HOME`` (default here: ``.prefect/`` in the working directory, git-ignored);
+``PREFECT_HOME=.prefect prefect server start`` shows the runs afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pipelines.errors import ConfigError
+from pipelines.training.config import (
+    OBJECTIVES,
+    DataSpec,
+    DeviceSpec,
+    EvalSpec,
+    ModelSpec,
+    OptimSpec,
+    OutputSpec,
+    TrainConfig,
+)
+from pipelines.training.preflight import check_method, preflight
+from stages.io import main_wrapper, read_params
+
+_SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
+
+
+# --- params -> dataclasses -------------------------------------------------------------------
+
+
+def from_params(cls: type, value: Any, where: str) -> Any:
+    """An instance of the dataclass ``cls`` from a params mapping: nested dataclasses from
+    nested mappings, tuples from lists, ``auto`` as None where None means "choose"; unknown
+    keys and ill-typed values are ConfigErrors naming ``where``."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    kwargs = {name: _convert(hints[name], item, f"{where}.{name}") for name, item in value.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and (value is None or (value == "auto" and bool in args)):
+            return None  # null, or "auto" for an optional switch (None = choose for the machine)
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _convert(option, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {hint}")
+    if dataclasses.is_dataclass(hint):
+        return from_params(hint, value, where)
+    if origin is tuple:
+        if args and typing.get_origin(args[0]) is tuple and isinstance(value, Mapping):
+            value = list(value.items())  # {name: weight} -> ((name, weight), ...)
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], item, f"{where}[{i}]") for i, item in enumerate(value))
+        if len(args) != len(value):
+            raise ConfigError(f"{where}: expected {len(args)} items, got {value!r}")
+        return tuple(_convert(a, item, f"{where}[{i}]") for i, (a, item) in enumerate(zip(args, value)))
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)  # YAML reads 1e-4 (no dot) as a string
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if hint in (int, bool, str):
+        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+        return value
+    if hint is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected null, got {value!r}")
+        return None
+    raise ConfigError(f"{where}: unsupported setting type {hint}")
+
+
+def train_config(method: str, params: Mapping[str, Any]) -> TrainConfig:
+    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml."""
+    check_method(method)
+    section = params.get(method)
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"params.yaml train.{method}: missing (or not a mapping)")
+    unknown = sorted(set(section) - _SECTIONS)
+    if unknown:
+        raise ConfigError(f"params.yaml train.{method}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS)}")
+    where = f"params.yaml train.{method}"
+    data = dict(section.get("data") or {})
+    if "holdout" in data:
+        raise ConfigError(f"{where}.data.holdout: the hold-out is shared; set it in train.holdout")
+    data["holdout"] = params.get("holdout") or {}
+    if "sources" not in data:
+        raise ConfigError(f"{where}.data.sources: required (a list of {{path: ...}})")
+    output = section.get("output")
+    return TrainConfig(
+        method=method,
+        model=from_params(ModelSpec, section.get("model"), f"{where}.model"),
+        data=from_params(DataSpec, data, f"{where}.data"),
+        output=from_params(OutputSpec, output, f"{where}.output") if output else OutputSpec.for_method(method),
+        optim=from_params(OptimSpec, section.get("optim"), f"{where}.optim"),
+        device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
+        eval=from_params(EvalSpec, section.get("eval"), f"{where}.eval"),
+        objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
+    )
+
+
+# --- Entry point -----------------------------------------------------------------------------
+
+
+def configure_threads() -> None:
+    """Idle OpenMP threads sleep instead of spinning: on a shared CPU a spinning thread
+    waits for a core another process holds, and a small model's many short parallel
+    regions then run several times slower. Set before torch is imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def configure_prefect(root: Path) -> None:
+    """Offline defaults: a repo-local Prefect home (unless one is set), no telemetry, and the
+    library's own log lines (``pipelines.*``) in the flow run's log."""
+    os.environ.setdefault("PREFECT_HOME", str(root / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "pipelines")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def run(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    config = train_config(method, params)
+    preflight(config)  # fail fast, before a flow run exists
+    configure_prefect(Path.cwd())
+    from flows.train import flow_for
+
+    report = flow_for(method)(config)
+    after = report["eval"].get("after", {})
+    print(f"train_{method}: {report['train']['steps']} steps ({report['train']['stopped_by']}) -> {config.output.model_dir}; "
+          f"held-out after: {after}")
+    return report
+
+
+@main_wrapper
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("method", help="sft, dpo, kto or grpo")
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    args = parser.parse_args(argv)
+    configure_threads()
+    check_method(args.method)
+    run(args.method, read_params("train", args.params))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
