@@ -1,6 +1,6 @@
 """Evaluation throughput: batched vs one-at-a-time play of the same model.
 
-    python benchmarks/eval.py [--model models/base] [--goals 16] [--seeds 2] [--history N]
+    python benchmarks/eval.py [--model models/base] [--goals 20] [--seeds 5] [--history N] [--batch-size 128]
 
 Plays ``goals`` x ``seeds`` held-out episodes (the test split of the embedded corpus,
 agenda simulator, 20-turn limit, greedy decoding) twice with the same policy: batched (every
@@ -31,18 +31,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/base")
     parser.add_argument("--source", default="data/raw/embedded_multiwoz")
-    parser.add_argument("--goals", type=int, default=16)
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--goals", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--history", type=int, default=None, help="max_history_messages of the prompt (default: what fits)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=128, help="conversations per generate call (batched mode)")
     args = parser.parse_args()
 
     corpus = load_multiwoz(args.source)
     database = Database(corpus.entities, corpus.taxi_options)
     goals = held_out_goals(corpus.dialogues, "test", args.goals)
     spec = PolicySpec("bench", path=args.model, prompt=PromptSpec(max_history_messages=args.history))
-    agent = load_policy(spec, get_format("speakrl"), GenerationSpec(max_new_tokens=args.max_new_tokens, batch_size=256, threads=args.threads))
+    agent = load_policy(spec, get_format("speakrl"), GenerationSpec(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads))
     runner = RunnerConfig(max_exchanges=20)
     seeds = tuple(range(args.seeds))
     print(f"model {args.model}: {len(goals)} goals x {len(seeds)} seeds = {len(goals) * len(seeds)} episodes per mode")

@@ -1,12 +1,18 @@
-"""``askflow``: look into the pipeline's artifacts from the command line.
+"""``askflow``: look into the pipeline's artifacts from the command line, and schedule it.
 
     askflow tables [--root DIR]
     askflow sql "SELECT speaker, count(*) FROM turns GROUP BY 1" [--format table|csv|json]
+    askflow ui [--host 127.0.0.1] [--port 4200] [--worker]
+    askflow deploy [--root DIR] [--api-url URL]
 
 Every Parquet file under ``<root>/data`` becomes a DuckDB view named after its stem, or
 after as many trailing path parts as it takes to tell colliding stems apart
 (``data/raw/items.parquet`` -> ``raw_items``). Subcommands are subparsers so that more
 (e.g. ``askflow stage <name>``) can be added beside these.
+
+``ui`` runs a local Prefect server with its UI (and with ``--worker`` a worker that executes
+scheduled runs) in the foreground; ``deploy`` creates the scheduled retraining deployment
+(params.yaml ``retrain``) on it. Prefect is imported only by these two.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any, Sequence
 import duckdb
 
 from pipelines.errors import ConfigError, DataError
-from stages.io import main_wrapper
+from stages.io import main_wrapper, read_params
 
 DATA_DIR = "data"
 FORMATS = ("table", "csv", "json")
@@ -46,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("query", help="SQL; every artifact is a view (see `askflow tables`)")
     sql.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     sql.set_defaults(run=_sql)
+
+    ui = commands.add_parser("ui", parents=[common], help="start a local Prefect server with its UI (Ctrl-C stops)")
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    ui.add_argument("--port", type=int, default=4200, help="port (default: 4200)")
+    ui.add_argument("--worker", action="store_true", help="also start a worker that executes the scheduled retraining runs")
+    ui.set_defaults(run=_ui)
+
+    deploy = commands.add_parser("deploy", parents=[common], help="create or update the scheduled retraining deployment")
+    deploy.add_argument("--api-url", help="Prefect API, e.g. http://127.0.0.1:4200/api (default: $PREFECT_API_URL)")
+    deploy.set_defaults(run=_deploy)
     return parser
 
 
@@ -135,6 +151,45 @@ def _sql(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2, ensure_ascii=False, default=_json_default))
     else:
         print(format_table(columns, rows))
+    return 0
+
+
+def _retrain_config(root: Path):
+    from pipelines.retrain import SECTION, retrain_config
+
+    return retrain_config(read_params(SECTION, root / "params.yaml"), where=f"{root / 'params.yaml'}: {SECTION}")
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from flows.deploy import serve
+
+    root = args.root.resolve()
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port: {args.port} is not a port number")
+    # Read before anything starts: a bad retrain section fails at once, not after the server.
+    work_pool = _retrain_config(root).work_pool if args.worker else None
+    return serve(root, args.host, args.port, work_pool, echo=lambda line: print(line, flush=True))
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from flows.deploy import check_server, deploy_retrain, resolve_api_url, ui_url
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    root = args.root.resolve()
+    config = _retrain_config(root)
+    api_url = resolve_api_url(args.api_url, PREFECT_API_URL.value())
+    check_server(api_url)
+
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        deployment_id = deploy_retrain(root, config)
+    print(f"deployment retrain/{config.deployment} ({deployment_id})")
+    print(f"  schedule: {config.cron} ({config.timezone}); work pool {config.work_pool!r}; project {root}")
+    print(f"  targets: {' '.join(config.targets) or 'the whole pipeline'}")
+    print(f"  {ui_url(api_url)}/deployments/deployment/{deployment_id}")
+    print("Scheduled runs execute on a worker for the pool: `askflow ui --worker`, or")
+    print(f"  PREFECT_API_URL={api_url} prefect worker start --pool {config.work_pool}")
+    print(f"Run it now: prefect deployment run retrain/{config.deployment}")
     return 0
 
 

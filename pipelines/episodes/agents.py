@@ -107,6 +107,16 @@ class HFAgent:
     Greedy when ``sampling.temperature == 0``; otherwise sampled under a seed derived from
     ``seed`` and the contexts of the call (a forked RNG, so the caller's torch RNG is left
     alone). Sampled replies depend on the batch they were drawn in, as with HFBackend.
+
+    ``prefix_cache``: every prompt starts with the same rendered system message, so its
+    keys and values are computed once and reused by every row of every call (the prefix
+    caching of serving engines). A batch is then laid out as ``[system][padding][rest]``:
+    the padding sits after the shared prefix, masked, and positions skip it, so each row
+    computes what it would alone. Rows that do not start with the prefix (no system
+    message, a tokenizer that merges across it) are generated without the cache.
+
+    ``tail_chunk``: a batch generates at most this many tokens per ``generate`` call; rows
+    that have not stopped then continue without the finished ones (None: one call).
     """
 
     def __init__(
@@ -117,6 +127,8 @@ class HFAgent:
         *,
         name: str = "hf",
         seed: int = 0,
+        prefix_cache: bool = True,
+        tail_chunk: int | None = 32,
     ):
         if sampling.presence_penalty is not None or sampling.frequency_penalty is not None:
             raise ValueError("the hf agent does not support presence_penalty / frequency_penalty")
@@ -128,6 +140,11 @@ class HFAgent:
         self.sampling = sampling
         self.name = name
         self.seed = seed
+        self.prefix_cache = prefix_cache
+        if tail_chunk is not None and (isinstance(tail_chunk, bool) or not isinstance(tail_chunk, int) or tail_chunk < 1):
+            raise ValueError(f"tail_chunk must be an integer >= 1 or None, got {tail_chunk!r}")
+        self.tail_chunk = tail_chunk
+        self._prefixes: dict[tuple[int, ...], Any] = {}
 
     async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
         if not contexts:
@@ -137,10 +154,16 @@ class HFAgent:
 
     def _act(self, contexts: list[AgentContext]) -> list[AgentOutput]:
         size = self.backend.batch_size
-        outputs: list[AgentOutput] = []
-        for start in range(0, len(contexts), size):
-            outputs += self._generate(contexts[start : start + size])
-        return outputs
+        prompts = [self.render(c) for c in contexts]
+        # Prompts of similar length share a batch: a batch pads every prompt to its longest,
+        # and the padding costs as much as real tokens in the prefill.
+        order = sorted(range(len(contexts)), key=lambda i: len(prompts[i]))
+        outputs: list[AgentOutput | None] = [None] * len(contexts)
+        for start in range(0, len(order), size):
+            chunk = order[start : start + size]
+            for i, output in zip(chunk, self._generate([contexts[i] for i in chunk], [prompts[i] for i in chunk])):
+                outputs[i] = output
+        return outputs  # type: ignore[return-value]
 
     def render(self, context: AgentContext) -> str:
         """The prompt of one context, ending where the agent's reply begins."""
@@ -153,44 +176,106 @@ class HFAgent:
             add_generation_prompt=True,
         )
 
-    def _generate(self, contexts: list[AgentContext]) -> list[AgentOutput]:
-        import torch
-
+    def _generate(self, contexts: list[AgentContext], prompts: list[str]) -> list[AgentOutput]:
+        """One batch: generate in slices of ``tail_chunk`` new tokens; after each slice the
+        rows that stopped leave the batch and the others continue from their tokens so far.
+        Replies are short but a batch runs as long as its longest row: without this, a
+        few rows that never stop keep every finished row computing padding. Continuing from
+        the tokens generated so far is what one uninterrupted call computes."""
         started = perf_counter()
-        tokenizer, model = self.backend.tokenizer, self.backend.model
-        encoded = tokenizer(
-            [self.render(c) for c in contexts],
-            return_tensors="pt",
-            padding=True,
-            padding_side="left",
-            # A rendered chat template already holds its special tokens.
-            add_special_tokens=not self.has_template,
-        ).to(self.backend.device)
-        devices = [self.backend.device] if self.backend.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(self._generation_seed(contexts))
-            generated = model.generate(**encoded, **self._generate_kwargs())
-        new_tokens = generated[:, encoded["input_ids"].shape[1] :].tolist()
-        prompt_tokens = encoded["attention_mask"].sum(dim=1).tolist()
+        tokenizer = self.backend.tokenizer
+        # A rendered chat template already holds its special tokens.
+        rows = tokenizer(prompts, add_special_tokens=not self.has_template)["input_ids"]
+        prefix = self._shared_prefix(contexts, rows) if self.prefix_cache else None
+        stop_ids = self._stop_token_ids()
+        generated: list[list[int]] = [[] for _ in rows]
+        finished = [False] * len(rows)
+        budget = self.sampling.max_tokens
+        active = list(range(len(rows)))
+        round_ = 0
+        while active and budget > 0:
+            n = budget if len(active) == 1 or self.tail_chunk is None else min(self.tail_chunk, budget)
+            new = self._generate_ids([rows[i] + generated[i] for i in active], prefix, n, self._generation_seed(contexts) + round_)
+            still = []
+            for i, ids in zip(active, new):
+                end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
+                generated[i] += ids if end is None else ids[: end + 1]
+                finished[i] = end is not None
+                if end is None and len(ids) == n:
+                    still.append(i)
+            active, budget, round_ = still, budget - n, round_ + 1
         latency = perf_counter() - started
 
-        stop_ids = self._stop_token_ids()
         outputs = []
-        for ids, n_prompt in zip(new_tokens, prompt_tokens):
-            # Finished rows are padded to the batch's length; the reply ends at its first
-            # stop token, which counts as generated.
-            end = next((i for i, token in enumerate(ids) if token in stop_ids), None)
-            kept = ids if end is None else ids[:end]
-            text = tokenizer.decode(kept, skip_special_tokens=True)
+        for row, ids, done in zip(rows, generated, finished):
+            # The reply ends at its first stop token, which counts as generated.
+            text = tokenizer.decode(ids[:-1] if done else ids, skip_special_tokens=True)
             outputs.append(
                 AgentOutput(
                     _cut_at_stop(text, self.sampling.stop),
-                    prompt_tokens=int(n_prompt),
-                    completion_tokens=len(ids) if end is None else end + 1,
+                    prompt_tokens=len(row),
+                    completion_tokens=len(ids),
                     latency_s=latency,
                 )
             )
         return outputs
+
+    def _generate_ids(self, rows: list[list[int]], prefix: tuple[int, ...] | None, max_new_tokens: int, seed: int) -> list[list[int]]:
+        """``model.generate`` on token id rows: the new ids of each row (padded rows carry
+        pad ids after their stop)."""
+        import torch
+
+        device = self.backend.device
+        pad = self.backend.pad_token_id
+        width = max(len(r) for r in rows)
+        if prefix is None:
+            # Left padding: every row ends where its reply begins.
+            inputs: dict[str, Any] = {
+                "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device),
+                "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device),
+            }
+        else:
+            n = len(prefix)
+            inputs = {
+                "input_ids": torch.tensor([r[:n] + [pad] * (width - len(r)) + r[n:] for r in rows], device=device),
+                "attention_mask": torch.tensor([[1] * n + [0] * (width - len(r)) + [1] * (len(r) - n) for r in rows], device=device),
+                "past_key_values": self._prefix_cache_for(prefix, len(rows)),
+            }
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            generated = self.backend.model.generate(**inputs, **{**self._generate_kwargs(), "max_new_tokens": max_new_tokens})
+        return generated[:, width:].tolist()
+
+    def _shared_prefix(self, contexts: list[AgentContext], rows: list[list[int]]) -> tuple[int, ...] | None:
+        """The token ids of the rendered system message when every context has the same one
+        and every prompt starts with exactly those ids; else None (no prefix cache)."""
+        first = contexts[0].messages[0] if contexts[0].messages else None
+        if not self.has_template or first is None or first.get("role") != "system":
+            return None
+        if any(not c.messages or c.messages[0] != first for c in contexts):
+            return None
+        tokenizer = self.backend.tokenizer
+        prefix = tuple(tokenizer(tokenizer.apply_chat_template([dict(first)], tokenize=False), add_special_tokens=False)["input_ids"])
+        n = len(prefix)
+        if n == 0 or any(len(r) <= n or tuple(r[:n]) != prefix for r in rows):
+            return None
+        return prefix
+
+    def _prefix_cache_for(self, prefix: tuple[int, ...], batch: int) -> Any:
+        """A copy of the prefix's keys and values, repeated for ``batch`` rows."""
+        import copy
+
+        import torch
+
+        if prefix not in self._prefixes:
+            self._prefixes.clear()  # one system prompt at a time is the common case
+            with torch.inference_mode():
+                ids = torch.tensor([prefix], device=self.backend.device)
+                self._prefixes[prefix] = self.backend.model(input_ids=ids, use_cache=True).past_key_values
+        past = copy.deepcopy(self._prefixes[prefix])
+        past.batch_repeat_interleave(batch)
+        return past
 
     def _generate_kwargs(self) -> dict[str, Any]:
         sampling = self.sampling

@@ -144,3 +144,55 @@ def test_function_calling_renders_the_tools_with_the_chat_template(backend, smal
 def test_the_hf_agent_refuses_unsupported_settings(backend):
     with pytest.raises(ValueError, match="presence_penalty"):
         HFAgent(backend, SpeakRLFormat(), SamplingParams(presence_penalty=0.5))
+
+
+def test_the_shared_system_prefix_is_computed_once_and_changes_no_output(backend, generate_calls, small_corpus, database):
+    cached = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    plain = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, prefix_cache=False)
+    with_cache = run_episodes_sync(specs(small_corpus), cached, gold_user(), database, CONFIG)
+    without = run_episodes_sync(specs(small_corpus), plain, gold_user(), database, CONFIG)
+
+    # Same outputs with the [prefix][padding][rest] layout as with plain left padding.
+    assert [content_of(e) for e in with_cache] == [content_of(e) for e in without]
+    # One prefix (the system message) was computed and kept; it is a prefix of every prompt.
+    assert len(cached._prefixes) == 1 and not plain._prefixes
+    (prefix,) = cached._prefixes
+    system = backend.tokenizer.apply_chat_template([{"role": "system", "content": specs_system(cached, small_corpus, database)}], tokenize=False)
+    assert list(prefix) == backend.tokenizer(system, add_special_tokens=False)["input_ids"]
+
+
+def specs_system(agent, small_corpus, database) -> str:
+    """The system prompt the runner gives the agent in these episodes."""
+    from pipelines.episodes.runner import EpisodeState
+
+    state = EpisodeState.start(specs(small_corpus)[0], agent, gold_user(), database, CONFIG)
+    asyncio.run(state.hear_user())
+    return state.context().messages[0]["content"]
+
+
+def test_contexts_without_a_shared_system_message_are_generated_without_the_cache(backend):
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    contexts = [
+        AgentContext(f"e{i}", i, 0, 1, 0, 0, ({"role": "system", "content": f"Be brief {i}."}, {"role": "user", "content": "a hotel"}))
+        for i in range(2)
+    ]
+    mixed = asyncio.run(agent.act(contexts))
+    assert not agent._prefixes
+    alone = [asyncio.run(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, prefix_cache=False).act([c]))[0].text for c in contexts]
+    assert [o.text for o in mixed] == alone
+
+
+def test_rows_that_stopped_leave_the_batch_without_changing_any_output(backend, generate_calls, small_corpus, database):
+    longer = SamplingParams(temperature=0.0, max_tokens=12)
+    sliced = HFAgent(backend, SpeakRLFormat(tools=()), longer, tail_chunk=3)
+    whole = HFAgent(backend, SpeakRLFormat(tools=()), longer, tail_chunk=None)
+    calls_before = len(generate_calls)
+    in_slices = run_episodes_sync(specs(small_corpus), sliced, gold_user(), database, CONFIG)
+    sliced_calls = generate_calls[calls_before:]
+    del generate_calls[:]
+    at_once = run_episodes_sync(specs(small_corpus), whole, gold_user(), database, CONFIG)
+
+    assert [content_of(e) for e in in_slices] == [content_of(e) for e in at_once]
+    # More, narrower calls: a slice continues only the rows that have not stopped.
+    assert len(sliced_calls) > len(generate_calls)
+    assert sum(e.completion_tokens for e in in_slices) == sum(e.completion_tokens for e in at_once)
