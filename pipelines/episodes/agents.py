@@ -115,8 +115,8 @@ class HFAgent:
     computes what it would alone. Rows that do not start with the prefix (no system
     message, a tokenizer that merges across it) are generated without the cache.
 
-    ``tail_chunk``: a batch generates at most this many tokens per ``generate`` call; rows
-    that have not stopped then continue without the finished ones (None: one call).
+    ``straggler_share``: once this share of a batch's rows has stopped, the rows still
+    generating continue in a narrower call without the finished ones (None: one call).
     """
 
     def __init__(
@@ -128,7 +128,7 @@ class HFAgent:
         name: str = "hf",
         seed: int = 0,
         prefix_cache: bool = True,
-        tail_chunk: int | None = 32,
+        straggler_share: float | None = 0.75,
     ):
         if sampling.presence_penalty is not None or sampling.frequency_penalty is not None:
             raise ValueError("the hf agent does not support presence_penalty / frequency_penalty")
@@ -141,9 +141,9 @@ class HFAgent:
         self.name = name
         self.seed = seed
         self.prefix_cache = prefix_cache
-        if tail_chunk is not None and (isinstance(tail_chunk, bool) or not isinstance(tail_chunk, int) or tail_chunk < 1):
-            raise ValueError(f"tail_chunk must be an integer >= 1 or None, got {tail_chunk!r}")
-        self.tail_chunk = tail_chunk
+        if straggler_share is not None and (isinstance(straggler_share, bool) or not 0.0 < straggler_share <= 1.0):
+            raise ValueError(f"straggler_share must be in (0, 1] or None, got {straggler_share!r}")
+        self.straggler_share = straggler_share
         self._prefixes: dict[tuple[int, ...], Any] = {}
 
     async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
@@ -177,11 +177,11 @@ class HFAgent:
         )
 
     def _generate(self, contexts: list[AgentContext], prompts: list[str]) -> list[AgentOutput]:
-        """One batch: generate in slices of ``tail_chunk`` new tokens; after each slice the
-        rows that stopped leave the batch and the others continue from their tokens so far.
-        Replies are short but a batch runs as long as its longest row: without this, a
-        few rows that never stop keep every finished row computing padding. Continuing from
-        the tokens generated so far is what one uninterrupted call computes."""
+        """One batch. A ``generate`` call runs as long as its longest row, so a few rows that
+        do not stop would keep every finished row computing padding: once
+        ``straggler_share`` of the rows have stopped, the call ends and the others continue
+        from their tokens so far in a narrower call. Continuing from the tokens generated
+        so far is what one uninterrupted call computes."""
         started = perf_counter()
         tokenizer = self.backend.tokenizer
         # A rendered chat template already holds its special tokens.
@@ -194,16 +194,18 @@ class HFAgent:
         active = list(range(len(rows)))
         round_ = 0
         while active and budget > 0:
-            n = budget if len(active) == 1 or self.tail_chunk is None else min(self.tail_chunk, budget)
-            new = self._generate_ids([rows[i] + generated[i] for i in active], prefix, n, self._generation_seed(contexts) + round_)
+            # With several rows, the call ends early once most of them have stopped.
+            early = self.straggler_share if len(active) > 1 else None
+            new = self._generate_ids([rows[i] + generated[i] for i in active], prefix, budget, self._generation_seed(contexts) + round_, early)
+            steps = max(len(ids) for ids in new)
             still = []
             for i, ids in zip(active, new):
                 end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
                 generated[i] += ids if end is None else ids[: end + 1]
                 finished[i] = end is not None
-                if end is None and len(ids) == n:
+                if end is None:
                     still.append(i)
-            active, budget, round_ = still, budget - n, round_ + 1
+            active, budget, round_ = still, budget - steps, round_ + 1
         latency = perf_counter() - started
 
         outputs = []
@@ -220,9 +222,12 @@ class HFAgent:
             )
         return outputs
 
-    def _generate_ids(self, rows: list[list[int]], prefix: tuple[int, ...] | None, max_new_tokens: int, seed: int) -> list[list[int]]:
-        """``model.generate`` on token id rows: the new ids of each row (padded rows carry
-        pad ids after their stop)."""
+    def _generate_ids(
+        self, rows: list[list[int]], prefix: tuple[int, ...] | None, max_new_tokens: int, seed: int, early: float | None = None
+    ) -> list[list[int]]:
+        """``model.generate`` on token id rows: the new ids of each row (rows that stopped
+        carry pad ids after their stop). ``early``: end the call once this share of the
+        rows has produced a stop token."""
         import torch
 
         device = self.backend.device
@@ -244,7 +249,12 @@ class HFAgent:
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
-            generated = self.backend.model.generate(**inputs, **{**self._generate_kwargs(), "max_new_tokens": max_new_tokens})
+            kwargs = {**self._generate_kwargs(), "max_new_tokens": max_new_tokens}
+            if early is not None:
+                from transformers import StoppingCriteriaList
+
+                kwargs["stopping_criteria"] = StoppingCriteriaList([_MostRowsStopped(width, self._stop_token_ids(), early)])
+            generated = self.backend.model.generate(**inputs, **kwargs)
         return generated[:, width:].tolist()
 
     def _shared_prefix(self, contexts: list[AgentContext], rows: list[list[int]]) -> tuple[int, ...] | None:
@@ -302,6 +312,25 @@ class HFAgent:
     def _generation_seed(self, contexts: Sequence[AgentContext]) -> int:
         key = json.dumps([self.seed, [c.step_seed for c in contexts]])
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
+
+
+class _MostRowsStopped:
+    """A ``generate`` stopping criterion: a row is done at its first stop token (as with
+    EOS), and every row is, once ``share`` of the rows are."""
+
+    def __init__(self, prompt_width: int, stop_ids: frozenset[int], share: float):
+        self.prompt_width = prompt_width
+        self.stop_ids = sorted(stop_ids)
+        self.share = share
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        new = input_ids[:, self.prompt_width :]
+        stopped = torch.isin(new, torch.tensor(self.stop_ids, device=new.device)).any(dim=1)
+        if stopped.float().mean().item() >= self.share:
+            return torch.ones_like(stopped)
+        return stopped
 
 
 def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
