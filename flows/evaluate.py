@@ -21,11 +21,12 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.train import retry_on_transient
+from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
 from pipelines.evaluation.metrics import avg_at_k, score_episode
 from pipelines.evaluation.play import EvalPlan, held_out_goals
 from pipelines.evaluation.policy import PolicySpec, check_policy
-from pipelines.evaluation.report import plot_rows, report_markdown
+from pipelines.evaluation.report import pattern_notes, plot_rows, report_markdown
 
 _TASK = {"cache_policy": NO_CACHE, "persist_result": False}
 _RETRY = {"retries": 2, "retry_delay_seconds": 3, "retry_condition_fn": retry_on_transient}
@@ -38,14 +39,17 @@ def policy_specs(config: EvalConfig) -> list[PolicySpec]:
     ]
 
 
-@task(name="check-config", **_TASK)
-def check_config(config: EvalConfig) -> None:
+def check_inputs(config: EvalConfig) -> None:
+    """Every local model directory and the corpus exist (ConfigError otherwise)."""
     for spec in policy_specs(config):
         check_policy(spec)
     if not Path(config.source).is_dir():
-        from pipelines.errors import ConfigError
+        raise ConfigError(f"params.yaml evaluate.source: {config.source} does not exist")
 
-        raise ConfigError(f"evaluate.source: {config.source} does not exist")
+
+@task(name="check-config", **_TASK)
+def check_config(config: EvalConfig) -> None:
+    check_inputs(config)
 
 
 @task(name="load-goals", **_TASK, **_RETRY)
@@ -56,8 +60,6 @@ def load_goals(config: EvalConfig) -> tuple[Any, list[Any]]:
     corpus = load_multiwoz(Path(config.source), config.db_dir)
     goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
     if not goals:
-        from pipelines.errors import ConfigError
-
         raise ConfigError(f"evaluate.split: no dialogues of split {config.split!r} with tool domains in {config.source}")
     get_run_logger().info("%d held-out goals (%s split) x %d seeds", len(goals), config.split, len(config.seeds))
     return Database(corpus.entities, corpus.taxi_options), goals
@@ -176,24 +178,4 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     return report
 
 
-def pattern_notes(results: dict[str, Any]) -> list[str]:
-    """What the table says about SpeakRL's pattern (clarification-trained models succeed
-    more often than the base model; GRPO not worse than SFT), computed, not asserted."""
-    notes = []
-    if results and all(r["success"]["mean"] == 0.0 for r in results.values()):
-        notes.append("No model completed a goal in any run (success 0 for every model): the comparison rests on "
-                     "the partial rates (inform, request), the questions asked and the malformed outputs.")
-    if "base" in results:
-        base = results["base"]["success"]["mean"]
-        for name in ("sft", "dpo", "kto", "grpo"):
-            if name in results:
-                delta = results[name]["success"]["mean"] - base
-                notes.append(f"{name} vs base: success {delta * 100:+.1f} points, questions/dialogue "
-                             f"{results[name]['clarifications_per_dialogue']['mean']:.2f} vs {results['base']['clarifications_per_dialogue']['mean']:.2f}")
-    if "grpo" in results and "sft" in results:
-        delta = results["grpo"]["success"]["mean"] - results["sft"]["success"]["mean"]
-        notes.append(f"grpo vs sft: success {delta * 100:+.1f} points")
-    return notes
-
-
-__all__ = ["evaluate", "policy_specs", "build_simulator"]
+__all__ = ["build_simulator", "check_inputs", "evaluate", "policy_specs"]

@@ -26,36 +26,21 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
-from pipelines.evaluation.config import EvalConfig, ModelEntry
+from pipelines.evaluation.config import EvalConfig
 from stages.io import main_wrapper, read_params
 from stages.train import configure_prefect, configure_threads, from_params
 
 
 def eval_config(params: Mapping[str, Any]) -> EvalConfig:
-    """The :class:`EvalConfig` of params.yaml ``evaluate`` (ConfigError naming the key)."""
+    """The :class:`EvalConfig` of params.yaml ``evaluate`` (ConfigError naming the key).
+    ``models`` is a mapping name -> ``{path: ...}`` or ``{hub_id: ...}``, in table order."""
     where = "params.yaml evaluate"
-    params = dict(params)
-    models = params.pop("models", None)
+    models = params.get("models")
     if not isinstance(models, Mapping) or not models:
         raise ConfigError(f"{where}.models: required, a mapping name -> {{path: ...}} or {{hub_id: ...}}")
     if "source" not in params:
         raise ConfigError(f"{where}.source: required (a MultiWOZ-layout directory)")
-    entries = tuple((str(name), from_params(ModelEntry, entry, f"{where}.models.{name}")) for name, entry in models.items())
-    fields = {f.name for f in dataclasses.fields(EvalConfig)} - {"models"}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(fields | {'models'})}")
-    config = from_params(_WithoutModels, params, where)
-    return EvalConfig(models=entries, **{f.name: getattr(config, f.name) for f in dataclasses.fields(_WithoutModels)})
-
-
-# EvalConfig without ``models`` (parsed on their own: a mapping, not a list), for from_params.
-_WithoutModels = dataclasses.make_dataclass(
-    "_WithoutModels",
-    [(f.name, f.type, f) for f in dataclasses.fields(EvalConfig) if f.name != "models"],
-    frozen=True,
-)
-_WithoutModels.__module__ = EvalConfig.__module__
+    return from_params(EvalConfig, params, where)
 
 
 def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -> Any:
@@ -75,13 +60,9 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     config = eval_config(params)
     if batched is not None:
         config = dataclasses.replace(config, batched=batched)
-    from flows.evaluate import policy_specs
-    from pipelines.evaluation.policy import check_policy
+    from flows.evaluate import check_inputs
 
-    for spec in policy_specs(config):
-        check_policy(spec)  # before Prefect starts
-    if not Path(config.source).is_dir():
-        raise ConfigError(f"params.yaml evaluate.source: {config.source} does not exist")
+    check_inputs(config)  # before Prefect starts
     client = simulator_client(config, llm_params)
     configure_prefect(Path.cwd())
     from flows.evaluate import evaluate
@@ -101,14 +82,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--one-at-a-time", action="store_true", help="play episodes one at a time (for comparison)")
     args = parser.parse_args(argv)
     configure_threads()
-    llm = read_params("llm", args.params) if _has_section("llm", args.params) else None
-    run(read_params("evaluate", args.params), llm, batched=False if args.one_at_a_time else None)
-
-
-def _has_section(section: str, path: str) -> bool:
-    import yaml
-
-    return isinstance((yaml.safe_load(Path(path).read_text()) or {}).get(section), Mapping)
+    evaluate_params = read_params("evaluate", args.params)
+    # The llm section only matters for an LLM user simulator.
+    llm = read_params("llm", args.params) if (evaluate_params.get("simulator") or {}).get("kind", "agenda") != "agenda" else None
+    run(evaluate_params, llm, batched=False if args.one_at_a_time else None)
 
 
 if __name__ == "__main__":

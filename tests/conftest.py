@@ -127,3 +127,15 @@ def prefect_api() -> Iterator[None]:
         yield
     if analytics == "false":
         os.environ.pop("PREFECT_SERVER_ANALYTICS_ENABLED", None)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``askflow argv...`` in process: (exit status, stdout, stderr)."""
+    from stages.cli import main
+
+    try:
+        status = main(list(argv))
+    except SystemExit as exit_:
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err

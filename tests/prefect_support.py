@@ -11,7 +11,6 @@ DVC repository), with a corpus small enough for a run of ``dvc repro corpus`` in
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,10 +22,8 @@ from typing import Iterator
 
 import psutil
 import pytest
-import yaml
 
-from tests.conftest import REPO
-from tests.test_dvc_pipeline import _run
+from tests.test_dvc_pipeline import pipeline_project
 
 N_DIALOGUES = 30
 TARGETS = ["corpus"]
@@ -40,21 +37,12 @@ def free_port() -> int:
 
 def make_project(root: Path, **corpus: object) -> Path:
     """A fresh git + DVC copy of the pipeline; ``corpus`` overrides params.yaml ``corpus``."""
-    root.mkdir(parents=True)
-    for name in ("pipelines", "stages", "flows"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["corpus"].update({"n_dialogues": N_DIALOGUES, **corpus})
-    params["retrain"]["targets"] = TARGETS
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (root / ".gitignore").write_text(".prefect/\n")
-    _run(["git", "init", "-q"], root)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], root)
-    _run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root)
-    _run(["git", "add", "-A"], root)
-    _run(["git", "commit", "-q", "-m", "init"], root)
-    return root
+
+    def edit(params: dict) -> None:
+        params["corpus"].update({"n_dialogues": N_DIALOGUES, **corpus})
+        params["retrain"]["targets"] = TARGETS
+
+    return pipeline_project(root, edit, files={".gitignore": ".prefect/\n"})
 
 
 @pytest.fixture

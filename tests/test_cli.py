@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stages.cli import main, view_names
+from stages.cli import view_names
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,13 +40,7 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
+run = run_cli
 
 
 def test_tables_lists_every_artifact_as_a_view(root: Path, capsys):

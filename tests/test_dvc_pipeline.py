@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Mapping
 
 import pytest
 import yaml
@@ -50,15 +51,27 @@ def shrink_training_and_evaluation(params: dict) -> None:
         evaluate["generation"].update(max_new_tokens=8)
 
 
-@pytest.fixture()
-def project(tmp_path) -> Path:
-    """A copy of the repository's pipeline (code, dvc.yaml, params.yaml) as a fresh git + DVC repo."""
-    root = tmp_path / "project"
-    root.mkdir()
+def pipeline_project(root: Path, edit_params: Callable[[dict], None], files: Mapping[str, str] | None = None) -> Path:
+    """A copy of the repository's pipeline (code, dvc.yaml, params.yaml changed by
+    ``edit_params``, plus ``files``) committed in a fresh git + DVC repository at ``root``."""
+    root.mkdir(parents=True)
     for name in ("pipelines", "stages", "flows"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
+    edit_params(params)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for name, text in (files or {}).items():
+        (root / name).write_text(text)
+    _run(["git", "init", "-q"], root)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], root)
+    _run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root)
+    _run(["git", "add", "-A"], root)
+    _run(["git", "commit", "-q", "-m", "init"], root)
+    return root
+
+
+def shrink(params: dict) -> None:
     params["corpus"]["n_dialogues"] = N_DIALOGUES
     if "bootstrap" in params:  # a token pre-training run: this test is about the pipeline, not learning
         params["bootstrap"].update(vocab_size=1000, max_length=512)
@@ -66,13 +79,12 @@ def project(tmp_path) -> Path:
         params["bootstrap"]["train"].update(steps=3, warmup_steps=1)
         params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
     shrink_training_and_evaluation(params)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _run(["git", "init", "-q"], root)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], root)
-    _run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root)
-    _run(["git", "add", "-A"], root)
-    _run(["git", "commit", "-q", "-m", "init"], root)
-    return root
+
+
+@pytest.fixture()
+def project(tmp_path) -> Path:
+    """A copy of the repository's pipeline (code, dvc.yaml, params.yaml) as a fresh git + DVC repo."""
+    return pipeline_project(tmp_path / "project", shrink)
 
 
 def test_dvc_repro_builds_validated_artifacts_and_is_idempotent(project):

@@ -21,21 +21,14 @@ from pipelines.retrain import (
     stage_outs,
     stages_run,
 )
-from stages.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 
 pytest_plugins = ["tests.prefect_support"]
 
 GOOD = {"deployment": "askflow-retrain", "schedule": {"cron": "0 3 * * 1", "timezone": "UTC"}, "work_pool": "askflow", "targets": []}
 
 
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
+cli = run_cli
 
 
 @pytest.fixture

@@ -71,3 +71,23 @@ def plot_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         {"method": name, "success": r["success"]["mean"], "success_std": r["success"]["std"], "turns": r["turns"]["mean"], "turns_std": r["turns"]["std"]}
         for name, r in results.items()
     ]
+
+
+def pattern_notes(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What the table says about SpeakRL's pattern (clarification-trained models succeed
+    more often than the base model; GRPO not worse than SFT), computed, not asserted."""
+    notes = []
+    if results and all(r["success"]["mean"] == 0.0 for r in results.values()):
+        notes.append("No model completed a goal in any run (success 0 for every model): the comparison rests on "
+                     "the partial rates (inform, request), the questions asked and the malformed outputs.")
+    if "base" in results:
+        base = results["base"]["success"]["mean"]
+        for name in ("sft", "dpo", "kto", "grpo"):
+            if name in results:
+                delta = results[name]["success"]["mean"] - base
+                notes.append(f"{name} vs base: success {delta * 100:+.1f} points, questions/dialogue "
+                             f"{results[name]['clarifications_per_dialogue']['mean']:.2f} vs {results['base']['clarifications_per_dialogue']['mean']:.2f}")
+    if "grpo" in results and "sft" in results:
+        delta = results["grpo"]["success"]["mean"] - results["sft"]["success"]["mean"]
+        notes.append(f"grpo vs sft: success {delta * 100:+.1f} points")
+    return notes
