@@ -1,57 +1,55 @@
 """Evaluation throughput: batched vs one-at-a-time play of the same model.
 
-    python benchmarks/eval.py [--model models/base] [--goals 20] [--seeds 5] [--history N] [--batch-size 128]
+    python benchmarks/eval.py [--model sft] [--goals 20] [--seeds 5] [--params params.yaml]
 
-Plays ``goals`` x ``seeds`` held-out episodes (the test split of the embedded corpus,
-agenda simulator, 20-turn limit, greedy decoding) twice with the same policy: batched (every
-episode waiting for the agent in one ``generate`` call per round) and one episode at a time.
-Prints dialogues per second for each, the speed-up, and whether both produced the same
-transcripts (they should, under greedy decoding, up to floating-point ties in padded batches).
+Plays ``goals`` x ``seeds`` held-out episodes of the ``evaluate`` stage's setup (params.yaml
+``evaluate``: the corpus's test split, its agenda simulator settings, the runner's limits, greedy
+decoding, and the model's own prompt settings) twice with the named model: batched (every
+episode waiting for the agent in one batch per round) and one episode at a time. Prints
+dialogues per second for each, the speed-up, and whether both produced the same
+transcripts (they should: greedy rows in a batch compute what they compute alone).
 Run after ``dvc repro`` (it needs the corpus and the model).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from pipelines.env.tools import Database  # noqa: E402
-from pipelines.episodes import RunnerConfig, get_format  # noqa: E402
-from pipelines.evaluation.agent import PromptSpec  # noqa: E402
-from pipelines.evaluation.play import EvalPlan, held_out_goals, play_policy  # noqa: E402
-from pipelines.evaluation.policy import GenerationSpec, PolicySpec, load_policy  # noqa: E402
-from pipelines.simulators.agenda import AgendaSimulator  # noqa: E402
-from stages.multiwoz_dir import load_multiwoz  # noqa: E402
+from flows.evaluate import build_simulator
+from pipelines.env.tools import Database
+from pipelines.episodes import get_format
+from pipelines.evaluation.play import held_out_goals, play_policy
+from pipelines.evaluation.policy import load_policy
+from stages.evaluate import eval_config
+from stages.io import read_params
+from stages.multiwoz_dir import load_multiwoz
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="models/base")
-    parser.add_argument("--source", default="data/raw/embedded_multiwoz")
+    parser.add_argument("--model", default="sft", help="a model of params.yaml evaluate.models (default: sft)")
+    parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--goals", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--history", type=int, default=None, help="max_history_messages of the prompt (default: what fits)")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=128, help="conversations per generate call (batched mode)")
     args = parser.parse_args()
 
-    corpus = load_multiwoz(args.source)
+    config = eval_config(read_params("evaluate", args.params))
+    specs = {spec.name: spec for spec in config.policy_specs()}
+    if args.model not in specs:
+        parser.error(f"--model: {args.model!r} is not in evaluate.models ({', '.join(specs)})")
+    corpus = load_multiwoz(config.source, config.db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
-    goals = held_out_goals(corpus.dialogues, "test", args.goals)
-    spec = PolicySpec("bench", path=args.model, prompt=PromptSpec(max_history_messages=args.history))
-    agent = load_policy(spec, get_format("speakrl"), GenerationSpec(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads))
-    runner = RunnerConfig(max_exchanges=20)
-    seeds = tuple(range(args.seeds))
-    print(f"model {args.model}: {len(goals)} goals x {len(seeds)} seeds = {len(goals) * len(seeds)} episodes per mode")
+    goals = held_out_goals(corpus.dialogues, config.split, args.goals)
+    agent = load_policy(specs[args.model], get_format(config.agent_format), config.generation)
+    plan = dataclasses.replace(config.plan(), seeds=tuple(range(args.seeds)))
+    print(f"model {args.model} ({specs[args.model].name_or_path}): {len(goals)} goals x {args.seeds} seeds = {len(goals) * args.seeds} episodes per mode")
 
     results = {}
     for batched in (True, False):
         started = time.perf_counter()
-        episodes = play_policy(agent, goals, AgendaSimulator(database), database, EvalPlan(seeds=seeds, runner=runner, batched=batched))
+        episodes = play_policy(agent, goals, build_simulator(config, database), database, dataclasses.replace(plan, batched=batched))
         elapsed = time.perf_counter() - started
         mode = "batched" if batched else "one-at-a-time"
         turns = sum(e.n_turns for e in episodes) / len(episodes)

@@ -24,7 +24,7 @@ from flows.train import retry_on_transient
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
 from pipelines.evaluation.metrics import avg_at_k, score_episode
-from pipelines.evaluation.play import EvalPlan, held_out_goals
+from pipelines.evaluation.play import held_out_goals
 from pipelines.evaluation.policy import PolicySpec, check_policy
 from pipelines.evaluation.report import pattern_notes, plot_rows, report_markdown
 
@@ -32,16 +32,9 @@ _TASK = {"cache_policy": NO_CACHE, "persist_result": False}
 _RETRY = {"retries": 2, "retry_delay_seconds": 3, "retry_condition_fn": retry_on_transient}
 
 
-def policy_specs(config: EvalConfig) -> list[PolicySpec]:
-    return [
-        PolicySpec(name, path=entry.path, hub_id=entry.hub_id, revision=entry.revision, prompt=entry.prompt or config.prompt)
-        for name, entry in config.models
-    ]
-
-
 def check_inputs(config: EvalConfig) -> None:
     """Every local model directory and the corpus exist (ConfigError otherwise)."""
-    for spec in policy_specs(config):
+    for spec in config.policy_specs():
         check_policy(spec)
     if not Path(config.source).is_dir():
         raise ConfigError(f"params.yaml evaluate.source: {config.source} does not exist")
@@ -84,15 +77,10 @@ def load_policy(config: EvalConfig, spec: PolicySpec) -> Any:
 
 @task(name="play", **_TASK)
 def play(config: EvalConfig, agent: Any, goals: list[Any], simulator: Any, database: Any) -> tuple[list[Any], float]:
-    from pipelines.episodes.runner import RunnerConfig
     from pipelines.evaluation.play import play_policy
 
     logger = get_run_logger()
-    plan = EvalPlan(
-        seeds=tuple(config.seeds),
-        runner=RunnerConfig(max_exchanges=config.max_exchanges, max_steps=config.max_steps, malformed_retries=config.malformed_retries),
-        batched=config.batched,
-    )
+    plan = config.plan()
     step = max(1, len(goals) * len(plan.seeds) // 10)
 
     def progress(done: int, total: int) -> None:
@@ -163,7 +151,7 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     simulator = build_simulator(config, database, simulator_client)
     results: dict[str, Any] = {}
     episodes: list[Any] = []
-    for spec in policy_specs(config):
+    for spec in config.policy_specs():
         agent = load_policy(config, spec)
         played, wall_s = play(config, agent, goals, simulator, database)
         results[spec.name] = score(spec.name, played, goals, wall_s)
@@ -178,4 +166,4 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     return report
 
 
-__all__ = ["build_simulator", "check_inputs", "evaluate", "policy_specs"]
+__all__ = ["build_simulator", "check_inputs", "evaluate"]

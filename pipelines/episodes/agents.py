@@ -6,9 +6,9 @@ output means is its format's business (:mod:`pipelines.episodes.formats`); an ag
 produces text (and, for function calling, structured tool calls).
 
 * :class:`HFAgent`: a local transformers model. Every ``act`` renders all contexts with
-  the chat template and decodes them together: one ``model.generate`` call per
-  ``backend.batch_size`` contexts, left-padded so that every prompt ends where generation
-  starts (greedy replies then equal one-at-a-time ones).
+  the chat template and decodes them together: one batch per ``backend.batch_size``
+  contexts (:mod:`pipelines.episodes.decoding`), laid out so that every prompt ends where
+  generation starts (greedy replies then equal one-at-a-time ones).
 * :class:`OpenAIAgent`: any OpenAI-compatible endpoint through :class:`LLMClient`, for
   every format: the text formats (speakrl, react) as plain chat, function calling with the
   format's tool schemas sent as ``tools`` and the reply's ``tool_calls`` handed to the
@@ -30,6 +30,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from pipelines.env.replay import gold_tool_calls, replay
+from pipelines.episodes.decoding import DecodeSpec, PrefixKV, decode, prefix_kv, supports_decoding
 from pipelines.env.tools import Database, ToolEnvironment
 from pipelines.episodes.formats import AgentAction, AgentFormat, Message, RawToolCall, SpeakRLFormat
 from pipelines.llm.client import LLMClient
@@ -104,19 +105,21 @@ class Agent(Protocol):
 class HFAgent:
     """A local causal LM (an :class:`HFBackend`'s model and tokenizer) as the agent.
 
-    Greedy when ``sampling.temperature == 0``; otherwise sampled under a seed derived from
-    ``seed`` and the contexts of the call (a forked RNG, so the caller's torch RNG is left
-    alone). Sampled replies depend on the batch they were drawn in, as with HFBackend.
+    Decodes with :func:`pipelines.episodes.decoding.decode`: a preallocated key/value cache,
+    stopped rows leaving the batch, OpenAI sampling semantics (greedy when
+    ``sampling.temperature == 0``; otherwise temperature and top_p under a seed derived from
+    ``seed`` and the contexts of the call, so sampled replies depend on the batch they were
+    drawn in). Models the loop does not support (sliding-window or linear-attention layers,
+    encoder-decoders), ``sampling.extra_body`` (arbitrary ``generate`` options) and
+    ``use_generate=True`` decode with ``model.generate`` instead, left-padded.
 
     ``prefix_cache``: every prompt starts with the same rendered system message, so its
     keys and values are computed once and reused by every row of every call (the prefix
-    caching of serving engines). A batch is then laid out as ``[system][padding][rest]``:
-    the padding sits after the shared prefix, masked, and positions skip it, so each row
-    computes what it would alone. Rows that do not start with the prefix (no system
-    message, a tokenizer that merges across it) are generated without the cache.
+    caching of serving engines). Rows that do not start with the prefix (no system
+    message, a tokenizer that merges across it) are decoded without it.
 
-    ``straggler_share``: once this share of a batch's rows has stopped, the rows still
-    generating continue in a narrower call without the finished ones (None: one call).
+    ``compact_share``: stopped rows leave a batch once they are this share of it (None:
+    they stay until the last row stops).
     """
 
     def __init__(
@@ -128,7 +131,8 @@ class HFAgent:
         name: str = "hf",
         seed: int = 0,
         prefix_cache: bool = True,
-        straggler_share: float | None = 0.75,
+        compact_share: float | None = 0.125,
+        use_generate: bool = False,
     ):
         if sampling.presence_penalty is not None or sampling.frequency_penalty is not None:
             raise ValueError("the hf agent does not support presence_penalty / frequency_penalty")
@@ -141,10 +145,11 @@ class HFAgent:
         self.name = name
         self.seed = seed
         self.prefix_cache = prefix_cache
-        if straggler_share is not None and (isinstance(straggler_share, bool) or not 0.0 < straggler_share <= 1.0):
-            raise ValueError(f"straggler_share must be in (0, 1] or None, got {straggler_share!r}")
-        self.straggler_share = straggler_share
-        self._prefixes: dict[tuple[int, ...], Any] = {}
+        if compact_share is not None and (isinstance(compact_share, bool) or not 0.0 < compact_share <= 1.0):
+            raise ValueError(f"compact_share must be in (0, 1] or None, got {compact_share!r}")
+        self.compact_share = compact_share
+        self.use_generate = use_generate or bool(sampling.extra_body) or not supports_decoding(backend.model)
+        self._prefixes: dict[tuple[int, ...], PrefixKV] = {}
 
     async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
         if not contexts:
@@ -177,41 +182,35 @@ class HFAgent:
         )
 
     def _generate(self, contexts: list[AgentContext], prompts: list[str]) -> list[AgentOutput]:
-        """One batch. A ``generate`` call runs as long as its longest row, so a few rows that
-        do not stop would keep every finished row computing padding: once
-        ``straggler_share`` of the rows have stopped, the call ends and the others continue
-        from their tokens so far in a narrower call. Continuing from the tokens generated
-        so far is what one uninterrupted call computes."""
+        """One batch: the reply of every prompt, cut after its first stop token."""
         started = perf_counter()
         tokenizer = self.backend.tokenizer
         # A rendered chat template already holds its special tokens.
         rows = tokenizer(prompts, add_special_tokens=not self.has_template)["input_ids"]
-        prefix = self._shared_prefix(contexts, rows) if self.prefix_cache else None
         stop_ids = self._stop_token_ids()
-        generated: list[list[int]] = [[] for _ in rows]
-        finished = [False] * len(rows)
-        budget = self.sampling.max_tokens
-        active = list(range(len(rows)))
-        round_ = 0
-        while active and budget > 0:
-            # With several rows, the call ends early once most of them have stopped.
-            early = self.straggler_share if len(active) > 1 else None
-            new = self._generate_ids([rows[i] + generated[i] for i in active], prefix, budget, self._generation_seed(contexts) + round_, early)
-            steps = max(len(ids) for ids in new)
-            still = []
-            for i, ids in zip(active, new):
-                end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
-                generated[i] += ids if end is None else ids[: end + 1]
-                finished[i] = end is not None
-                if end is None:
-                    still.append(i)
-            active, budget, round_ = still, budget - steps, round_ + 1
+        seed = self._generation_seed(contexts)
+        if self.use_generate:
+            new = self._generate_with_hf(rows, seed)
+        else:
+            spec = DecodeSpec(
+                self.sampling.max_tokens,
+                stop_ids,
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                seed=seed,
+                compact_share=self.compact_share,
+            )
+            prefix = self._shared_prefix(contexts, rows) if self.prefix_cache else None
+            stop_text = self._ends_with_stop_string if self.sampling.stop else None
+            new = decode(self.backend.model, rows, spec, pad_id=self.backend.pad_token_id, prefix=prefix, stop_text=stop_text)
         latency = perf_counter() - started
 
         outputs = []
-        for row, ids, done in zip(rows, generated, finished):
+        for row, ids in zip(rows, new):
+            end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
+            ids = ids if end is None else ids[: end + 1]
             # The reply ends at its first stop token, which counts as generated.
-            text = tokenizer.decode(ids[:-1] if done else ids, skip_special_tokens=True)
+            text = tokenizer.decode(ids if end is None else ids[:-1], skip_special_tokens=True)
             outputs.append(
                 AgentOutput(
                     _cut_at_stop(text, self.sampling.stop),
@@ -222,44 +221,42 @@ class HFAgent:
             )
         return outputs
 
-    def _generate_ids(
-        self, rows: list[list[int]], prefix: tuple[int, ...] | None, max_new_tokens: int, seed: int, early: float | None = None
-    ) -> list[list[int]]:
-        """``model.generate`` on token id rows: the new ids of each row (rows that stopped
-        carry pad ids after their stop). ``early``: end the call once this share of the
-        rows has produced a stop token."""
+    def _generate_with_hf(self, rows: list[list[int]], seed: int) -> list[list[int]]:
+        """``model.generate`` on left-padded rows: the new ids of each row (rows that stopped
+        carry pad ids after their stop)."""
         import torch
 
         device = self.backend.device
         pad = self.backend.pad_token_id
         width = max(len(r) for r in rows)
-        if prefix is None:
-            # Left padding: every row ends where its reply begins.
-            inputs: dict[str, Any] = {
-                "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device),
-                "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device),
-            }
-        else:
-            n = len(prefix)
-            inputs = {
-                "input_ids": torch.tensor([r[:n] + [pad] * (width - len(r)) + r[n:] for r in rows], device=device),
-                "attention_mask": torch.tensor([[1] * n + [0] * (width - len(r)) + [1] * (len(r) - n) for r in rows], device=device),
-                "past_key_values": self._prefix_cache_for(prefix, len(rows)),
-            }
+        inputs = {
+            "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device),
+            "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device),
+        }
+        sampling = self.sampling
+        kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "do_sample": not sampling.greedy, "pad_token_id": pad, **sampling.extra_body}
+        if not sampling.greedy:
+            kwargs["temperature"] = sampling.temperature
+            if sampling.top_p is not None:
+                kwargs["top_p"] = sampling.top_p
+        if sampling.stop:
+            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.backend.tokenizer)
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
-            kwargs = {**self._generate_kwargs(), "max_new_tokens": max_new_tokens}
-            if early is not None:
-                from transformers import StoppingCriteriaList
-
-                kwargs["stopping_criteria"] = StoppingCriteriaList([_MostRowsStopped(width, self._stop_token_ids(), early)])
             generated = self.backend.model.generate(**inputs, **kwargs)
         return generated[:, width:].tolist()
 
-    def _shared_prefix(self, contexts: list[AgentContext], rows: list[list[int]]) -> tuple[int, ...] | None:
-        """The token ids of the rendered system message when every context has the same one
-        and every prompt starts with exactly those ids; else None (no prefix cache)."""
+    def _ends_with_stop_string(self, ids: list[int]) -> bool:
+        # A stop string of c characters spans at most 4c byte-level tokens; earlier tokens
+        # were checked when they were new.
+        tail = max(len(s) for s in self.sampling.stop) * 4
+        text = self.backend.tokenizer.decode(ids[-tail:], skip_special_tokens=True)
+        return any(s in text for s in self.sampling.stop)
+
+    def _shared_prefix(self, contexts: list[AgentContext], rows: list[list[int]]) -> PrefixKV | None:
+        """The keys and values of the rendered system message when every context has the
+        same one and every prompt starts with exactly its ids; else None."""
         first = contexts[0].messages[0] if contexts[0].messages else None
         if not self.has_template or first is None or first.get("role") != "system":
             return None
@@ -270,38 +267,10 @@ class HFAgent:
         n = len(prefix)
         if n == 0 or any(len(r) <= n or tuple(r[:n]) != prefix for r in rows):
             return None
-        return prefix
-
-    def _prefix_cache_for(self, prefix: tuple[int, ...], batch: int) -> Any:
-        """A copy of the prefix's keys and values, repeated for ``batch`` rows."""
-        import copy
-
-        import torch
-
         if prefix not in self._prefixes:
             self._prefixes.clear()  # one system prompt at a time is the common case
-            with torch.inference_mode():
-                ids = torch.tensor([prefix], device=self.backend.device)
-                self._prefixes[prefix] = self.backend.model(input_ids=ids, use_cache=True).past_key_values
-        past = copy.deepcopy(self._prefixes[prefix])
-        past.batch_repeat_interleave(batch)
-        return past
-
-    def _generate_kwargs(self) -> dict[str, Any]:
-        sampling = self.sampling
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": sampling.max_tokens,
-            "do_sample": not sampling.greedy,
-            "pad_token_id": self.backend.pad_token_id,
-            **sampling.extra_body,
-        }
-        if not sampling.greedy:
-            kwargs["temperature"] = sampling.temperature
-            if sampling.top_p is not None:
-                kwargs["top_p"] = sampling.top_p
-        if sampling.stop:
-            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.backend.tokenizer)
-        return kwargs
+            self._prefixes[prefix] = prefix_kv(self.backend.model, prefix)
+        return self._prefixes[prefix]
 
     def _stop_token_ids(self) -> frozenset[int]:
         configured = self.backend.model.generation_config.eos_token_id
@@ -312,25 +281,6 @@ class HFAgent:
     def _generation_seed(self, contexts: Sequence[AgentContext]) -> int:
         key = json.dumps([self.seed, [c.step_seed for c in contexts]])
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
-
-
-class _MostRowsStopped:
-    """A ``generate`` stopping criterion: a row is done at its first stop token (as with
-    EOS), and every row is, once ``share`` of the rows are."""
-
-    def __init__(self, prompt_width: int, stop_ids: frozenset[int], share: float):
-        self.prompt_width = prompt_width
-        self.stop_ids = sorted(stop_ids)
-        self.share = share
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        new = input_ids[:, self.prompt_width :]
-        stopped = torch.isin(new, torch.tensor(self.stop_ids, device=new.device)).any(dim=1)
-        if stopped.float().mean().item() >= self.share:
-            return torch.ones_like(stopped)
-        return stopped
 
 
 def _cut_at_stop(text: str, stop: Sequence[str]) -> str:

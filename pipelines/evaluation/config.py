@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
-from pipelines.evaluation.policy import GenerationSpec
+from pipelines.evaluation.play import EvalPlan
+from pipelines.evaluation.policy import GenerationSpec, PolicySpec
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,17 @@ class EvalConfig:
 
         if self.simulator.kind not in SIMULATOR_KINDS:
             raise ConfigError(f"evaluate.simulator.kind: unknown {self.simulator.kind!r}; one of {list(SIMULATOR_KINDS)}")
+
+    def policy_specs(self) -> list[PolicySpec]:
+        """Every model as a :class:`PolicySpec`, with its own prompt settings or the shared ones."""
+        return [
+            PolicySpec(name, path=entry.path, hub_id=entry.hub_id, revision=entry.revision, prompt=entry.prompt or self.prompt)
+            for name, entry in self.models
+        ]
+
+    def plan(self) -> EvalPlan:
+        """The seeds, the runner's limits and the batching of every model's play."""
+        from pipelines.episodes.runner import RunnerConfig
+
+        runner = RunnerConfig(max_exchanges=self.max_exchanges, max_steps=self.max_steps, malformed_retries=self.malformed_retries)
+        return EvalPlan(seeds=tuple(self.seeds), runner=runner, batched=self.batched)

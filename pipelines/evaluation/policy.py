@@ -35,7 +35,7 @@ class PolicySpec:
 @dataclass(frozen=True)
 class GenerationSpec:
     """Decoding: greedy at ``temperature`` 0 (the default: seeds then vary the user and
-    the environment, not the policy). ``batch_size``: conversations per ``generate`` call."""
+    the environment, not the policy). ``batch_size``: conversations per decoded batch."""
 
     temperature: float = 0.0
     top_p: float | None = None

@@ -1,11 +1,12 @@
-"""The hf agent on a tiny locally built Qwen2 model: one batched generate call per round,
-the same greedy outputs as episodes played one at a time, token counts, tools rendered by
-the chat template for function calling."""
+"""The hf agent on a tiny locally built Qwen2 model: one batch per round, the same greedy
+outputs as episodes played one at a time and as ``model.generate``, token counts, tools
+rendered by the chat template for function calling."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Iterator
 
 import pytest
 
@@ -46,17 +47,28 @@ def backend(request, shared_backend) -> HFBackend:
 
 
 @pytest.fixture
-def generate_calls(backend, monkeypatch) -> list[int]:
-    """The batch size of every ``model.generate`` call."""
+def generate_calls(monkeypatch) -> list[int]:
+    """The rows of every batch the agent decodes."""
+    from pipelines.episodes import agents
+
     calls: list[int] = []
-    original = backend.model.generate
+    original = agents.decode
 
-    def counting(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape[0])
-        return original(*args, **kwargs)
+    def counting(model, rows, *args, **kwargs):
+        calls.append(len(rows))
+        return original(model, rows, *args, **kwargs)
 
-    monkeypatch.setattr(backend.model, "generate", counting)
+    monkeypatch.setattr(agents, "decode", counting)
     return calls
+
+
+@pytest.fixture
+def forward_batches(backend) -> Iterator[list[tuple[int, int]]]:
+    """(rows, tokens per row) of every forward pass of the model."""
+    seen: list[tuple[int, int]] = []
+    handle = backend.model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    yield seen
+    handle.remove()
 
 
 def agent_outputs(episode) -> int:
@@ -78,7 +90,7 @@ def specs(small_corpus):
     return [EpisodeSpec.from_dialogue(d, seed=i) for i, d in enumerate(chosen)]
 
 
-def test_episodes_are_generated_with_one_generate_call_per_round(backend, generate_calls, small_corpus, database):
+def test_episodes_are_generated_with_one_batch_per_round(backend, generate_calls, small_corpus, database):
     agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
     episodes = run_episodes_sync(specs(small_corpus), agent, gold_user(), database, CONFIG)
 
@@ -182,25 +194,49 @@ def test_contexts_without_a_shared_system_message_are_generated_without_the_cach
     assert [o.text for o in mixed] == alone
 
 
-def test_rows_that_stopped_leave_the_batch_without_changing_any_output(backend, generate_calls, small_corpus, database):
+def test_rows_that_stopped_leave_the_batch_without_changing_any_output(backend, forward_batches, small_corpus, database):
     longer = SamplingParams(temperature=0.0, max_tokens=12)
-    # A share no batch of several rows can miss once one row stopped: every call with a
-    # stopped row ends there, and the others continue in a narrower call.
-    sliced = HFAgent(backend, SpeakRLFormat(tools=()), longer, straggler_share=1e-9)
-    whole = HFAgent(backend, SpeakRLFormat(tools=()), longer, straggler_share=None)
+    # A share no batch of several rows can miss: every stopped row leaves at once.
+    leaving = HFAgent(backend, SpeakRLFormat(tools=()), longer, compact_share=1e-9)
+    staying = HFAgent(backend, SpeakRLFormat(tools=()), longer, compact_share=None)
     # The tiny model rarely ends a reply: with a fifth of the vocabulary as stop tokens,
     # rows stop after a few tokens each, at different steps.
     stops = frozenset(range(0, len(backend.tokenizer), 5)) | {backend.tokenizer.eos_token_id}
-    for agent in (sliced, whole):
+    for agent in (leaving, staying):
         agent._stop_token_ids = lambda: stops
-    calls_before = len(generate_calls)
-    in_slices = run_episodes_sync(specs(small_corpus), sliced, gold_user(), database, CONFIG)
-    sliced_calls = generate_calls[calls_before:]
-    del generate_calls[:]
-    at_once = run_episodes_sync(specs(small_corpus), whole, gold_user(), database, CONFIG)
+    left = run_episodes_sync(specs(small_corpus), leaving, gold_user(), database, CONFIG)
+    leaving_steps = [rows for rows, width in forward_batches if width == 1]
+    del forward_batches[:]
+    stayed = run_episodes_sync(specs(small_corpus), staying, gold_user(), database, CONFIG)
+    staying_steps = [rows for rows, width in forward_batches if width == 1]
 
-    assert [content_of(e) for e in in_slices] == [content_of(e) for e in at_once]
-    # More, narrower calls: a continuation carries only the rows that have not stopped.
-    assert len(sliced_calls) > len(generate_calls), (sliced_calls, generate_calls)
-    assert sum(sliced_calls) > sum(generate_calls)
-    assert sum(e.completion_tokens for e in in_slices) == sum(e.completion_tokens for e in at_once)
+    assert [content_of(e) for e in left] == [content_of(e) for e in stayed]
+    assert sum(e.completion_tokens for e in left) == sum(e.completion_tokens for e in stayed)
+    # The same decoding steps, over fewer rows: stopped rows no longer compute.
+    assert len(leaving_steps) == len(staying_steps)
+    assert sum(leaving_steps) < sum(staying_steps), (leaving_steps, staying_steps)
+
+
+def test_the_decoding_loop_equals_model_generate(backend, small_corpus, database):
+    longer = SamplingParams(temperature=0.0, max_tokens=12)
+    looped = HFAgent(backend, SpeakRLFormat(tools=()), longer)
+    generated = HFAgent(backend, SpeakRLFormat(tools=()), longer, use_generate=True)
+    assert not looped.use_generate
+    ours = run_episodes_sync(specs(small_corpus), looped, gold_user(), database, CONFIG)
+    theirs = run_episodes_sync(specs(small_corpus), generated, gold_user(), database, CONFIG)
+    assert [content_of(e) for e in ours] == [content_of(e) for e in theirs]
+    # Options only generate knows (here a repetition penalty) go to generate.
+    assert HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(extra_body={"repetition_penalty": 1.3})).use_generate
+
+
+def test_stop_strings_end_a_reply_while_decoding(backend):
+    context = AgentContext("e", 0, 0, 1, 0, 0, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "a hotel"}))
+    free = asyncio.run(HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(max_tokens=12)).act([context]))[0]
+    assert free.completion_tokens == 12, "the tiny model should not stop on its own here"
+    # A stop string from the middle of the free reply: two letters first seen there.
+    text = free.text
+    start = next(i for i in range(3, len(text) - 1) if text[i : i + 2].isalnum() and text.find(text[i : i + 2]) == i)
+    stop = text[start : start + 2]
+    stopped = asyncio.run(HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(max_tokens=12, stop=(stop,))).act([context]))[0]
+    assert stopped.text == text[:start]
+    assert stopped.completion_tokens < 12

@@ -96,6 +96,33 @@ def test_reports_episodes_and_sql(evaluated):
     assert [r["agent"] for r in rows] == ["first", "second"] and all(r["n"] == 4 for r in rows)
 
 
+def test_an_llm_user_simulator_plays_the_user_through_an_openai_endpoint(prefect_api, server, small_corpus_dir, tiny_model_dir, tmp_path):
+    import pyarrow.parquet as pq
+
+    params = params_for(
+        tmp_path, small_corpus_dir, tiny_model_dir,
+        max_goals=1, seeds=[0, 1], simulator={"kind": "goal_llm", "max_stalled_turns": 2}, models={"only": {"path": str(tiny_model_dir)}},
+    )
+    llm = {
+        "cache_dir": str(tmp_path / "cache"),
+        "roles": {"user_simulator": {"backend": "openai", "base_url": server.base_url, "model": "fake-model", "max_retries": 0}},
+    }
+    report = run(params, llm)
+    assert report["models"]["only"]["episodes"] == 2
+
+    episodes = pq.read_table(tmp_path / "data" / "episodes" / "eval" / "episodes.parquet").to_pylist()
+    events = pq.read_table(tmp_path / "data" / "episodes" / "eval" / "episode_events.parquet").to_pylist()
+    assert {e["simulator"] for e in episodes} == {"goal_llm"}
+    # Every user turn is the endpoint's reply (the fake model's text), none a fallback.
+    user_turns = [e for e in events if e["actor"] == "user"]
+    assert user_turns and all(e["kind"] == "user" for e in user_turns)
+    assert server.stats.requests == len(user_turns)
+    # A re-run is answered from the response cache: no request, the same dialogues.
+    rerun = run(params, llm)
+    assert server.stats.requests == len(user_turns)
+    assert rerun["models"]["only"]["turns"] == report["models"]["only"]["turns"]
+
+
 def test_batched_and_one_at_a_time_play_the_same_episodes(small_corpus_dir, tiny_model_dir):
     from pipelines.env.tools import Database
     from pipelines.episodes import RunnerConfig, get_format

@@ -1,0 +1,129 @@
+"""The batched decoding loop on a tiny Qwen2 model: greedy rows equal ``model.generate``
+row by row (with a shared prefix, length groups and stopped rows leaving), seeded
+sampling, the length grouping, and what the loop refuses."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from pipelines.episodes import decoding
+from pipelines.episodes.decoding import DecodeSpec, decode, length_groups, prefix_kv, supports_decoding
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+
+
+PREFIX = [11, 12, 13, 14, 15, 16, 17, 18]
+
+
+def rows_with_prefix(n: int = 7, seed: int = 0) -> list[list[int]]:
+    rnd = random.Random(seed)
+    return [PREFIX + [rnd.randrange(20, 200) for _ in range(rnd.randrange(1, 30))] for _ in range(n)]
+
+
+def generate_alone(model, row: list[int], max_new_tokens: int, stop_ids: frozenset[int]) -> list[int]:
+    """``model.generate``'s greedy continuation of one row, cut after its first stop id."""
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=torch.tensor([row]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, eos_token_id=sorted(stop_ids)
+        )
+    new = out[0, len(row) :].tolist()
+    end = next((k for k, token in enumerate(new) if token in stop_ids), None)
+    return new if end is None else new[: end + 1]
+
+
+@pytest.mark.parametrize("with_prefix", [True, False])
+@pytest.mark.parametrize("call_tokens", [0, 10_000])
+def test_greedy_rows_equal_model_generate_row_by_row(model, monkeypatch, with_prefix, call_tokens):
+    # call_tokens 0: a prefill group per distinct length; 10000: one group, padded.
+    monkeypatch.setattr(decoding, "PREFILL_CALL_TOKENS", call_tokens)
+    rows = rows_with_prefix()
+    # A tenth of the vocabulary stops a row: rows stop at different steps and leave.
+    stops = frozenset(range(0, 400, 10))
+    spec = DecodeSpec(max_new_tokens=16, stop_ids=stops, compact_share=0.01)
+    prefix = prefix_kv(model, PREFIX) if with_prefix else None
+    batched = decode(model, rows, spec, pad_id=0, prefix=prefix)
+    alone = [generate_alone(model, row, 16, stops) for row in rows]
+    assert batched == alone
+    lengths = {len(ids) for ids in batched}
+    assert len(lengths) > 1 and 16 in lengths, lengths  # some stopped early, some ran out
+
+
+def test_length_groups_minimise_padding_plus_call_cost():
+    rnd = random.Random(3)
+    for _ in range(50):
+        lengths = sorted(rnd.randrange(1, 60) for _ in range(rnd.randrange(1, 8)))
+        call = rnd.choice([0, 8, 40, 1000])
+
+        def cost(groups):
+            return sum(call + (end - start) * lengths[end - 1] for start, end in groups)
+
+        best = min(
+            cost(list(zip((0,) + cuts, cuts + (len(lengths),))))
+            for k in range(len(lengths))
+            for cuts in itertools.combinations(range(1, len(lengths)), k)
+        )
+        groups = length_groups(lengths, call)
+        assert cost(groups) == best
+        assert groups[0][0] == 0 and groups[-1][1] == len(lengths)
+        assert all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
+    assert length_groups([5, 5, 5], 100) == [(0, 3)]
+    assert length_groups([1, 50], 0) == [(0, 1), (1, 2)]
+
+
+def test_sampling_is_seeded_and_a_zero_nucleus_is_greedy(model):
+    rows = rows_with_prefix(4, seed=1)
+    no_stop = frozenset({-1})
+
+    def sample(seed: int, top_p: float | None = None) -> list[list[int]]:
+        return decode(model, rows, DecodeSpec(12, no_stop, temperature=1.5, top_p=top_p, seed=seed), pad_id=0)
+
+    assert sample(1) == sample(1)
+    assert sample(1) != sample(2)
+    greedy = decode(model, rows, DecodeSpec(12, no_stop), pad_id=0)
+    assert sample(1) != greedy
+    assert sample(1, top_p=0.0) == greedy == sample(2, top_p=0.0)
+
+
+def test_stop_text_ends_a_row_after_the_token_that_completes_it(model):
+    [row] = rows_with_prefix(1, seed=2)
+    spec = DecodeSpec(12, frozenset({-1}))
+    [free] = decode(model, [row], spec, pad_id=0)
+    [cut] = decode(model, [row], spec, pad_id=0, stop_text=lambda ids: len(ids) >= 2 and ids[-1] == free[4])
+    assert cut == free[: free.index(free[4], 2) + 1]
+
+
+def test_what_the_loop_refuses(model, tiny_model_dir):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with pytest.raises(ValueError, match="start with the prefix"):
+        decode(model, [[1, 2, 3]], DecodeSpec(4, frozenset()), pad_id=0, prefix=prefix_kv(model, PREFIX))
+    with pytest.raises(ValueError, match="compact_share"):
+        DecodeSpec(4, frozenset(), compact_share=0.0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        DecodeSpec(0, frozenset())
+    assert supports_decoding(model)
+    # Sliding-window layers keep only a window of keys: the loop's cache would be wrong.
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.use_sliding_window, config.sliding_window, config.max_window_layers = True, 16, 0
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    assert not supports_decoding(AutoModelForCausalLM.from_config(config))
+
+
+def test_a_full_buffer_is_an_error_not_a_silent_overwrite(model):
+    import torch
+
+    cache = decoding._buffer_cache(model, 4)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="KV buffer full"):
+        model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), past_key_values=cache, use_cache=True)
