@@ -30,11 +30,12 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from pipelines.env.replay import gold_tool_calls, replay
-from pipelines.episodes.decoding import DecodeSpec, PrefixKV, decode, prefix_kv, supports_decoding
 from pipelines.env.tools import Database, ToolEnvironment
+from pipelines.episodes.decoding import DecodeSpec, PrefixKV, decode, prefix_kv, supports_decoding
 from pipelines.episodes.formats import AgentAction, AgentFormat, Message, RawToolCall, SpeakRLFormat
 from pipelines.llm.client import LLMClient
 from pipelines.llm.config import ROLES, SamplingParams
+from pipelines.llm.hf import cut_at_stop
 from pipelines.records import Dialogue, ToolCall
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ class HFAgent:
             text = tokenizer.decode(ids if end is None else ids[:-1], skip_special_tokens=True)
             outputs.append(
                 AgentOutput(
-                    _cut_at_stop(text, self.sampling.stop),
+                    cut_at_stop(text, self.sampling.stop),
                     prompt_tokens=len(row),
                     completion_tokens=len(ids),
                     latency_s=latency,
@@ -233,14 +234,7 @@ class HFAgent:
             "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device),
             "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device),
         }
-        sampling = self.sampling
-        kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "do_sample": not sampling.greedy, "pad_token_id": pad, **sampling.extra_body}
-        if not sampling.greedy:
-            kwargs["temperature"] = sampling.temperature
-            if sampling.top_p is not None:
-                kwargs["top_p"] = sampling.top_p
-        if sampling.stop:
-            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.backend.tokenizer)
+        kwargs = self.backend.generate_kwargs(self.sampling)
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
@@ -281,12 +275,6 @@ class HFAgent:
     def _generation_seed(self, contexts: Sequence[AgentContext]) -> int:
         key = json.dumps([self.seed, [c.step_seed for c in contexts]])
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
-
-
-def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    # OpenAI semantics: the stop string ends the reply and is not part of it.
-    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
-    return text[:cut]
 
 
 # --------------------------------------------------------------------------------------

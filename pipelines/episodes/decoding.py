@@ -73,7 +73,7 @@ def supports_decoding(model: Any) -> bool:
     """Whether :func:`decode` can run ``model``: a decoder-only model whose every layer
     attends to the full context (no sliding windows, no linear-attention state), whose
     forward takes a cache and explicit positions."""
-    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    config = _text_config(model)
     if getattr(config, "is_encoder_decoder", False):
         return False
     layer_types = getattr(config, "layer_types", None)
@@ -246,6 +246,11 @@ def _pick(logits: "torch.Tensor", spec: DecodeSpec, generator: "torch.Generator 
     return torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
 
+def _text_config(model: Any) -> Any:
+    config = model.config
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
 def _forward_parameters(model: Any) -> set[str]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper
     return set(inspect.signature(base.forward).parameters)
@@ -264,7 +269,7 @@ def _keep_last(model: Any) -> dict[str, int]:
 def _buffer_cache(model: Any, capacity: int) -> Any:
     from transformers.cache_utils import Cache
 
-    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    config = _text_config(model)
     return Cache(layers=[_kv_buffer_class()(capacity) for _ in range(config.num_hidden_layers)])
 
 

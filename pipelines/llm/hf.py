@@ -35,6 +35,12 @@ class TokenScores:
     entropies: tuple[float, ...]
 
 
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """OpenAI semantics: the first stop string ends the reply and is not part of it."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
+    return text[:cut]
+
+
 def _batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -100,18 +106,7 @@ class HFBackend:
             raise ValueError("the hf backend does not support presence_penalty / frequency_penalty")
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         prompts = [self.render(conversation) for conversation in conversations]
-        generate_kwargs: dict[str, Any] = {
-            "max_new_tokens": sampling.max_tokens,
-            "do_sample": not sampling.greedy,
-            "pad_token_id": self.pad_token_id,
-            **sampling.extra_body,
-        }
-        if not sampling.greedy:
-            generate_kwargs["temperature"] = sampling.temperature
-            if sampling.top_p is not None:
-                generate_kwargs["top_p"] = sampling.top_p
-        if sampling.stop:
-            generate_kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        generate_kwargs = self.generate_kwargs(sampling)
 
         replies: list[str] = []
         devices = [self.device] if self.device.type == "cuda" else []
@@ -129,14 +124,25 @@ class HFBackend:
                 output = self.model.generate(**encoded, **generate_kwargs)
             new_tokens = output[:, encoded["input_ids"].shape[1] :]
             for text in self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True):
-                replies.append(self._cut_at_stop(text, sampling.stop))
+                replies.append(cut_at_stop(text, sampling.stop))
         return replies
 
-    @staticmethod
-    def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
-        # OpenAI semantics: the stop string ends the reply and is not part of it.
-        cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
-        return text[:cut]
+    def generate_kwargs(self, sampling: SamplingParams) -> dict[str, Any]:
+        """``model.generate`` keyword arguments for ``sampling``."""
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": sampling.max_tokens,
+            "do_sample": not sampling.greedy,
+            "pad_token_id": self.pad_token_id,
+            **sampling.extra_body,
+        }
+        if not sampling.greedy:
+            kwargs["temperature"] = sampling.temperature
+            if sampling.top_p is not None:
+                kwargs["top_p"] = sampling.top_p
+        if sampling.stop:
+            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        return kwargs
+
 
     # ---- scoring ----
 
