@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
@@ -146,9 +146,10 @@ class HFAgent:
         self.name = name
         self.seed = seed
         self.prefix_cache = prefix_cache
-        if compact_share is not None and (isinstance(compact_share, bool) or not 0.0 < compact_share <= 1.0):
-            raise ValueError(f"compact_share must be in (0, 1] or None, got {compact_share!r}")
-        self.compact_share = compact_share
+        # Stop ids and the seed are the call's; the rest is checked here, once.
+        self.decode_spec = DecodeSpec(
+            sampling.max_tokens, frozenset(), temperature=sampling.temperature, top_p=sampling.top_p, compact_share=compact_share
+        )
         self.use_generate = use_generate or bool(sampling.extra_body) or not supports_decoding(backend.model)
         self._prefixes: dict[tuple[int, ...], PrefixKV] = {}
 
@@ -193,14 +194,7 @@ class HFAgent:
         if self.use_generate:
             new = self._generate_with_hf(rows, seed)
         else:
-            spec = DecodeSpec(
-                self.sampling.max_tokens,
-                stop_ids,
-                temperature=self.sampling.temperature,
-                top_p=self.sampling.top_p,
-                seed=seed,
-                compact_share=self.compact_share,
-            )
+            spec = replace(self.decode_spec, stop_ids=stop_ids, seed=seed)
             prefix = self._shared_prefix(contexts, rows) if self.prefix_cache else None
             stop_text = self._ends_with_stop_string if self.sampling.stop else None
             new = decode(self.backend.model, rows, spec, pad_id=self.backend.pad_token_id, prefix=prefix, stop_text=stop_text)

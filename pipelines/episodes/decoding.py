@@ -251,9 +251,15 @@ def _text_config(model: Any) -> Any:
     return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
-def _forward_parameters(model: Any) -> set[str]:
+def _forward_parameters(model: Any) -> frozenset[str]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper
-    return set(inspect.signature(base.forward).parameters)
+    return _signature_parameters(type(base))
+
+
+@functools.cache
+def _signature_parameters(model_class: type) -> frozenset[str]:
+    # Asked at every prefill: inspecting a signature costs more than the lookup.
+    return frozenset(inspect.signature(model_class.forward).parameters)
 
 
 def _keep_last(model: Any) -> dict[str, int]:

@@ -21,46 +21,8 @@ preflight checks stay cheap to import.
 
 from __future__ import annotations
 
-from pipelines.training.config import (
-    METHODS,
-    OBJECTIVES,
-    DataSpec,
-    DeviceSpec,
-    DPOObjective,
-    EvalSpec,
-    GRPOObjective,
-    HoldoutSpec,
-    KTOObjective,
-    LoraSpec,
-    ModelSpec,
-    OptimSpec,
-    OutputSpec,
-    QuantizationSpec,
-    SFTObjective,
-    SourceSpec,
-    TrainConfig,
-    config_dict,
-)
+from pipelines.training import config as _config
+from pipelines.training.config import *  # noqa: F403 - the configs are the package's vocabulary
 from pipelines.training.preflight import preflight
 
-__all__ = [
-    "DPOObjective",
-    "DataSpec",
-    "DeviceSpec",
-    "EvalSpec",
-    "GRPOObjective",
-    "HoldoutSpec",
-    "KTOObjective",
-    "LoraSpec",
-    "METHODS",
-    "ModelSpec",
-    "OBJECTIVES",
-    "OptimSpec",
-    "OutputSpec",
-    "QuantizationSpec",
-    "SFTObjective",
-    "SourceSpec",
-    "TrainConfig",
-    "config_dict",
-    "preflight",
-]
+__all__ = [*_config.__all__, "preflight"]

@@ -79,25 +79,8 @@ def build_trainer(
     """The TRL trainer for ``config.method``, ready to ``train()``. Its progress goes to
     the callbacks (e.g. :class:`~pipelines.training.callbacks.LoggingCallback`), not to
     stdout."""
-    trainer = _trainer(config, device, model, tokenizer, train_dataset, peft_config, output_dir, callbacks)
     from transformers import PrinterCallback
 
-    trainer.remove_callback(PrinterCallback)
-    return trainer
-
-
-def _trainer(
-    config: TrainConfig,
-    device: DeviceSettings,
-    model: Any,
-    tokenizer: Any,
-    train_dataset: Any,
-    peft_config: Any,
-    output_dir: str,
-    callbacks: Sequence[Any],
-) -> Any:
-    common = training_arguments(config, device, output_dir)
-    objective = config.resolved_objective()
     shared = {
         "model": model,
         "train_dataset": train_dataset,
@@ -105,11 +88,19 @@ def _trainer(
         "peft_config": peft_config,
         "callbacks": list(callbacks),
     }
+    trainer = _trainer(config.resolved_objective(), training_arguments(config, device, output_dir), shared, device)
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSettings) -> Any:
+    """The objective's TRL config (``common``: the TrainingArguments every method shares)
+    and trainer (``shared``: the arguments every trainer takes)."""
     if isinstance(objective, SFTObjective):
         from trl import SFTConfig, SFTTrainer
 
         # Dialogue windows ({"messages"}): the loss covers every assistant message.
-        windows = "messages" in train_dataset.column_names
+        windows = "messages" in shared["train_dataset"].column_names
         args = SFTConfig(
             **common, max_length=None, completion_only_loss=objective.completion_only_loss, assistant_only_loss=windows
         )
