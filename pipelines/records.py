@@ -49,6 +49,7 @@ class Goal:
     domains: tuple[DomainGoal, ...]
     message: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()  # fields the source did not provide, e.g. "goal.message"
+    ignored: tuple[str, ...] = ()  # unknown keys the source has and the loader skipped, e.g. "goal.hotel.hotel"
 
     def get(self, domain: str) -> DomainGoal | None:
         for domain_goal in self.domains:
@@ -116,6 +117,7 @@ class Dialogue:
     turns: tuple[Turn, ...]
     split: str = "train"
     missing: tuple[str, ...] = ()  # e.g. "turns.metadata", "turns.dialog_act"
+    ignored: tuple[str, ...] = ()  # unknown source keys skipped by the loader (the goal's)
 
 
 @dataclass(frozen=True)
@@ -149,3 +151,5 @@ class Corpus:
     entities: dict[str, list[Entity]]
     splits: dict[str, str]  # dialogue_id -> split
     taxi_options: Mapping[str, tuple[str, ...]] = field(default_factory=frozen_dict)
+    # Ids a split list names that data.json lacks, per split file name, in file order.
+    unknown_split_ids: Mapping[str, tuple[str, ...]] = field(default_factory=frozen_dict)

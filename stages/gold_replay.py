@@ -6,8 +6,14 @@ episode. On a sound corpus (and a sound simulator, environment and checker) near
 episode succeeds, so this stage is the pipeline's end-to-end self-check, and its episodes
 are stored like any agent's (``episodes`` / ``episode_events``).
 
-params.yaml ``gold_replay``: source (MultiWOZ directory), db_dir (optional), agent_format,
-simulator (agenda settings), max_exchanges, seed, output, metrics.
+A reference without annotations (no system turn with a belief state: text-only dialogues)
+gives the replay agent no tool call to make, so its episode verifies nothing. Such episodes
+are still played and stored, but counted as ``unverifiable`` and left out of the success
+and inform rates, which are over the verifiable episodes only (null when there are none).
+
+params.yaml ``gold_replay``: source (MultiWOZ directory), db_dir (optional), strict (as in
+``seeds``), agent_format, simulator (agenda settings), max_exchanges, seed, output, report,
+metrics.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from pipelines.env.replay import has_annotations
 from pipelines.env.tools import Database
 from pipelines.episodes import EPISODE_EVENTS, EPISODES, EpisodeSpec, ReplayAgent, RunnerConfig, episode_tables, get_format, run_episodes_sync
 from pipelines.errors import ConfigError
@@ -24,13 +31,19 @@ from stages.io import main_wrapper, publish, read_params, write_json_atomic
 from stages.multiwoz_dir import load_multiwoz
 
 
-def summary(episodes, wall_seconds: float) -> dict:
+def summary(episodes, wall_seconds: float, unverifiable: frozenset[str] = frozenset()) -> dict:
+    """Counts for reports/gold_replay.json; ``unverifiable``: dialogue ids whose reference
+    has no annotations, left out of the success and inform rates."""
     n = len(episodes)
     ended = Counter(e.ended_by for e in episodes)
+    verifiable = [e for e in episodes if e.dialogue_id not in unverifiable]
+    v = len(verifiable)
     return {
         "episodes": n,
-        "success_rate": sum(e.success for e in episodes) / n if n else 0.0,
-        "inform_rate": sum(e.inform for e in episodes) / n if n else 0.0,
+        "verifiable": v,
+        "unverifiable": n - v,
+        "success_rate": sum(e.success for e in verifiable) / v if v else None,
+        "inform_rate": sum(e.inform for e in verifiable) / v if v else None,
         "avg_turns": sum(e.n_turns for e in episodes) / n if n else 0.0,
         "ended_by": dict(sorted(ended.items())),
         "tool_calls": sum(e.n_tool_calls for e in episodes),
@@ -49,7 +62,8 @@ def run(params: dict) -> dict:
     kind = simulator_params.pop("kind", "agenda")
     if kind != "agenda":
         raise ConfigError(f"params.yaml gold_replay.simulator.kind: only 'agenda' replays gold dialogues offline, got {kind!r}")
-    corpus = load_multiwoz(source, params.get("db_dir"))
+    corpus = load_multiwoz(source, params.get("db_dir"), strict=bool(params.get("strict", False)))
+    unverifiable = frozenset(d.dialogue_id for d in corpus.dialogues if not has_annotations(d))
     database = Database(corpus.entities, corpus.taxi_options)
     seed = int(params.get("seed", 0))
     specs = [EpisodeSpec.from_dialogue(d, seed=seed) for d in corpus.dialogues]
@@ -60,13 +74,20 @@ def run(params: dict) -> dict:
     agent = ReplayAgent(get_format(params.get("agent_format", "speakrl")))
     start = time.perf_counter()
     episodes = run_episodes_sync(specs, agent, simulator, database, RunnerConfig(max_exchanges=int(params.get("max_exchanges", 20))))
-    metrics = summary(episodes, time.perf_counter() - start)
+    metrics = summary(episodes, time.perf_counter() - start, unverifiable)
     tables = episode_tables(episodes)
+    notes = {"unverifiable": {"count": len(unverifiable), "reason": "reference has no belief-state annotations",
+                              "first": sorted(unverifiable)[:5]}}
     publish({output / "episodes.parquet": (tables["episodes"], EPISODES), output / "episode_events.parquet": (tables["episode_events"], EPISODE_EVENTS)},
-            Path(params["report"]) if params.get("report") else None)
+            Path(params["report"]) if params.get("report") else None, notes=notes)
     if params.get("metrics"):
         write_json_atomic(Path(params["metrics"]), metrics)
-    print(f"gold_replay: {metrics['episodes']} episodes, success {metrics['success_rate']:.4f}, {metrics['episodes_per_second']:.1f} episodes/s")
+    rate = "n/a" if metrics["success_rate"] is None else f"{metrics['success_rate']:.4f}"
+    print(f"gold_replay: {metrics['episodes']} episodes, unverifiable: {metrics['unverifiable']}, "
+          f"success {rate} over {metrics['verifiable']} verifiable, {metrics['episodes_per_second']:.1f} episodes/s")
+    if unverifiable:
+        print(f"gold_replay: {len(unverifiable)} reference dialogue(s) have no belief-state annotations, so their "
+              "episodes verify nothing; they are left out of the success and inform rates")
     return metrics
 
 

@@ -119,7 +119,9 @@ def write_text_atomic(path: Path | str, text: str) -> None:
 
 
 def publish(
-    outputs: Mapping[Path, tuple[pa.Table, ArtifactSpec]], report_path: Path | None = None
+    outputs: Mapping[Path, tuple[pa.Table, ArtifactSpec]],
+    report_path: Path | None = None,
+    notes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Validate every table against its spec and, only if all pass, write them all.
 
@@ -132,7 +134,7 @@ def publish(
 
     The report (``{"success", "artifacts": {name: {"path", **ValidationReport.to_dict()}}}``)
     is returned and, when ``report_path`` is given, written as JSON whether or not the
-    suites pass. A failure raises ValidationFailed carrying the readable text of every
+    suites pass; ``notes`` (e.g. what the loader tolerated in the input) are added to it. A failure raises ValidationFailed carrying the readable text of every
     failed report.
     """
     tables: dict[str, tuple[Path, pa.Table, ArtifactSpec]] = {}
@@ -150,6 +152,7 @@ def publish(
     summary = {
         "success": all(report.success for report in reports.values()),
         "artifacts": {name: {"path": str(tables[name][0]), **report.to_dict()} for name, report in reports.items()},
+        **(notes or {}),
     }
     if summary["success"]:
         _write_all_atomic({path: table for path, table, _ in tables.values()})

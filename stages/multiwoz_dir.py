@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import DataError
 from pipelines.multiwoz.ontology import DB_DOMAINS
-from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list
+from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list, unknown_split_ids
 from pipelines.records import Corpus, Entity
 from stages.io import read_json, read_text, replace_directory
 
 TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
+SPLIT_FILES = (("test", "testListFile.json"), ("val", "valListFile.json"))
+SHOW_IDS = 5  # how many unknown split ids a message names
 
 
 def find_db_dir(root: Path) -> Path:
@@ -54,19 +57,42 @@ def load_database(db_dir: Path) -> tuple[dict[str, list[Entity]], dict[str, tupl
     return entities, taxi_options
 
 
-def load_multiwoz(root: Path | str, db_dir: Path | str | None = None) -> Corpus:
+def load_multiwoz(root: Path | str, db_dir: Path | str | None = None, strict: bool = False) -> Corpus:
+    """The corpus of a MultiWOZ directory. Tolerated by default, refused with ``strict``:
+    unknown domain-goal fields (skipped, listed in ``Dialogue.ignored``) and split-list ids
+    that name no dialogue of ``data.json`` (listed in ``Corpus.unknown_split_ids``, and
+    a ``warning:`` line on stderr)."""
     root = Path(root)
     if not root.is_dir():
         raise DataError(str(root), "MultiWOZ directory not found")
     data_path = root / "data.json"
     split_ids: dict[str, list[str]] = {}
-    for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
+    for split, filename in SPLIT_FILES:
         path = root / filename
         split_ids[split] = parse_split_list(read_text(path), str(path)) if path.exists() else []
-    dialogues = parse_dialogues(read_json(data_path), str(data_path), split_ids["test"], split_ids["val"])
+    raw = read_json(data_path)
+    dialogues = parse_dialogues(raw, str(data_path), split_ids["test"], split_ids["val"], strict=strict)
+    unknown: dict[str, tuple[str, ...]] = {}
+    for split, filename in SPLIT_FILES:
+        ids = unknown_split_ids(split_ids[split], raw)
+        if not ids:
+            continue
+        message = f"{len(ids)} dialogue id(s) not in {data_path}: {_first(ids)}"
+        if strict:
+            raise DataError(str(root / filename), message, ids[0])
+        print(f"warning: {root / filename}: {message}", file=sys.stderr)
+        unknown[filename] = tuple(ids)
     entities, taxi_options = load_database(Path(db_dir) if db_dir else find_db_dir(root))
     splits = {d.dialogue_id: d.split for d in dialogues}
-    return Corpus(source=str(root), dialogues=dialogues, entities=entities, splits=splits, taxi_options=taxi_options)
+    return Corpus(
+        source=str(root), dialogues=dialogues, entities=entities, splits=splits, taxi_options=taxi_options,
+        unknown_split_ids=unknown,
+    )
+
+
+def _first(ids: list[str]) -> str:
+    shown = ", ".join(ids[:SHOW_IDS])
+    return shown + (f", ... ({len(ids) - SHOW_IDS} more)" if len(ids) > SHOW_IDS else "")
 
 
 def read_raw_database(db_dir: Path | str) -> dict[str, list[dict[str, Any]]]:

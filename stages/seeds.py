@@ -1,9 +1,15 @@
 """DVC stage ``seeds``: a MultiWOZ-layout directory → validated Parquet artifacts.
 
 params.yaml ``seeds``: source (the embedded corpus directory, or any MultiWOZ 2.x
-directory), optionally db_dir (a database directory apart from the source), output
-(directory of the Parquet files), report (validation report) and metrics.
-Nothing is written unless every table passes its expectation suite.
+directory), optionally db_dir (a database directory apart from the source), strict
+(default false), output (directory of the Parquet files), report (validation report) and
+metrics. Nothing is written unless every table passes its expectation suite.
+
+Real data has oddities that should not block a corpus of thousands of dialogues: unknown
+domain-goal fields (skipped, in ``dialogues.ignored``), missing annotations (in
+``dialogues.missing``) and split-list ids that name no dialogue (a warning). The
+validation report's ``input`` section counts each kind; ``strict: true`` stops the stage
+on an unknown goal field or split id instead, before anything is written.
 """
 
 from __future__ import annotations
@@ -29,6 +35,32 @@ def summary(corpus: Corpus) -> dict:
         "multi_domain_dialogues": sum(1 for d in corpus.dialogues if len(d.goal.domains) > 1),
         "entities": {domain: len(items) for domain, items in sorted(corpus.entities.items())},
         "dialogues_missing": dict(sorted(missing.items())),
+        "dialogues_ignored": dict(sorted(Counter(path for d in corpus.dialogues for path in d.ignored).items())),
+        "unknown_split_ids": {name: len(ids) for name, ids in sorted(corpus.unknown_split_ids.items())},
+    }
+
+
+def tolerated(corpus: Corpus, strict: bool, show: int = 5) -> dict:
+    """The validation report's ``input`` section: every oddity of the source that was
+    loaded around rather than refused, counted by kind, with the details behind each count.
+
+    Kinds: ``unknown_goal_field`` (one per dialogue and field), ``unknown_split_id`` (one per
+    id), and ``missing:<field>`` (one per dialogue lacking that annotation)."""
+    ignored = Counter(path for d in corpus.dialogues for path in d.ignored)
+    missing = Counter(field for d in corpus.dialogues for field in d.missing)
+    kinds = {
+        "unknown_goal_field": sum(ignored.values()),
+        "unknown_split_id": sum(len(ids) for ids in corpus.unknown_split_ids.values()),
+        **{f"missing:{field}": n for field, n in sorted(missing.items())},
+    }
+    return {
+        "source": corpus.source,
+        "strict": strict,
+        "tolerated": kinds,
+        "unknown_goal_fields": dict(sorted(ignored.items())),
+        "unknown_split_ids": {
+            name: {"count": len(ids), "first": list(ids[:show])} for name, ids in sorted(corpus.unknown_split_ids.items())
+        },
     }
 
 
@@ -38,16 +70,24 @@ def run(params: dict) -> dict:
         output = Path(params["output"])
     except KeyError as exc:
         raise ConfigError(f"params.yaml seeds: {exc.args[0]!r} is required") from exc
-    corpus = load_multiwoz(source, params.get("db_dir"))
+    strict = params.get("strict", False)
+    if not isinstance(strict, bool):
+        raise ConfigError(f"params.yaml seeds.strict: expected true or false, got {strict!r}")
+    corpus = load_multiwoz(source, params.get("db_dir"), strict=strict)
     tables = corpus_tables(corpus)
+    notes = tolerated(corpus, strict)
     publish(
         {output / f"{name}.parquet": (table, SPECS[name]) for name, table in tables.items()},
         Path(params["report"]) if params.get("report") else None,
+        notes={"input": notes},
     )
     metrics = summary(corpus)
     if params.get("metrics"):
         write_json_atomic(Path(params["metrics"]), metrics)
     print(f"seeds: {metrics['dialogues']} dialogues, {metrics['turns']} turns from {source} -> {output}")
+    odd = ", ".join(f"{kind} {n}" for kind, n in notes["tolerated"].items() if n)
+    if odd:
+        print(f"seeds: tolerated in the input (see the validation report's 'input'): {odd}")
     return metrics
 
 

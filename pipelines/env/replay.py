@@ -52,6 +52,13 @@ class ReplayResult:
     calls: tuple[tuple[int, ToolCall], ...]  # (turn index, call with its observation)
 
 
+def has_annotations(dialogue: Dialogue) -> bool:
+    """Whether any system turn carries a belief state. Without one (text-only dialogues) no
+    tool call can be read back, so a replay of the dialogue verifies nothing: its grade is
+    neither a pass nor a fail of the corpus, simulator, environment or checker."""
+    return any(turn.belief_state is not None for turn in dialogue.turns if turn.speaker == "system")
+
+
 def gold_tool_calls(dialogue: Dialogue) -> list[tuple[int, ToolCall]]:
     """``(system turn index, call)`` for every call the annotations imply, in order."""
     return [(step.turn, step.call) for step in _gold_steps(dialogue)]

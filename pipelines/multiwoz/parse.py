@@ -5,7 +5,10 @@ error messages) and return records. Reading files is the job of ``stages.io``.
 
 Real data is partial: a turn may lack ``metadata`` or ``dialog_act``, a goal may lack
 ``message``. Such gaps are recorded in ``missing`` and never filled with invented values.
-Anything malformed raises :class:`DataError` naming the file, record and field.
+Real goals also carry keys the loader does not know (booleans named after a domain inside
+a domain goal, say); by default such a key is skipped and recorded in ``ignored``, so one
+odd key does not block a corpus; ``strict=True`` makes it a :class:`DataError`. Anything
+malformed raises :class:`DataError` naming the file, record and field.
 """
 
 from __future__ import annotations
@@ -56,10 +59,15 @@ def _string_map(value: Any, source: str, record: str, field: str, drop: frozense
     return out
 
 
-def parse_goal(dialogue_id: str, raw: Any, source: str) -> Goal:
+def parse_goal(dialogue_id: str, raw: Any, source: str, strict: bool = False) -> Goal:
+    """The goal of one dialogue. A domain-goal field beyond info/fail_info/book/fail_book/reqt
+    is skipped and listed in ``Goal.ignored`` as its path, e.g. ``goal.hotel.hotel``; with
+    ``strict`` it raises. An unknown domain always raises: no tool serves it, so the goal
+    could not be played or graded, and it means the source is not MultiWOZ."""
     if not isinstance(raw, dict):
         raise DataError(source, f"goal must be an object, got {type(raw).__name__}", dialogue_id, "goal")
     missing: list[str] = []
+    ignored: list[str] = []
     domains: list[DomainGoal] = []
     for key, value in raw.items():
         if key in GOAL_NON_DOMAIN_KEYS:
@@ -70,7 +78,9 @@ def parse_goal(dialogue_id: str, raw: Any, source: str) -> Goal:
             continue
         if not isinstance(value, dict):
             raise DataError(source, f"a domain goal must be an object, got {type(value).__name__}", dialogue_id, f"goal.{key}")
-        domains.append(_parse_domain_goal(dialogue_id, key, value, source))
+        domain_goal, unknown = _parse_domain_goal(dialogue_id, key, value, source, strict)
+        domains.append(domain_goal)
+        ignored += unknown
     # Goal order of the official data is alphabetical by key; the order in which the user
     # pursues the domains is the order of the ``message``. Keep the file's key order.
     message_raw = raw.get("message")
@@ -83,15 +93,19 @@ def parse_goal(dialogue_id: str, raw: Any, source: str) -> Goal:
         message = tuple(message_raw)
     else:
         raise DataError(source, "goal message must be a list of strings", dialogue_id, "goal.message")
-    return Goal(dialogue_id=dialogue_id, domains=tuple(domains), message=message, missing=tuple(missing))
+    return Goal(dialogue_id=dialogue_id, domains=tuple(domains), message=message, missing=tuple(missing), ignored=tuple(ignored))
 
 
-def _parse_domain_goal(dialogue_id: str, domain: str, raw: dict, source: str) -> DomainGoal:
-    known = {"info", "fail_info", "book", "fail_book", "reqt"}
-    for key in raw:
-        if key not in known:
-            raise DataError(source, f"unknown goal field {key!r} (known: {', '.join(sorted(known))})", dialogue_id, f"goal.{domain}.{key}")
+_DOMAIN_GOAL_FIELDS = ("book", "fail_book", "fail_info", "info", "reqt")
+
+
+def _parse_domain_goal(dialogue_id: str, domain: str, raw: dict, source: str, strict: bool) -> tuple[DomainGoal, list[str]]:
+    """The domain goal and the paths of the unknown fields it skipped."""
     base = f"goal.{domain}"
+    unknown = [f"{base}.{key}" for key in raw if key not in _DOMAIN_GOAL_FIELDS]
+    if unknown and strict:
+        key = unknown[0].rsplit(".", 1)[1]
+        raise DataError(source, f"unknown goal field {key!r} (known: {', '.join(_DOMAIN_GOAL_FIELDS)})", dialogue_id, unknown[0])
     info = _string_map(raw.get("info", {}) or {}, source, dialogue_id, f"{base}.info")
     fail_info = _string_map(raw.get("fail_info", {}) or {}, source, dialogue_id, f"{base}.fail_info")
     book_raw = raw.get("book", {}) or {}
@@ -113,7 +127,7 @@ def _parse_domain_goal(dialogue_id: str, domain: str, raw: dict, source: str) ->
         fail_book=frozen_dict(fail_book),
         reqt=tuple(reqt_raw),
         book_invalid=invalid,
-    )
+    ), unknown
 
 
 def parse_belief_state(dialogue_id: str, index: int, raw: Any, source: str) -> tuple[DomainBelief, ...]:
@@ -159,14 +173,14 @@ def parse_dialog_acts(dialogue_id: str, index: int, raw: Any, source: str) -> tu
     return tuple(acts)
 
 
-def parse_dialogue(dialogue_id: str, raw: Any, source: str, split: str) -> Dialogue:
+def parse_dialogue(dialogue_id: str, raw: Any, source: str, split: str, strict: bool = False) -> Dialogue:
     if not isinstance(raw, dict):
         raise DataError(source, f"a dialogue must be an object, got {type(raw).__name__}", dialogue_id)
     if "goal" not in raw:
         raise DataError(source, "dialogue has no goal", dialogue_id, "goal")
     if "log" not in raw:
         raise DataError(source, "dialogue has no log", dialogue_id, "log")
-    goal = parse_goal(dialogue_id, raw["goal"], source)
+    goal = parse_goal(dialogue_id, raw["goal"], source, strict)
     log = raw["log"]
     if not isinstance(log, list):
         raise DataError(source, f"log must be a list, got {type(log).__name__}", dialogue_id, "log")
@@ -192,7 +206,7 @@ def parse_dialogue(dialogue_id: str, raw: Any, source: str, split: str) -> Dialo
         if acts is None:
             missing.add("turns.dialog_act")
         turns.append(Turn(dialogue_id, index, speaker, text, belief, acts))
-    return Dialogue(dialogue_id, goal, tuple(turns), split, tuple(sorted(missing | set(goal.missing))))
+    return Dialogue(dialogue_id, goal, tuple(turns), split, tuple(sorted(missing | set(goal.missing))), goal.ignored)
 
 
 def _split_key(dialogue_id: str) -> str:
@@ -216,11 +230,23 @@ def parse_split_list(text: str, source: str) -> list[str]:
     return [line.strip() for line in stripped.splitlines() if line.strip()]
 
 
+def unknown_split_ids(listed: Iterable[str], dialogue_ids: Iterable[str]) -> list[str]:
+    """The ids of a split list that name no dialogue, in list order (with or without the
+    ``.json`` suffix, as the lists themselves vary).
+
+    >>> unknown_split_ids(["SNG01", "MUL02.json", "PMUL03"], ["SNG01.json", "MUL02.json"])
+    ['PMUL03']
+    """
+    known = {_split_key(i) for i in dialogue_ids}
+    return [i for i in listed if _split_key(i) not in known]
+
+
 def parse_dialogues(
     raw: Any,
     source: str,
     test_ids: Iterable[str] = (),
     val_ids: Iterable[str] = (),
+    strict: bool = False,
 ) -> list[Dialogue]:
     if not isinstance(raw, dict):
         raise DataError(source, f"data.json must map dialogue ids to dialogues, got {type(raw).__name__}")
@@ -230,7 +256,7 @@ def parse_dialogues(
     for dialogue_id, item in raw.items():
         key = _split_key(dialogue_id)
         split = "test" if key in test else "val" if key in val else "train"
-        dialogues.append(parse_dialogue(dialogue_id, item, source, split))
+        dialogues.append(parse_dialogue(dialogue_id, item, source, split, strict))
     return dialogues
 
 

@@ -22,7 +22,10 @@ DIALOG_ACT = pa.struct([("act", pa.string()), ("slot", pa.string()), ("value", p
 
 DIALOGUES = ArtifactSpec(
     name="dialogues",
-    description="One row per dialogue: split, domains of its goal, the goal message and what the source lacked.",
+    description=(
+        "One row per dialogue: split, domains of its goal, the goal message, what the source lacked (missing) "
+        "and the unknown source keys the loader skipped (ignored)."
+    ),
     schema=pa.schema([
         ("dialogue_id", pa.string()),
         ("split", pa.string()),
@@ -30,6 +33,7 @@ DIALOGUES = ArtifactSpec(
         ("domains", pa.list_(pa.string())),
         ("goal_message", pa.list_(pa.string())),
         ("missing", pa.list_(pa.string())),
+        ("ignored", pa.list_(pa.string())),  # e.g. "goal.hotel.hotel": an unknown goal key, not loaded
         ("source", pa.string()),
     ]),
     keys=("dialogue_id",),
@@ -128,6 +132,7 @@ def dialogue_tables(dialogues: Iterable[Dialogue], source: str) -> dict[str, pa.
         d_rows["domains"].append(list(dialogue.goal.domain_names))
         d_rows["goal_message"].append(list(dialogue.goal.message))
         d_rows["missing"].append(list(dialogue.missing))
+        d_rows["ignored"].append(list(dialogue.ignored))
         d_rows["source"].append(source)
         for turn in dialogue.turns:
             t_rows["dialogue_id"].append(turn.dialogue_id)
