@@ -62,7 +62,10 @@ def run(params: dict) -> dict:
     kind = simulator_params.pop("kind", "agenda")
     if kind != "agenda":
         raise ConfigError(f"params.yaml gold_replay.simulator.kind: only 'agenda' replays gold dialogues offline, got {kind!r}")
-    corpus = load_multiwoz(source, params.get("db_dir"), strict=bool(params.get("strict", False)))
+    strict = params.get("strict", False)
+    if not isinstance(strict, bool):
+        raise ConfigError(f"params.yaml gold_replay.strict: expected true or false, got {strict!r}")
+    corpus = load_multiwoz(source, params.get("db_dir"), strict=strict)
     unverifiable = frozenset(d.dialogue_id for d in corpus.dialogues if not has_annotations(d))
     database = Database(corpus.entities, corpus.taxi_options)
     seed = int(params.get("seed", 0))

@@ -189,6 +189,14 @@ def test_strict_seeds_on_unknown_split_ids_exits_non_zero_and_keeps_previous_art
 def test_strict_must_be_a_boolean(tmp_path):
     with pytest.raises(ConfigError, match="seeds.strict"):
         seeds.run(_stage_params(ODD, tmp_path / "out", strict="yes"))
+    with pytest.raises(ConfigError, match="gold_replay.strict"):
+        gold_replay.run(_stage_params(ODD, tmp_path / "out", strict="yes"))
+
+
+def test_gold_replay_honours_strict_too(tmp_path):
+    with pytest.raises(DataError, match="goal.restaurant.restaurant"):
+        gold_replay.run(_stage_params(ODD, tmp_path / "out", strict=True, simulator={"kind": "agenda"}))
+    assert not (tmp_path / "out").exists()
 
 
 # -- gold_replay: unverifiable references ----------------------------------------------------
