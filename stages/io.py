@@ -134,8 +134,8 @@ def publish(
 
     The report (``{"success", "artifacts": {name: {"path", **ValidationReport.to_dict()}}}``)
     is returned and, when ``report_path`` is given, written as JSON whether or not the
-    suites pass; ``notes`` (e.g. what the loader tolerated in the input) are added to it. A failure raises ValidationFailed carrying the readable text of every
-    failed report.
+    suites pass; ``notes`` (e.g. what the loader tolerated in the input) are added to it.
+    A failure raises ValidationFailed carrying the readable text of every failed report.
     """
     tables: dict[str, tuple[Path, pa.Table, ArtifactSpec]] = {}
     for path, (table, spec) in outputs.items():

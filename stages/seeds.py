@@ -21,7 +21,7 @@ from pipelines.errors import ConfigError
 from pipelines.multiwoz.tables import SPECS, corpus_tables
 from pipelines.records import Corpus
 from stages.io import main_wrapper, publish, read_params, write_json_atomic
-from stages.multiwoz_dir import load_multiwoz
+from stages.multiwoz_dir import SHOW_IDS, load_multiwoz
 
 
 def summary(corpus: Corpus) -> dict:
@@ -40,7 +40,7 @@ def summary(corpus: Corpus) -> dict:
     }
 
 
-def tolerated(corpus: Corpus, strict: bool, show: int = 5) -> dict:
+def tolerated(corpus: Corpus, strict: bool, show: int = SHOW_IDS) -> dict:
     """The validation report's ``input`` section: every oddity of the source that was
     loaded around rather than refused, counted by kind, with the details behind each count.
 
