@@ -14,9 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import sys
-import uuid
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, TypeVar
 
@@ -27,6 +25,7 @@ import yaml
 from pipelines.artifacts.spec import ArtifactSpec
 from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, validate
 from pipelines.errors import AskflowError, ConfigError, DataError, ValidationFailed
+from pipelines.files import remove_stale_staging, staging_path
 
 PARQUET_COMPRESSION = "zstd"
 
@@ -227,9 +226,11 @@ def _write_temp(path: Path, write: Callable[[IO[bytes]], Any]) -> Path:
     """Write through ``write`` into a new hidden file beside ``path``; return its path.
 
     The name is made here and opened with "x" rather than taken from mkstemp, whose 0600
-    mode would survive the rename and make artifacts unreadable to other users."""
+    mode would survive the rename and make artifacts unreadable to other users. It carries
+    this process's id: temporary files of ``path`` left by a killed writer are removed first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    remove_stale_staging(path)
+    temp = staging_path(path)
     try:
         with open(temp, "xb") as file:
             write(file)
@@ -259,16 +260,3 @@ def main_wrapper(fn: Callable[..., T]) -> Callable[..., T]:
             raise SystemExit(1) from None
 
     return run
-
-
-def replace_directory(staging: Path, target: Path) -> None:
-    """Swap a fully written ``staging`` directory in for ``target`` (a directory, or nothing):
-    readers see the old directory or the new one, never a half-written mix."""
-    backup = None
-    if target.exists():
-        backup = target.with_name(f".{target.name}.old")
-        shutil.rmtree(backup, ignore_errors=True)
-        os.replace(target, backup)
-    os.replace(staging, target)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
