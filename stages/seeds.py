@@ -3,18 +3,20 @@
 params.yaml ``seeds``: source (the embedded corpus directory, or any MultiWOZ 2.x
 directory), optionally db_dir (a database directory apart from the source), output
 (directory of the Parquet files), report (validation report) and metrics.
-Nothing is written unless every table passes its expectation suite.
+Nothing is written unless every table passes its expectation suite. An unknown key or a
+value of the wrong type stops the stage with ``error: params.yaml seeds.<key>: ...``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
-from pipelines.errors import ConfigError
 from pipelines.multiwoz.tables import SPECS, corpus_tables
 from pipelines.records import Corpus
-from stages.io import main_wrapper, publish, read_params, write_json_atomic
+from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic
 from stages.multiwoz_dir import load_multiwoz
 
 
@@ -32,21 +34,27 @@ def summary(corpus: Corpus) -> dict:
     }
 
 
-def run(params: dict) -> dict:
-    try:
-        source = Path(params["source"])
-        output = Path(params["output"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml seeds: {exc.args[0]!r} is required") from exc
-    corpus = load_multiwoz(source, params.get("db_dir"))
+@dataclass(frozen=True)
+class SeedsParams:
+    source: str
+    output: str
+    db_dir: str | None = None
+    report: str | None = None
+    metrics: str | None = None
+
+
+def run(params: Mapping[str, Any]) -> dict:
+    config = from_params(SeedsParams, params, "params.yaml seeds")
+    source, output = Path(config.source), Path(config.output)
+    corpus = load_multiwoz(source, config.db_dir)
     tables = corpus_tables(corpus)
     publish(
         {output / f"{name}.parquet": (table, SPECS[name]) for name, table in tables.items()},
-        Path(params["report"]) if params.get("report") else None,
+        Path(config.report) if config.report else None,
     )
     metrics = summary(corpus)
-    if params.get("metrics"):
-        write_json_atomic(Path(params["metrics"]), metrics)
+    if config.metrics:
+        write_json_atomic(Path(config.metrics), metrics)
     print(f"seeds: {metrics['dialogues']} dialogues, {metrics['turns']} turns from {source} -> {output}")
     return metrics
 
