@@ -30,6 +30,7 @@ from pipelines.artifacts.spec import ArtifactSpec
 from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, validate
 from pipelines.errors import AskflowError, ConfigError, DataError, ValidationFailed
 from pipelines.files import remove_stale_staging, staging_path
+from pipelines.secrets import refuse_secrets
 
 PARQUET_COMPRESSION = "zstd"
 
@@ -104,6 +105,9 @@ def read_params(section: str, path: Path | str = "params.yaml") -> dict[str, Any
     values = params[section]
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: section {section!r} must be a mapping, got {type(values).__name__}")
+    # DVC copies a stage's params into dvc.lock and its run cache once the stage succeeds:
+    # a secret anywhere in the section stops the stage first.
+    refuse_secrets(values, f"{path} {section}")
     return dict(values)
 
 
