@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -66,8 +67,10 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     client = simulator_client(config, llm_params)
     configure_prefect(Path.cwd())
     from flows.evaluate import evaluate
+    from flows.local_api import local_prefect_api
 
-    report = evaluate(config, client)
+    with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
+        report = evaluate(config, client)
     for name, result in report["models"].items():
         print(f"evaluate: {name}: success {result['success']['mean']:.3f} ± {result['success']['std']:.3f}, "
               f"turns {result['turns']['mean']:.2f} ± {result['turns']['std']:.2f}, "

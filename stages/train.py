@@ -24,7 +24,9 @@ training, with ``error: <message>`` and exit status 1.
 
 Prefect: without ``PREFECT_API_URL``, each run uses a temporary local API whose database
 lives in ``PREFECT_HOME`` (default here: ``.prefect/`` in the working directory, git-ignored);
-``PREFECT_HOME=.prefect prefect server start`` shows the runs afterwards.
+``PREFECT_HOME=.prefect prefect server start`` shows the runs afterwards. What a killed run
+left (its server, a flow run still ``RUNNING``, staging directories) is cleaned up by the next
+run (:mod:`flows.local_api`, :mod:`pipelines.files`).
 """
 
 from __future__ import annotations
@@ -104,9 +106,13 @@ def run(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     config = train_config(method, params)
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
+    from flows.local_api import local_prefect_api
     from flows.train import flow_for
 
-    report = flow_for(method)(config)
+    # Its own recorded temporary API: a run killed with SIGKILL leaves a server and a RUNNING
+    # flow run, which the next run stops and marks Crashed.
+    with local_prefect_api(os.environ["PREFECT_HOME"]):
+        report = flow_for(method)(config)
     after = report["eval"].get("after", {})
     print(f"train_{method}: {report['train']['steps']} steps ({report['train']['stopped_by']}) -> {config.output.model_dir}; "
           f"held-out after: {after}")
