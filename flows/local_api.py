@@ -157,9 +157,11 @@ def local_prefect_api(home: Path | str) -> Iterator[str | None]:
         }))
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             crash_orphaned_runs(stale)
-            with tags(owner_tag(me, my_start)):
-                yield server.api_url
-            _drain_logs()
+            try:
+                with tags(owner_tag(me, my_start)):
+                    yield server.api_url
+            finally:
+                _drain_logs()
     finally:
         server.stop()
         record.unlink(missing_ok=True)

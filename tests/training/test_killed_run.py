@@ -115,3 +115,48 @@ def test_a_record_of_a_live_run_is_left_alone(tmp_path):
     (records / "reused.json").write_text(json.dumps({"pid": os.getpid(), "start": -5}))
     (records / "torn.json").write_text('{"pid": ')
     assert sorted(p.name for p, _ in stale_records(tmp_path)) == ["dead.json", "reused.json", "torn.json"]
+
+
+def test_a_training_stage_cleans_up_after_a_killed_one_and_leaves_nothing_behind(tiny_model_dir, tiny_data_dir, tmp_path):
+    """`python -m stages.train sft` (its own temporary API, no PREFECT_API_URL) in a project
+    where a killed run left a half-saved model and the previous model mid-swap."""
+    import sqlite3
+    import tempfile
+
+    import yaml
+
+    from pipelines.files import staging_path
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+
+    def leftover(target: Path, suffix: str) -> Path:
+        return target.with_name(staging_path(target, suffix).name.replace(f"-{os.getpid()}-", f"-{dead.pid}-"))
+
+    models = tmp_path / "models"
+    models.mkdir()
+    previous = leftover(models / "sft", ".old")  # killed between the two renames of a swap
+    previous.mkdir()
+    (previous / "README.md").write_text("previous model")
+    half = leftover(models / "sft", ".tmp")  # killed while saving
+    half.mkdir()
+    scratch = leftover(Path(tempfile.gettempdir()) / "askflow-train-sft", ".tmp")  # the trainer's
+    scratch.mkdir()
+
+    train = {"holdout": {"fraction": 0.2}, "sft": {
+        "model": {"path": str(tiny_model_dir)},
+        "data": {"sources": [{"path": str(tiny_data_dir / "speaker_sft.parquet")}], "compact_prompts": False,
+                 "max_history_messages": 2},
+        "optim": {"max_steps": 1, "batch_size": 4, "max_length": 320}, "eval": {"max_examples": 2, "max_new_tokens": 4},
+    }}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"train": train}))
+    env = {**_env(tmp_path / ".prefect"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "stages.train", "sft"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in models.iterdir()) == ["sft"]  # restored, then replaced by the new model
+    assert (models / "sft" / "model.safetensors").exists()
+    assert not scratch.exists()
+    assert not list((tmp_path / ".prefect" / "askflow-runs").glob("*.json"))
+    with sqlite3.connect(tmp_path / ".prefect" / "prefect.db") as db:
+        assert db.execute("select state_type from flow_run").fetchall() == [("COMPLETED",)]
