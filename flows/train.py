@@ -45,10 +45,9 @@ would otherwise start its own temporary API on the same ``.prefect`` database. W
 
 from __future__ import annotations
 
-import os
+import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from pipelines.errors import AskflowError, ConfigError
+from pipelines.files import staging_directory
 from pipelines.training.config import METHODS, TrainConfig
 from pipelines.training.data import JOIN_COLUMN, SourceRows, TokenCounter, build_train_dataset, prepare_source
 from pipelines.training.device import DeviceSettings
@@ -221,22 +221,11 @@ def save_model(config: TrainConfig, trainer: Any, tokenizer: Any, card: str) -> 
 
 @task(name="write-reports", **_TASK, **_RETRY)
 def write_reports(config: TrainConfig, report: dict, curve: str) -> None:
-    from stages.io import write_json_atomic
+    from stages.io import write_json_atomic, write_text_atomic
 
     write_json_atomic(config.output.metrics, report)
-    _write_text_atomic(config.output.curve, curve)
+    write_text_atomic(config.output.curve, curve)
     get_run_logger().info("%s: metrics -> %s, curve -> %s", config.method, config.output.metrics, config.output.curve)
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        temp.write_text(text, encoding="utf-8")
-        os.replace(temp, target)
-    finally:
-        temp.unlink(missing_ok=True)
 
 
 # --- The recipe ------------------------------------------------------------------------------
@@ -273,8 +262,11 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
     before = evaluate(config, model, tokenizer, prepared, "before")[0] if config.eval.before else None
 
     budget = TimeBudget(config.optim.max_time_s)
-    with tempfile.TemporaryDirectory(prefix=f"askflow-{config.method}-") as workdir:
-        trainer = build_trainer(config, device, model, tokenizer, dataset, workdir, budget)
+    # The trainer's scratch directory, named by this process: the next run removes one a
+    # killed run left behind.
+    workdir = staging_directory(Path(tempfile.gettempdir()) / f"askflow-train-{config.method}")
+    try:
+        trainer = build_trainer(config, device, model, tokenizer, dataset, str(workdir), budget)
         summary = train(config, trainer, budget)
         after, generations = evaluate(config, trainer.model, tokenizer, prepared, "after")
 
@@ -285,6 +277,8 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
         if trainer.is_world_process_zero():
             save_model(config, trainer, tokenizer, card)
             write_reports(config, report, curve_csv(summary.curve, curve_columns(config)))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return report
 
 

@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -42,7 +41,8 @@ from pipelines.policy.bootstrap import BootstrapConfig, BootstrapResult, bootstr
 from pipelines.policy.model import Architecture, TrainConfig, save_policy
 from pipelines.policy.pretrain_data import seed_chat
 from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
-from stages.io import main_wrapper, read_params, replace_directory, write_json_atomic
+from pipelines.files import ordinary_permissions, replace_directory, staging_directory
+from stages.io import main_wrapper, read_params, write_json_atomic
 from stages.multiwoz_dir import load_multiwoz
 
 _KEYS = {
@@ -116,12 +116,12 @@ def run(params: dict) -> dict:
     metrics = {**result.metrics, "data_version": data_version}
     metrics["timing"] = {"load_s": round(loaded - started, 2), **metrics["timing"]}
 
-    staging = _staging_directory(output)
+    staging = staging_directory(output)  # also removes what a killed run left
     try:
         save_policy(result.model, result.tokenizer, staging)
         metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
         (staging / "README.md").write_text(model_card(result, metrics, params), encoding="utf-8")
-        _ordinary_permissions(staging)
+        ordinary_permissions(staging)  # the safetensors writer makes its file 0600
         replace_directory(staging, output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -135,22 +135,6 @@ def run(params: dict) -> dict:
         f"-> {output} [{metrics['wall_seconds']:.1f}s]"
     )
     return metrics
-
-
-def _staging_directory(target: Path) -> Path:
-    """A new directory beside ``target`` (same filesystem, for the rename)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-
-
-def _ordinary_permissions(directory: Path) -> None:
-    """Give ``directory`` and its files the permissions of newly created ones: mkdtemp
-    makes the directory 0700 and the safetensors writer its file 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    directory.chmod(0o777 & ~umask)
-    for path in directory.iterdir():
-        path.chmod(0o666 & ~umask)
 
 
 def model_card(result: BootstrapResult, metrics: Mapping[str, Any], params: Mapping[str, Any]) -> str:

@@ -1,13 +1,14 @@
 """``askflow``: look into the pipeline's artifacts from the command line, and schedule it.
 
     askflow tables [--root DIR]
-    askflow sql "SELECT speaker, count(*) FROM turns GROUP BY 1" [--format table|csv|json]
+    askflow sql "SELECT speaker, count(*) FROM turns GROUP BY 1" [--format table|csv|json] [--write]
     askflow ui [--host 127.0.0.1] [--port 4200] [--worker]
     askflow deploy [--root DIR] [--api-url URL]
 
 Every Parquet file under ``<root>/data`` becomes a DuckDB view named after its stem, or
 after as many trailing path parts as it takes to tell colliding stems apart
-(``data/raw/items.parquet`` -> ``raw_items``). Subcommands are subparsers so that more
+(``data/raw/items.parquet`` -> ``raw_items``). ``sql`` is read-only unless ``--write`` is
+given: SELECT statements over those views, and no other file read or written. Subcommands are subparsers so that more
 (e.g. ``askflow stage <name>``) can be added beside these.
 
 ``ui`` runs a local Prefect server with its UI (and with ``--worker`` a worker that executes
@@ -51,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     sql = commands.add_parser("sql", parents=[common], help="run a DuckDB query over the artifacts")
     sql.add_argument("query", help="SQL; every artifact is a view (see `askflow tables`)")
     sql.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    sql.add_argument(
+        "--write", action="store_true",
+        help="allow any DuckDB statement, including ones that read or write other files "
+             "(default: read-only SELECT over the artifact views)",
+    )
     sql.set_defaults(run=_sql)
 
     ui = commands.add_parser("ui", parents=[common], help="start a local Prefect server with its UI (Ctrl-C stops)")
@@ -133,8 +139,42 @@ def _tables(args: argparse.Namespace) -> int:
     return 0
 
 
+# Statements a read-only query may hold: SELECT (with DESCRIBE, SHOW, SUMMARIZE and WITH,
+# which DuckDB parses as SELECT) and EXPLAIN.
+READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def read_only(connection: duckdb.DuckDBPyConnection, artifacts: dict[str, Path]) -> None:
+    """Lock ``connection`` down to reading the artifacts: no other file can be read or
+    written (``read_csv('/etc/hostname')``, ``COPY ... TO``, ``ATTACH``, extensions), and the
+    settings cannot be changed back by the query."""
+    paths = [str(path.resolve()) for path in artifacts.values()]
+    connection.execute("SET allowed_paths = $paths", {"paths": paths})
+    connection.execute("SET enable_external_access = false")
+    connection.execute("SET lock_configuration = true")
+
+
+def check_read_only(connection: duckdb.DuckDBPyConnection, query: str) -> None:
+    """ConfigError unless every statement of ``query`` only reads."""
+    try:
+        statements = connection.extract_statements(query)
+    except duckdb.Error as error:
+        raise ConfigError(f"query failed: {error}") from None
+    for statement in statements:
+        kind = statement.type.name
+        if kind not in READ_ONLY_STATEMENTS:
+            raise ConfigError(
+                f"askflow sql is read-only: a {kind} statement is not allowed "
+                f"({' '.join(statement.query.split())[:80]!r}); pass --write to run it"
+            )
+
+
 def _sql(args: argparse.Namespace) -> int:
-    connection = connect(find_artifacts(args.root))
+    artifacts = find_artifacts(args.root)
+    connection = connect(artifacts)
+    if not args.write:
+        check_read_only(connection, args.query)
+        read_only(connection, artifacts)
     try:
         cursor = connection.execute(args.query)
         columns = [description[0] for description in cursor.description or ()]

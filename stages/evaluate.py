@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -66,8 +67,10 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     client = simulator_client(config, llm_params)
     configure_prefect(Path.cwd())
     from flows.evaluate import evaluate
+    from flows.local_api import local_prefect_api
 
-    report = evaluate(config, client)
+    with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
+        report = evaluate(config, client)
     for name, result in report["models"].items():
         print(f"evaluate: {name}: success {result['success']['mean']:.3f} ± {result['success']['std']:.3f}, "
               f"turns {result['turns']['mean']:.2f} ± {result['turns']['std']:.2f}, "
@@ -84,9 +87,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Unlike the training stages, evaluation keeps OpenMP's default wait policy: its many
     # small decoding steps run 20-30 % faster when idle threads spin briefly before sleeping.
     evaluate_params = read_params("evaluate", args.params)
-    # The llm section only matters for an LLM user simulator.
-    llm = read_params("llm", args.params) if (evaluate_params.get("simulator") or {}).get("kind", "agenda") != "agenda" else None
+    # Read and checked even when the simulator is the agenda one: llm is a DVC param of this
+    # stage, so every role of it (used or not) reaches dvc.lock once the stage succeeds.
+    llm = read_params("llm", args.params)
+    check_llm_roles(llm, f"{args.params} llm")
     run(evaluate_params, llm, batched=False if args.one_at_a_time else None)
+
+
+def check_llm_roles(llm: Mapping[str, Any], where: str) -> None:
+    """Every role of the ``llm`` section validated (a secret anywhere is refused), not only
+    the one this stage uses."""
+    from pipelines.llm import backends_from_dict
+
+    roles = llm.get("roles") or {}
+    backends_from_dict(roles, f"{where}.roles")
 
 
 if __name__ == "__main__":

@@ -13,21 +13,25 @@ and inform rates, which are over the verifiable episodes only (null when there a
 
 params.yaml ``gold_replay``: source (MultiWOZ directory), db_dir (optional), strict (as in
 ``seeds``), agent_format, simulator (agenda settings), max_exchanges, seed, output, report,
-metrics.
+metrics. An unknown key or a
+value of the wrong type stops the stage with ``error: params.yaml gold_replay.<key>: ...``.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, Mapping
 
 from pipelines.env.replay import has_annotations
 from pipelines.env.tools import Database
 from pipelines.episodes import EPISODE_EVENTS, EPISODES, EpisodeSpec, ReplayAgent, RunnerConfig, episode_tables, get_format, run_episodes_sync
+from pipelines.episodes.formats import FORMATS
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
-from stages.io import main_wrapper, publish, read_params, write_json_atomic
+from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic
 from stages.multiwoz_dir import load_multiwoz
 
 
@@ -53,38 +57,61 @@ def summary(episodes, wall_seconds: float, unverifiable: frozenset[str] = frozen
     }
 
 
-def run(params: dict) -> dict:
-    try:
-        source, output = Path(params["source"]), Path(params["output"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml gold_replay: {exc.args[0]!r} is required") from exc
-    simulator_params = dict(params.get("simulator") or {})
-    kind = simulator_params.pop("kind", "agenda")
-    if kind != "agenda":
-        raise ConfigError(f"params.yaml gold_replay.simulator.kind: only 'agenda' replays gold dialogues offline, got {kind!r}")
-    strict = params.get("strict", False)
-    if not isinstance(strict, bool):
-        raise ConfigError(f"params.yaml gold_replay.strict: expected true or false, got {strict!r}")
-    corpus = load_multiwoz(source, params.get("db_dir"), strict=strict)
+@dataclass(frozen=True)
+class GoldSimulatorParams(AgendaConfig):
+    # Only the agenda simulator replays gold dialogues offline; kind is kept for the
+    # params' shape shared with evaluate.
+    kind: str = "agenda"
+
+
+@dataclass(frozen=True)
+class GoldReplayParams:
+    source: str
+    output: str
+    db_dir: str | None = None
+    agent_format: str = "speakrl"
+    simulator: GoldSimulatorParams = field(default_factory=GoldSimulatorParams)
+    max_exchanges: int = 20
+    seed: int = 0
+    strict: bool = False
+    report: str | None = None
+    metrics: str | None = None
+
+
+def gold_replay_params(params: Mapping[str, Any]) -> GoldReplayParams:
+    """The ``gold_replay`` section, checked: declared keys and types only, a known agent
+    format and simulator kind, at least one exchange."""
+    where = "params.yaml gold_replay"
+    config = from_params(GoldReplayParams, params, where)
+    if config.simulator.kind != "agenda":
+        raise ConfigError(f"{where}.simulator.kind: only 'agenda' replays gold dialogues offline, got {config.simulator.kind!r}")
+    if config.agent_format not in FORMATS:
+        raise ConfigError(f"{where}.agent_format: expected one of {list(FORMATS)}, got {config.agent_format!r}")
+    if config.max_exchanges < 1:
+        raise ConfigError(f"{where}.max_exchanges: expected an integer >= 1, got {config.max_exchanges}")
+    return config
+
+
+def run(params: Mapping[str, Any]) -> dict:
+    config = gold_replay_params(params)
+    source, output = Path(config.source), Path(config.output)
+    corpus = load_multiwoz(source, config.db_dir, strict=config.strict)
     unverifiable = frozenset(d.dialogue_id for d in corpus.dialogues if not has_annotations(d))
     database = Database(corpus.entities, corpus.taxi_options)
-    seed = int(params.get("seed", 0))
-    specs = [EpisodeSpec.from_dialogue(d, seed=seed) for d in corpus.dialogues]
-    try:
-        simulator = AgendaSimulator(database, AgendaConfig(**simulator_params))
-    except TypeError as exc:
-        raise ConfigError(f"params.yaml gold_replay.simulator: {exc}") from exc
-    agent = ReplayAgent(get_format(params.get("agent_format", "speakrl")))
+    specs = [EpisodeSpec.from_dialogue(d, seed=config.seed) for d in corpus.dialogues]
+    agenda = {f.name: getattr(config.simulator, f.name) for f in fields(AgendaConfig)}
+    simulator = AgendaSimulator(database, AgendaConfig(**agenda))
+    agent = ReplayAgent(get_format(config.agent_format))
     start = time.perf_counter()
-    episodes = run_episodes_sync(specs, agent, simulator, database, RunnerConfig(max_exchanges=int(params.get("max_exchanges", 20))))
+    episodes = run_episodes_sync(specs, agent, simulator, database, RunnerConfig(max_exchanges=config.max_exchanges))
     metrics = summary(episodes, time.perf_counter() - start, unverifiable)
     tables = episode_tables(episodes)
     notes = {"unverifiable": {"count": len(unverifiable), "reason": "reference has no belief-state annotations",
                               "first": sorted(unverifiable)[:5]}}
     publish({output / "episodes.parquet": (tables["episodes"], EPISODES), output / "episode_events.parquet": (tables["episode_events"], EPISODE_EVENTS)},
-            Path(params["report"]) if params.get("report") else None, notes=notes)
-    if params.get("metrics"):
-        write_json_atomic(Path(params["metrics"]), metrics)
+            Path(config.report) if config.report else None, notes=notes)
+    if config.metrics:
+        write_json_atomic(Path(config.metrics), metrics)
     rate = "n/a" if metrics["success_rate"] is None else f"{metrics['success_rate']:.4f}"
     print(f"gold_replay: {metrics['episodes']} episodes, unverifiable: {metrics['unverifiable']}, "
           f"success {rate} over {metrics['verifiable']} verifiable, {metrics['episodes_per_second']:.1f} episodes/s")

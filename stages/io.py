@@ -11,14 +11,16 @@ DVC, sees either the previous file or the complete new one, never a torn write.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import math
 import os
-import shutil
 import sys
-import uuid
+import types
+import typing
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, TypeVar
+from typing import IO, Any, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +29,8 @@ import yaml
 from pipelines.artifacts.spec import ArtifactSpec
 from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, validate
 from pipelines.errors import AskflowError, ConfigError, DataError, ValidationFailed
+from pipelines.files import remove_stale_staging, staging_path
+from pipelines.secrets import refuse_secrets
 
 PARQUET_COMPRESSION = "zstd"
 
@@ -47,12 +51,41 @@ def read_text(path: Path | str) -> str:
 
 
 def read_json(path: Path | str) -> Any:
-    """The decoded JSON document; DataError for anything that is not strict JSON."""
+    """The decoded JSON document; DataError for anything that is not strict JSON (also
+    NaN, Infinity, a repeated key, or nesting deeper than the parser's recursion limit)."""
     text = read_text(path)
     try:
-        return json.loads(text, object_pairs_hook=functools.partial(_object_without_duplicates, str(path)))
+        return json.loads(
+            text,
+            object_pairs_hook=functools.partial(_object_without_duplicates, str(path)),
+            parse_constant=functools.partial(_not_json, str(path)),
+        )
     except json.JSONDecodeError as error:
         raise DataError(str(path), f"invalid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+    except RecursionError:
+        raise DataError(str(path), "invalid JSON: nested too deeply") from None
+
+
+def _not_json(source: str, constant: str) -> Any:
+    # The stdlib reads NaN and Infinity, which are not JSON and break every consumer later.
+    raise DataError(source, f"invalid JSON: {constant} is not a JSON value")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key repeated in one mapping: PyYAML keeps the last
+    value silently, so an edit lower in the file would quietly override the setting above."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_params(section: str, path: Path | str = "params.yaml") -> dict[str, Any]:
@@ -62,7 +95,7 @@ def read_params(section: str, path: Path | str = "params.yaml") -> dict[str, Any
     except DataError as error:
         raise ConfigError(str(error)) from None
     try:
-        params = yaml.safe_load(text)
+        params = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: invalid YAML: {error}") from None
     if not isinstance(params, dict):
@@ -72,7 +105,88 @@ def read_params(section: str, path: Path | str = "params.yaml") -> dict[str, Any
     values = params[section]
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: section {section!r} must be a mapping, got {type(values).__name__}")
+    # DVC copies a stage's params into dvc.lock and its run cache once the stage succeeds:
+    # a secret anywhere in the section stops the stage first.
+    refuse_secrets(values, f"{path} {section}")
     return dict(values)
+
+
+# --- params -> dataclasses -------------------------------------------------------------------
+
+
+def from_params(cls: type, value: Any, where: str) -> Any:
+    """An instance of the dataclass ``cls`` from a params mapping: nested dataclasses from
+    nested mappings, tuples from lists, ``auto`` as None where None means "choose"; unknown
+    keys and ill-typed values are ConfigErrors naming ``where``."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    missing = sorted(f.name for f in dataclasses.fields(cls)
+                     if f.name not in value and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    if missing:
+        raise ConfigError(f"{where}: missing required key(s) {missing}")
+    kwargs = {name: _convert(hints[name], item, f"{where}.{name}") for name, item in value.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except ConfigError as exc:  # a dataclass's own check: say where the setting is
+        raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and (value is None or (value == "auto" and bool in args)):
+            return None  # null, or "auto" for an optional switch (None = choose for the machine)
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _convert(option, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {hint}")
+    if dataclasses.is_dataclass(hint):
+        return from_params(hint, value, where)
+    if origin is tuple:
+        if args and typing.get_origin(args[0]) is tuple and isinstance(value, Mapping):
+            value = list(value.items())  # {name: weight} -> ((name, weight), ...)
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], item, f"{where}[{i}]") for i, item in enumerate(value))
+        if len(args) != len(value):
+            raise ConfigError(f"{where}: expected {len(args)} items, got {value!r}")
+        return tuple(_convert(a, item, f"{where}[{i}]") for i, (a, item) in enumerate(zip(args, value)))
+    if origin is typing.Literal:
+        if not any(type(value) is type(a) and value == a for a in args):
+            raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            number = float(value)  # YAML reads 1e-4 (no dot) as a string
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        return number
+    if hint in (int, bool, str):
+        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+        return value
+    if hint is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected null, got {value!r}")
+        return None
+    raise ConfigError(f"{where}: unsupported setting type {hint}")
 
 
 def _read_bytes(path: Path | str) -> bytes:
@@ -230,9 +344,11 @@ def _write_temp(path: Path, write: Callable[[IO[bytes]], Any]) -> Path:
     """Write through ``write`` into a new hidden file beside ``path``; return its path.
 
     The name is made here and opened with "x" rather than taken from mkstemp, whose 0600
-    mode would survive the rename and make artifacts unreadable to other users."""
+    mode would survive the rename and make artifacts unreadable to other users. It carries
+    this process's id: temporary files of ``path`` left by a killed writer are removed first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    remove_stale_staging(path)
+    temp = staging_path(path)
     try:
         with open(temp, "xb") as file:
             write(file)
@@ -262,16 +378,3 @@ def main_wrapper(fn: Callable[..., T]) -> Callable[..., T]:
             raise SystemExit(1) from None
 
     return run
-
-
-def replace_directory(staging: Path, target: Path) -> None:
-    """Swap a fully written ``staging`` directory in for ``target`` (a directory, or nothing):
-    readers see the old directory or the new one, never a half-written mix."""
-    backup = None
-    if target.exists():
-        backup = target.with_name(f".{target.name}.old")
-        shutil.rmtree(backup, ignore_errors=True)
-        os.replace(target, backup)
-    os.replace(staging, target)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)

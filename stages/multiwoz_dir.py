@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,8 @@ from pipelines.errors import DataError
 from pipelines.multiwoz.ontology import DB_DOMAINS
 from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list, unknown_split_ids
 from pipelines.records import Corpus, Entity
-from stages.io import read_json, read_text, replace_directory
+from pipelines.files import ordinary_permissions, replace_directory, staging_directory
+from stages.io import read_json, read_text
 
 TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
 SPLIT_FILES = (("test", "testListFile.json"), ("val", "valListFile.json"))
@@ -106,7 +106,7 @@ def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:
     directory is built next to the target and swapped in, so a crash leaves the old one."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    staging = staging_directory(target)  # under the user's umask (mkdtemp's would be 0700)
     try:
         (staging / "db").mkdir()
         with open(staging / "data.json", "w", encoding="utf-8") as handle:
@@ -116,6 +116,7 @@ def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:
                 json.dump(records, handle, ensure_ascii=False, indent=1)
         for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
             (staging / filename).write_text("".join(f"{i}\n" for i in corpus["splits"][split]), encoding="utf-8")
+        ordinary_permissions(staging)
         replace_directory(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -10,17 +10,20 @@ domain-goal fields (skipped, in ``dialogues.ignored``), missing annotations (in
 ``dialogues.missing``) and split-list ids that name no dialogue (a warning). The
 validation report's ``input`` section counts each kind; ``strict: true`` stops the stage
 on an unknown goal field or split id instead, before anything is written.
+An unknown key or a value of the wrong type stops the stage with
+``error: params.yaml seeds.<key>: ...``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
-from pipelines.errors import ConfigError
 from pipelines.multiwoz.tables import SPECS, corpus_tables
 from pipelines.records import Corpus
-from stages.io import main_wrapper, publish, read_params, write_json_atomic
+from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic
 from stages.multiwoz_dir import SHOW_IDS, load_multiwoz
 
 
@@ -64,26 +67,31 @@ def tolerated(corpus: Corpus, strict: bool, show: int = SHOW_IDS) -> dict:
     }
 
 
-def run(params: dict) -> dict:
-    try:
-        source = Path(params["source"])
-        output = Path(params["output"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml seeds: {exc.args[0]!r} is required") from exc
-    strict = params.get("strict", False)
-    if not isinstance(strict, bool):
-        raise ConfigError(f"params.yaml seeds.strict: expected true or false, got {strict!r}")
-    corpus = load_multiwoz(source, params.get("db_dir"), strict=strict)
+@dataclass(frozen=True)
+class SeedsParams:
+    source: str
+    output: str
+    db_dir: str | None = None
+    strict: bool = False
+    report: str | None = None
+    metrics: str | None = None
+
+
+def run(params: Mapping[str, Any]) -> dict:
+    config = from_params(SeedsParams, params, "params.yaml seeds")
+    source, output = Path(config.source), Path(config.output)
+    strict = config.strict
+    corpus = load_multiwoz(source, config.db_dir, strict=strict)
     tables = corpus_tables(corpus)
     notes = tolerated(corpus, strict)
     publish(
         {output / f"{name}.parquet": (table, SPECS[name]) for name, table in tables.items()},
-        Path(params["report"]) if params.get("report") else None,
+        Path(config.report) if config.report else None,
         notes={"input": notes},
     )
     metrics = summary(corpus)
-    if params.get("metrics"):
-        write_json_atomic(Path(params["metrics"]), metrics)
+    if config.metrics:
+        write_json_atomic(Path(config.metrics), metrics)
     print(f"seeds: {metrics['dialogues']} dialogues, {metrics['turns']} turns from {source} -> {output}")
     odd = ", ".join(f"{kind} {n}" for kind, n in notes["tolerated"].items() if n)
     if odd:

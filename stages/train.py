@@ -24,17 +24,16 @@ training, with ``error: <message>`` and exit status 1.
 
 Prefect: without ``PREFECT_API_URL``, each run uses a temporary local API whose database
 lives in ``PREFECT_HOME`` (default here: ``.prefect/`` in the working directory, git-ignored);
-``PREFECT_HOME=.prefect prefect server start`` shows the runs afterwards.
+``PREFECT_HOME=.prefect prefect server start`` shows the runs afterwards. What a killed run
+left (its server, a flow run still ``RUNNING``, staging directories) is cleaned up by the next
+run (:mod:`flows.local_api`, :mod:`pipelines.files`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
-import types
-import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -50,74 +49,9 @@ from pipelines.training.config import (
     TrainConfig,
 )
 from pipelines.training.preflight import check_method, preflight
-from stages.io import main_wrapper, read_params
+from stages.io import from_params, main_wrapper, read_params
 
 _SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
-
-
-# --- params -> dataclasses -------------------------------------------------------------------
-
-
-def from_params(cls: type, value: Any, where: str) -> Any:
-    """An instance of the dataclass ``cls`` from a params mapping: nested dataclasses from
-    nested mappings, tuples from lists, ``auto`` as None where None means "choose"; unknown
-    keys and ill-typed values are ConfigErrors naming ``where``."""
-    if value is None:
-        value = {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
-    kwargs = {name: _convert(hints[name], item, f"{where}.{name}") for name, item in value.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
-def _convert(hint: Any, value: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if type(None) in args and (value is None or (value == "auto" and bool in args)):
-            return None  # null, or "auto" for an optional switch (None = choose for the machine)
-        errors = []
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _convert(option, value, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {hint}")
-    if dataclasses.is_dataclass(hint):
-        return from_params(hint, value, where)
-    if origin is tuple:
-        if args and typing.get_origin(args[0]) is tuple and isinstance(value, Mapping):
-            value = list(value.items())  # {name: weight} -> ((name, weight), ...)
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], item, f"{where}[{i}]") for i, item in enumerate(value))
-        if len(args) != len(value):
-            raise ConfigError(f"{where}: expected {len(args)} items, got {value!r}")
-        return tuple(_convert(a, item, f"{where}[{i}]") for i, (a, item) in enumerate(zip(args, value)))
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        try:
-            return float(value)  # YAML reads 1e-4 (no dot) as a string
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
-    if hint in (int, bool, str):
-        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
-        return value
-    if hint is type(None):
-        if value is not None:
-            raise ConfigError(f"{where}: expected null, got {value!r}")
-        return None
-    raise ConfigError(f"{where}: unsupported setting type {hint}")
 
 
 def train_config(method: str, params: Mapping[str, Any]) -> TrainConfig:
@@ -172,9 +106,13 @@ def run(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     config = train_config(method, params)
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
+    from flows.local_api import local_prefect_api
     from flows.train import flow_for
 
-    report = flow_for(method)(config)
+    # Its own recorded temporary API: a run killed with SIGKILL leaves a server and a RUNNING
+    # flow run, which the next run stops and marks Crashed.
+    with local_prefect_api(os.environ["PREFECT_HOME"]):
+        report = flow_for(method)(config)
     after = report["eval"].get("after", {})
     print(f"train_{method}: {report['train']['steps']} steps ({report['train']['stopped_by']}) -> {config.output.model_dir}; "
           f"held-out after: {after}")

@@ -242,6 +242,8 @@ def _decode_call(raw_json: str, arguments_key: str, raw: str) -> AgentAction | M
         value = json.loads(raw_json)
     except json.JSONDecodeError as exc:
         return Malformed(f"tool call is not valid JSON ({exc.msg} at character {exc.pos})", raw)
+    except RecursionError:  # a generated "[[[[..." deeper than the parser can go
+        return Malformed("tool call is not valid JSON (nested too deeply)", raw)
     shape = f'{{"name": <tool name>, "{arguments_key}": {{...}}}}'
     if not isinstance(value, dict) or set(value) != {"name", arguments_key}:
         return Malformed(f"a tool call must be a JSON object {shape}", raw)
@@ -570,6 +572,8 @@ class FunctionCallingFormat(AgentFormat):
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as exc:
                 return Malformed(f"arguments of {function['name']} are not valid JSON ({exc.msg} at character {exc.pos})", raw)
+            except RecursionError:
+                return Malformed(f"arguments of {function['name']} are not valid JSON (nested too deeply)", raw)
         if not isinstance(arguments, Mapping):
             return Malformed(f"arguments of {function['name']} must be a JSON object", raw)
         call_id = raw_call.get("id")

@@ -30,6 +30,7 @@ from typing import Any, Callable, Literal, Mapping, TypeVar
 from urllib.parse import urlsplit
 
 from pipelines.errors import ConfigError
+from pipelines.secrets import refuse_secrets
 
 ROLES: tuple[str, ...] = (
     "synthesizer",
@@ -141,6 +142,7 @@ class SamplingParams:
         # Normalise to immutable values: the params are shared between concurrent calls.
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "extra_body", MappingProxyType(dict(_check_mapping(self.extra_body, "extra_body"))))
+        refuse_secrets(dict(self.extra_body), "extra_body")  # it is part of the cache key
 
     @property
     def greedy(self) -> bool:
@@ -323,12 +325,9 @@ class BackendConfig:
         if role not in ROLES:
             raise ConfigError(f"{where}: unknown role {role!r}; roles: {list(ROLES)}")
         section = _check_mapping(section, where)
-        if "api_key" in section:
-            # Do not echo the value: it is probably a real key.
-            raise ConfigError(
-                f"{where}: 'api_key' is not accepted in configuration; "
-                "set the key in an environment variable and name it with api_key_env"
-            )
+        # Anywhere in the section (sampling.extra_body too), before any of it reaches a cache
+        # key or a record; the message names the place, not the value.
+        refuse_secrets(section, where)
         if "backend" not in section:
             raise ConfigError(f"{where}: missing required key 'backend' (one of {list(BACKEND_KINDS)})")
         kind = _choice(section["backend"], BACKEND_KINDS, f"{where}.backend")

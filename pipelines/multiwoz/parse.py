@@ -224,6 +224,8 @@ def parse_split_list(text: str, source: str) -> list[str]:
             ids = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise DataError(source, f"invalid JSON list of dialogue ids: {exc}") from exc
+        except RecursionError:
+            raise DataError(source, "invalid JSON list of dialogue ids: nested too deeply") from None
         if not all(isinstance(i, str) for i in ids):
             raise DataError(source, "split list must hold dialogue id strings")
         return ids

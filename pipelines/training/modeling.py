@@ -11,11 +11,11 @@ import json
 import logging
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import ConfigError
+from pipelines.files import ordinary_permissions, remove_stale_staging, replace_directory, staging_path
 from pipelines.training.config import LoraSpec, ModelSpec, QuantizationSpec
 from pipelines.training.device import DeviceSettings
 
@@ -115,14 +115,16 @@ def save_model(
     model: Any, tokenizer: Any, directory: str | os.PathLike[str], *, merge_adapter: bool = False, card: str | None = None
 ) -> Path:
     """Save in Hugging Face layout (weights, config, generation config, tokenizer) into
-    ``directory``, replacing it whole: everything is written to a sibling temporary
-    directory first, so a failed save leaves the previous model as it was.
+    ``directory``, replacing it whole: everything is written to a sibling staging directory
+    first and swapped in by renames, so a failed or killed save leaves the previous model
+    in place (or restorable: the next save puts a model left mid-swap back).
 
     A PEFT model saves its adapter (``adapter_config.json`` naming the base model), or,
     with ``merge_adapter``, the merged full model. ``card`` becomes ``README.md``."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    temp = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:12]}.tmp")
+    remove_stale_staging(directory)  # what a killed save left: partial copies, a model mid-swap
+    temp = staging_path(directory)
     try:
         if merge_adapter and hasattr(model, "merge_and_unload"):
             model = model.merge_and_unload()
@@ -130,9 +132,8 @@ def save_model(
         tokenizer.save_pretrained(temp)
         if card is not None:
             (temp / "README.md").write_text(card, encoding="utf-8")
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(temp, directory)
+        ordinary_permissions(temp)  # safetensors writes 0600
+        replace_directory(temp, directory)
     finally:
         if temp.exists():
             shutil.rmtree(temp)

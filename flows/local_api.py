@@ -1,0 +1,178 @@
+"""The temporary local Prefect API of a stage's flow run, and what a killed stage left of one.
+
+Without ``PREFECT_API_URL``, Prefect would start a temporary API server as a child process
+by itself. A stage killed with SIGKILL cannot stop it: the server runs on, holding the
+project's Prefect database, and the flow run stays ``RUNNING`` for ever. So the stages start
+that server themselves (:func:`local_prefect_api`), and record it with its owner in
+``$PREFECT_HOME/askflow-runs/<pid>.json``; their flow runs carry the owner's tag. The next
+stage to start finds the records whose owner is gone, stops their servers, marks their
+``RUNNING`` / ``PENDING`` flow runs ``Crashed`` and removes the records. Processes are
+identified by pid and start time, so a reused pid is never mistaken for the owner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from pipelines.files import process_alive
+
+logger = logging.getLogger(__name__)
+
+RECORDS = "askflow-runs"
+OWNER_TAG = "askflow-owner"
+SERVER_MODULE = "prefect.server.api.server:create_app"
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])  # field 22 of stat; fields[0] is field 3
+    except (OSError, IndexError, ValueError):
+        return None  # gone, or no /proc: liveness alone decides
+
+
+def same_process(pid: int, start: int | None) -> bool:
+    """Whether ``pid`` is still the process that started at ``start``."""
+    return process_alive(pid) and process_start(pid) == start
+
+
+def owner_tag(pid: int, start: int | None) -> str:
+    return f"{OWNER_TAG}:{pid}-{start}"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _stop(pid: int, start: int | None, timeout_s: float = 10.0) -> bool:
+    """SIGTERM (then SIGKILL) a leftover server, only if it is still that process and a
+    Prefect API server. Returns whether one was stopped."""
+    if not same_process(pid, start) or SERVER_MODULE not in _cmdline(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while same_process(pid, start) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if same_process(pid, start):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def stale_records(home: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The run records under ``home`` whose owner no longer runs."""
+    stale = []
+    for path in sorted((home / RECORDS).glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            owner = (int(record["pid"]), record.get("start"))
+        except (OSError, ValueError, KeyError, TypeError):
+            stale.append((path, {}))  # torn by the kill: nothing to stop, only to remove
+            continue
+        if not same_process(*owner):
+            stale.append((path, record))
+    return stale
+
+
+def stop_stale_servers(home: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Stop the servers of dead owners; returns their records (still on disk)."""
+    stale = stale_records(home)
+    for _, record in stale:
+        if record.get("server_pid") and _stop(int(record["server_pid"]), record.get("server_start")):
+            logger.warning("stopped a Prefect server (pid %s) left by a killed run (pid %s)", record["server_pid"], record["pid"])
+    return stale
+
+
+async def _crash_runs(tags: list[str]) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    crashed = []
+    async with get_client() as client:
+        for tag in tags:
+            runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=[tag]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])),
+            ))
+            for run in runs:
+                message = "The process running this flow was killed; marked crashed by the next run."
+                await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+                crashed.append(str(run.id))
+    return crashed
+
+
+def crash_orphaned_runs(stale: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Mark the unfinished flow runs of dead owners Crashed (on the API in use) and remove
+    their records; returns the ids of the runs marked."""
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    tags = [owner_tag(int(r["pid"]), r.get("start")) for _, r in stale if "pid" in r]
+    crashed = run_coro_as_sync(_crash_runs(tags)) if tags else []
+    for run_id in crashed:
+        logger.warning("flow run %s of a killed run marked Crashed", run_id)
+    for path, _ in stale:
+        path.unlink(missing_ok=True)
+    return crashed
+
+
+@contextlib.contextmanager
+def local_prefect_api(home: Path | str) -> Iterator[str | None]:
+    """Run the body against a temporary Prefect API on ``home``'s database, recorded so that
+    a killed run's server and flow runs are cleaned up by the next one; leftovers of dead
+    runs are cleaned up first. With ``PREFECT_API_URL`` set, that server is used as is
+    (yields None). Flow runs started in the body carry this process's owner tag."""
+    from prefect import tags
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield None
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    home = Path(home)
+    stale = stop_stale_servers(home)  # before ours starts: they hold the same database
+    me, my_start = os.getpid(), process_start(os.getpid())
+    records = home / RECORDS
+    records.mkdir(parents=True, exist_ok=True)
+    record = records / f"{me}.json"
+    server = SubprocessASGIServer()
+    server.start(timeout=120)
+    try:
+        server_pid = server.server_process.pid if server.server_process else None
+        record.write_text(json.dumps({
+            "pid": me, "start": my_start, "server_pid": server_pid,
+            "server_start": process_start(server_pid) if server_pid else None, "port": server.port,
+        }))
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            crash_orphaned_runs(stale)
+            try:
+                with tags(owner_tag(me, my_start)):
+                    yield server.api_url
+            finally:
+                _drain_logs()
+    finally:
+        server.stop()
+        record.unlink(missing_ok=True)
+
+
+def _drain_logs() -> None:
+    """Send the run's buffered log lines while its server is still up."""
+    from prefect.logging.handlers import APILogWorker
+
+    with contextlib.suppress(Exception):
+        APILogWorker.drain_all(timeout=10)
+
+
+__all__ = ["crash_orphaned_runs", "local_prefect_api", "owner_tag", "process_start", "stale_records", "stop_stale_servers"]
