@@ -161,6 +161,22 @@ class ArtifactSpec:
     def _error(self, message: str) -> ConfigError:
         return ConfigError(f"artifact spec {self.name!r}: {message}")
 
+    def restricted_to(self, columns: Iterable[str]) -> "ArtifactSpec":
+        """This spec over ``columns`` only: their fields, the key when all its columns are
+        there, and the expectations and references that look at those columns alone. For a
+        reader that takes a narrower file with an artifact's name (training reads a few
+        columns); what it lacks is the reader's own check."""
+        present = set(columns)
+        return ArtifactSpec(
+            name=self.name,
+            schema=pa.schema([f for f in self.schema if f.name in present]),
+            min_rows=self.min_rows,
+            keys=self.keys if set(self.keys) <= present else (),
+            expectations=tuple(e for e in self.expectations if set(e.columns) <= present),
+            references=tuple(r for r in self.references if r.column in present),
+            description=self.description,
+        )
+
     @property
     def implied_expectations(self) -> tuple[Expectation, ...]:
         """Checks every artifact gets from its schema and key, without declaring them."""
