@@ -111,7 +111,7 @@ def test_the_train_flow_fails_on_bad_input_without_retrying_or_publishing(
     assert len(loads) == 1 and loads[0].run_count == 1, "a damaged file is not retried"
     assert not Path(config.output.model_dir).exists()
 
-    _rewrite_sft(data, lambda t: _step_minus_one(tiny_tables()["speaker_sft"]))
+    pq.write_table(_step_minus_one(tiny_tables()["speaker_sft"]), path)
     state = train_sft(config, return_state=True)
     assert state.is_failed()
     with pytest.raises(ValidationFailed, match="step"):
