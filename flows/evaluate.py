@@ -165,6 +165,11 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
         results[spec.name] = score(spec.name, played, goals, wall_s)
         episodes += played
         del agent
+    if simulator_client is not None:
+        from pipelines.llm.accounting import check_failure_rate
+
+        # An outage of the simulator's endpoint leaves fallback turns only: no evaluation.
+        check_failure_rate(simulator_client.accounting, config.max_llm_failure_rate, "evaluate")
     setup = setup_summary(config, len(goals))
     report = {"setup": setup, "models": results}
     if simulator_client is not None:

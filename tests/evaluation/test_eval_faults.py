@@ -9,6 +9,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.errors import LLMOutage
 from pipelines.llm.testing.fake_server import FaultPlan
 from stages.evaluate import run
 
@@ -29,7 +30,15 @@ def test_simulator_llm_failures_and_fallbacks_are_counted_per_role(prefect_api, 
                                      "max_retries": 0, "backoff_base_s": 0.001, "backoff_max_s": 0.002}},
     }
 
-    report = run(params, llm)
+    # By default an outage of the simulator's endpoint stops the stage, which publishes nothing.
+    with pytest.raises(LLMOutage, match=r"evaluate: (\d+) of \1 user_simulator LLM call\(s\) failed \(server_error: \1\)"):
+        run(params, llm)
+    assert not (tmp_path / "reports" / "eval.json").exists()
+    assert not (tmp_path / "data" / "episodes" / "eval").exists()
+    server.reset_stats()
+
+    # Allowed to go on, the evaluation counts every fault.
+    report = run({**params, "max_llm_failure_rate": 1.0}, llm)
 
     on_disk = json.loads((tmp_path / "reports" / "eval.json").read_text())
     faults = on_disk["models"]["only"]["faults"]
