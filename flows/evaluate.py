@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.train import retry_on_transient
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from pipelines.evaluation.metrics import avg_at_k, score_episode
+from pipelines.evaluation.metrics import avg_at_k, fault_counts, score_episode
 from pipelines.evaluation.play import held_out_goals
 from pipelines.evaluation.policy import PolicySpec, check_policy
 from pipelines.evaluation.report import pattern_notes, plot_rows, report_markdown
@@ -98,6 +98,14 @@ def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> di
     summary = avg_at_k([score_episode(e, by_id[e.dialogue_id]) for e in episodes])
     summary["dialogues_per_second"] = len(episodes) / wall_s if wall_s else None
     summary["wall_s"] = round(wall_s, 2)
+    summary["faults"] = fault_counts(episodes)
+    faults = summary["faults"]
+    if faults["user_simulator"]["faults"] or faults["agent"]["llm_failures"]:
+        get_run_logger().warning(
+            "%s: user simulator %d fault(s) (%d LLM), %d fallback turn(s); agent %d LLM failure(s), %d fallback(s)",
+            name, faults["user_simulator"]["faults"], faults["user_simulator"]["llm_failures"],
+            faults["user_simulator"]["fallbacks"], faults["agent"]["llm_failures"], faults["agent"]["fallbacks"],
+        )
     get_run_logger().info(
         "%s: success %.3f ± %.3f, turns %.2f ± %.2f, %.2f questions/dialogue, %.2f dialogues/s",
         name, summary["success"]["mean"], summary["success"]["std"], summary["turns"]["mean"], summary["turns"]["std"],
@@ -157,8 +165,16 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
         results[spec.name] = score(spec.name, played, goals, wall_s)
         episodes += played
         del agent
+    if simulator_client is not None:
+        from pipelines.llm.accounting import check_failure_rate
+
+        # An outage of the simulator's endpoint leaves fallback turns only: no evaluation.
+        check_failure_rate(simulator_client.accounting, config.max_llm_failure_rate, "evaluate")
     setup = setup_summary(config, len(goals))
     report = {"setup": setup, "models": results}
+    if simulator_client is not None:
+        # Every LLM call of the run, per role: failures by reason, retries, cache hits.
+        report["llm"] = simulator_client.accounting.as_dict()
     markdown = report_markdown(results, setup, notes=pattern_notes(results))
     publish_episodes(config, episodes)
     write_reports(config, report, markdown)

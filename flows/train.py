@@ -104,16 +104,17 @@ def load_tokenizer(config: TrainConfig) -> Any:
 def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
     """Each Parquet source, held-out split, compacted and fitted to ``max_length``; its
     stats start with the file and its version (MD5, as in dvc.lock)."""
-    import pyarrow.parquet as pq
-
     from pipelines.training.card import file_md5
+    from stages.io import read_artifact
 
     logger = get_run_logger()
     reserve = getattr(config.resolved_objective(), "max_completion_length", 0)
     count = TokenCounter(tokenizer)
     prepared = []
     for source in config.data.sources:
-        table = pq.read_table(source.path)
+        # Validated with its artifact's suite before use; a bad or damaged file is a DataError
+        # or ValidationFailed naming it, which retry_on_transient never retries.
+        table = read_artifact(source.path)
         records = table.to_pylist()
         versions = {"path": source.path, "md5": file_md5(source.path)}
         prompt_rows = None
@@ -133,13 +134,14 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
 def _joining_prompts(path: str, key: str, records: list[dict]) -> list[dict]:
     """The (key, step, prompt) rows of ``path`` that join ``records``, and only those: a
     table of chat prompts is hundreds of MB as Python objects."""
-    import pyarrow.parquet as pq
+    from stages.io import read_artifact, read_parquet
 
+    read_artifact(path)  # its suite, once, before its prompts are used
     wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
-    index = pq.read_table(path, columns=[key, JOIN_COLUMN])
+    index = read_parquet(path, columns=[key, JOIN_COLUMN])
     pairs = zip(index[key].to_pylist(), index[JOIN_COLUMN].to_pylist())
     take = [i for i, pair in enumerate(pairs) if pair in wanted]
-    return pq.read_table(path, columns=[key, JOIN_COLUMN, "prompt"]).take(take).to_pylist()
+    return read_parquet(path, columns=[key, JOIN_COLUMN, "prompt"]).take(take).to_pylist()
 
 
 @task(name="build-dataset", **_TASK)

@@ -35,3 +35,7 @@ class ValidationFailed(AskflowError):
 
 class ConfigError(AskflowError):
     """Bad params.yaml section or command-line configuration."""
+
+
+class LLMOutage(AskflowError):
+    """Too many LLM calls of a stage failed: its results would be what the outage left, not data."""

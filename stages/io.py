@@ -88,6 +88,50 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def artifact_specs() -> dict[str, ArtifactSpec]:
+    """Every artifact spec askflow publishes, by name (the stem of its Parquet file)."""
+    from pipelines.episodes.tables import SPECS as EPISODES
+    from pipelines.multiwoz.tables import SPECS as MULTIWOZ
+    from pipelines.speaker.tables import SPECS as SPEAKER
+
+    return {**MULTIWOZ, **SPEAKER, **EPISODES}
+
+
+def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table:
+    """The table (or some of its columns); DataError naming the file for one that is missing
+    or not readable Parquet. A damaged file fails the same way every time: it is a data
+    error, never something to retry as if the disk or the network had hiccupped."""
+    try:
+        return pq.read_table(path, columns=columns)
+    except FileNotFoundError:
+        raise DataError(str(path), "file not found") from None
+    except (OSError, pa.ArrowException, ValueError) as error:
+        raise DataError(str(path), f"not readable Parquet: {error}") from None
+
+
+def read_artifact(path: Path | str, spec: ArtifactSpec | None = None) -> pa.Table:
+    """Read an input artifact and validate it with its expectation suite before any use.
+
+    ``spec`` defaults to the spec named by the file's stem (``speaker_sft.parquet`` ->
+    ``speaker_sft``); a file askflow does not publish has none and is only read. A file with
+    fewer columns than its artifact (training data) is checked over the columns it has
+    (``ArtifactSpec.restricted_to``); references are checked against the referenced artifact
+    when it lies beside the file. A failing suite raises ValidationFailed naming the file."""
+    path = Path(path)
+    table = read_parquet(path)
+    spec = spec if spec is not None else artifact_specs().get(path.stem)
+    if spec is None:
+        return table
+    spec = spec.restricted_to(table.column_names)
+    beside = {r.artifact for r in spec.references if r.artifact == spec.name or (path.parent / f"{r.artifact}.parquet").is_file()}
+    spec = dataclasses.replace(spec, references=tuple(r for r in spec.references if r.artifact in beside))
+    related = _related_tables(spec, path, {})
+    report = validate(table, spec, related)
+    if not report.success:
+        raise ValidationFailed(f"{spec.name} ({path})", report.to_text())
+    return table
+
+
 def read_params(section: str, path: Path | str = "params.yaml") -> dict[str, Any]:
     """One top-level section of params.yaml, as a dict (a copy: stages may change it)."""
     try:

@@ -72,6 +72,7 @@ def load_multiwoz(root: Path | str, db_dir: Path | str | None = None, strict: bo
         split_ids[split] = parse_split_list(read_text(path), str(path)) if path.exists() else []
     raw = read_json(data_path)
     dialogues = parse_dialogues(raw, str(data_path), split_ids["test"], split_ids["val"], strict=strict)
+    _require_every_split(dialogues, data_path, split_ids, root)
     unknown: dict[str, tuple[str, ...]] = {}
     for split, filename in SPLIT_FILES:
         ids = unknown_split_ids(split_ids[split], raw)
@@ -93,6 +94,21 @@ def load_multiwoz(root: Path | str, db_dir: Path | str | None = None, strict: bo
 def _first(ids: list[str]) -> str:
     shown = ", ".join(ids[:SHOW_IDS])
     return shown + (f", ... ({len(ids) - SHOW_IDS} more)" if len(ids) > SHOW_IDS else "")
+
+
+def _require_every_split(dialogues: list[Any], data_path: Path, split_ids: dict[str, list[str]], root: Path) -> None:
+    """No dialogue at all, no training dialogue, or a split list that names none of the
+    dialogues: each would publish empty data downstream, so each stops the stage here."""
+    if not dialogues:
+        raise DataError(str(data_path), "no dialogues (an empty object): nothing to build from")
+    counts = {split: 0 for split in ("train", "val", "test")}
+    for dialogue in dialogues:
+        counts[dialogue.split] = counts.get(dialogue.split, 0) + 1
+    if counts["train"] == 0:
+        raise DataError(str(data_path), "the train split is empty: every dialogue is listed for val or test")
+    for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
+        if split_ids[split] and counts[split] == 0:
+            raise DataError(str(root / filename), f"the {split} split is empty: none of its ids is in data.json")
 
 
 def read_raw_database(db_dir: Path | str) -> dict[str, list[dict[str, Any]]]:

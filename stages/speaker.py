@@ -8,9 +8,11 @@ params.yaml ``speaker``:
   :class:`pipelines.llm.ClientConfig`);
 * ``seed``, ``max_clarifications``, ``dedup: {threshold, ngram}``;
 * ``output`` (directory of the Parquet files), ``metrics`` (JSON), ``cache_dir`` (LLM
-  response cache; a re-run with unchanged inputs sends no request).
+  response cache; a re-run with unchanged inputs sends no request);
+* ``max_llm_failure_rate`` (default 0.05): more failed LLM calls than this (the model's own
+  invalid output aside) is an outage, and the stage exits non-zero without publishing.
 
-Nothing is written unless every table passes its expectation suite.
+Nothing is written unless every table passes its expectation suite (which requires rows).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from typing import Any, Mapping
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
+from pipelines.llm.accounting import check_failure_rate
 from pipelines.speaker.pipeline import SpeakerConfig, run_speaker
 from pipelines.speaker.synthesis import LLMSynthesizer, RulesSynthesizer, Synthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
 from stages.io import main_wrapper, publish, read_params, write_json_atomic
 from stages.multiwoz_dir import load_multiwoz
 
-_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "output", "metrics", "cache_dir"}
+_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "output", "metrics", "cache_dir", "max_llm_failure_rate"}
+DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 
 
 def speaker_config(params: Mapping[str, Any]) -> SpeakerConfig:
@@ -67,6 +71,8 @@ def run(params: dict) -> dict:
     except KeyError as exc:
         raise ConfigError(f"params.yaml speaker: {exc.args[0]!r} is required") from None
     config = speaker_config(params)
+    max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
+    check_failure_rate(Accounting(), max_failure_rate, "params.yaml speaker")  # a bad value fails before any call
     started = time.perf_counter()
     corpus = load_multiwoz(source, params.get("db_dir"))
     database = Database(corpus.entities, corpus.taxi_options)
@@ -74,6 +80,7 @@ def run(params: dict) -> dict:
     synthesizer = make_synthesizer(params, database, config.seed, accounting)
     loaded = time.perf_counter()
     result = run_speaker(corpus.dialogues, database, synthesizer, config)
+    check_failure_rate(accounting, max_failure_rate, "speaker")
     tables = speaker_tables(result)
     synthesized = time.perf_counter()
     publish({output / f"{name}.parquet": (table, SPECS[name]) for name, table in tables.items()})

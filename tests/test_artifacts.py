@@ -37,6 +37,7 @@ ACT = pa.struct([("act", pa.string()), ("slot", pa.string()), ("value", pa.strin
 
 DIALOGUES = ArtifactSpec(
     name="dialogues",
+    min_rows=1,
     schema=pa.schema(
         [
             pa.field("dialogue_id", pa.string(), nullable=False),
@@ -51,6 +52,7 @@ DIALOGUES = ArtifactSpec(
 
 TURNS = ArtifactSpec(
     name="turns",
+    min_rows=1,
     schema=pa.schema(
         [
             pa.field("dialogue_id", pa.string()),
@@ -98,14 +100,31 @@ def failed(report, type_: str, column: str):
 
 
 def test_spec_implies_key_and_non_nullable_checks():
-    assert DIALOGUES.implied_expectations == (not_null("dialogue_id"), not_null("domains"), unique("dialogue_id"))
-    assert TURNS.implied_expectations == (not_null("dialogue_id"), not_null("index"), unique("dialogue_id", "index"))
+    assert DIALOGUES.implied_expectations == (row_count_between(1), not_null("dialogue_id"), not_null("domains"), unique("dialogue_id"))
+    assert TURNS.implied_expectations == (row_count_between(1), not_null("dialogue_id"), not_null("index"), unique("dialogue_id", "index"))
     assert unique("a", "b") == Expectation("expect_compound_columns_to_be_unique", {"column_list": ("a", "b")})
 
 
 def test_spec_suite_does_not_repeat_a_declared_implied_check():
-    spec = ArtifactSpec("t", pa.schema([("id", pa.string())]), keys=("id",), expectations=(not_null("id"),))
-    assert spec.suite == (not_null("id"), unique("id"))
+    spec = ArtifactSpec("t", pa.schema([("id", pa.string())]), min_rows=1, keys=("id",), expectations=(not_null("id"),))
+    assert spec.suite == (row_count_between(1), not_null("id"), unique("id"))
+
+
+def test_every_spec_declares_a_minimum_row_count_and_an_empty_table_fails():
+    from pipelines.episodes.tables import SPECS as EPISODE_SPECS
+    from pipelines.multiwoz.tables import SPECS as MULTIWOZ_SPECS
+    from pipelines.speaker.tables import SPECS as SPEAKER_SPECS
+
+    for spec in [*MULTIWOZ_SPECS.values(), *SPEAKER_SPECS.values(), *EPISODE_SPECS.values()]:
+        assert spec.min_rows >= 1 and row_count_between(spec.min_rows) in spec.suite, spec.name
+        related = {r.artifact: pa.table({r.other_column: pa.array([], pa.string())}) for r in spec.references}
+        report = validate(spec.schema.empty_table(), spec, related)
+        assert not report.success, f"an empty {spec.name} must fail its suite"
+        assert failed(report, "expect_table_row_count_to_be_between", None).observed_value == 0
+    with pytest.raises(TypeError):
+        ArtifactSpec("t", pa.schema([("a", pa.int64())]))  # no min_rows: not a spec
+    with pytest.raises(ConfigError, match="min_rows"):
+        ArtifactSpec("t", pa.schema([("a", pa.int64())]), min_rows=0)
 
 
 @pytest.mark.parametrize(
@@ -121,11 +140,11 @@ def test_spec_suite_does_not_repeat_a_declared_implied_check():
 )
 def test_spec_rejects_inconsistent_declarations(kwargs, message):
     with pytest.raises(ConfigError, match=message):
-        ArtifactSpec("turns", TURNS.schema, **kwargs)
+        ArtifactSpec("turns", TURNS.schema, min_rows=1, **kwargs)
 
 
 def test_not_null_is_allowed_on_a_nested_column():
-    spec = ArtifactSpec("turns", TURNS.schema, expectations=(not_null("acts"),))
+    spec = ArtifactSpec("turns", TURNS.schema, min_rows=1, expectations=(not_null("acts"),))
     report = validate(turns_table(), spec)
     assert failed(report, "expect_column_values_to_not_be_null", "acts").unexpected_count == 2
 
@@ -137,11 +156,11 @@ def test_expectation_type_must_be_snake_case_gx_name():
 
 def test_check_suite_rejects_unknown_expectations_and_bad_arguments():
     check_suite(TURNS)
-    unknown = ArtifactSpec("t", pa.schema([("a", pa.int64())]), expectations=(Expectation("expect_magic", {"column": "a"}),))
+    unknown = ArtifactSpec("t", pa.schema([("a", pa.int64())]), min_rows=1, expectations=(Expectation("expect_magic", {"column": "a"}),))
     with pytest.raises(ConfigError, match="GX has no expectation 'expect_magic'"):
         check_suite(unknown)
     misspelt = ArtifactSpec(
-        "t", pa.schema([("a", pa.int64())]), expectations=(Expectation("expect_column_values_to_be_in_set", {"column": "a", "value_sett": [1]}),)
+        "t", pa.schema([("a", pa.int64())]), min_rows=1, expectations=(Expectation("expect_column_values_to_be_in_set", {"column": "a", "value_sett": [1]}),)
     )
     with pytest.raises(ConfigError, match="value_sett"):
         check_suite(misspelt)
@@ -154,7 +173,7 @@ def test_valid_tables_pass_every_check(capfd):
     report = validate(turns_table(), TURNS, {"dialogues": dialogues_table()})
     assert report.success, report.to_text()
     assert len(report.results) == len(TURNS.suite) + 1  # + the reference
-    assert report.to_text().startswith("artifact 'turns' (4 rows): all 7 checks passed")
+    assert report.to_text().startswith("artifact 'turns' (4 rows): all 8 checks passed")
     json.dumps(report.to_dict(), allow_nan=False)
     out, err = capfd.readouterr()
     assert out == "" and err == ""  # no GX progress bars or log lines
@@ -180,7 +199,7 @@ def test_a_broken_table_fails_the_check_it_breaks(table, type_, column, count, e
     assert (result.unexpected_count, result.element_count) == (count, 4)
     assert result.unexpected_examples == (example,)
     text = report.to_text()
-    assert "1 of 7 checks failed" in text
+    assert "1 of 8 checks failed" in text
     assert f"FAILED  {type_}(" in text and repr(column.split(", ")[0]) in text
     assert f"{count} of 4 rows unexpected; e.g. {example!r}" in text
 
@@ -192,21 +211,21 @@ def test_duplicate_single_key_lists_each_duplicate_once():
 
 
 def test_table_level_expectation_reports_what_it_observed():
-    spec = ArtifactSpec("t", pa.schema([("a", pa.int64())]), expectations=(row_count_between(10),))
+    spec = ArtifactSpec("t", pa.schema([("a", pa.int64())]), min_rows=1, expectations=(row_count_between(10),))
     result = failed(validate(pa.table({"a": [1, 2]}), spec), "expect_table_row_count_to_be_between", None)
     assert result.observed_value == 2
     assert "observed 2" in result.to_text()
 
 
 def test_gx_evaluation_errors_are_reported_not_raised():
-    spec = ArtifactSpec("t", pa.schema([("s", pa.string())]), expectations=(between("s", 0, 1),))
+    spec = ArtifactSpec("t", pa.schema([("s", pa.string())]), min_rows=1, expectations=(between("s", 0, 1),))
     result = failed(validate(pa.table({"s": ["a"]}), spec), "expect_column_values_to_be_between", "s")
     assert result.error and "could not be evaluated" in result.to_text()
 
 
 def test_self_reference_needs_no_related_table():
     schema = pa.schema([("id", pa.string()), ("parent", pa.string())])
-    spec = ArtifactSpec("tree", schema, keys=("id",), references=(Reference("parent", "tree", "id"),))
+    spec = ArtifactSpec("tree", schema, min_rows=1, keys=("id",), references=(Reference("parent", "tree", "id"),))
     report = validate(pa.table({"id": ["a", "b"], "parent": [None, "x"]}), spec)
     result = failed(report, "expect_column_values_to_be_in_set", "parent")
     assert (result.unexpected_count, result.unexpected_examples) == (1, ("x",))  # the null is no dangling parent

@@ -200,6 +200,40 @@ def test_bad_files_give_clear_errors(tmp_path):
         load_multiwoz(tmp_path / "nowhere")
 
 
+def test_an_empty_data_json_or_an_empty_split_is_an_error(tmp_path):
+    target = _write_corpus(tmp_path, n=10)
+    data_path = target / "data.json"
+    ids = sorted(json.loads(data_path.read_text(encoding="utf-8")))
+    original = data_path.read_text(encoding="utf-8")
+
+    data_path.write_text("{}", encoding="utf-8")
+    with pytest.raises(DataError, match=r"data\.json: no dialogues"):
+        load_multiwoz(target)
+    data_path.write_text(original, encoding="utf-8")
+
+    (target / "testListFile.json").write_text("PMUL9999.json\n", encoding="utf-8")  # names no dialogue
+    with pytest.raises(DataError, match=r"testListFile\.json: the test split is empty"):
+        load_multiwoz(target)
+
+    (target / "testListFile.json").write_text("".join(f"{i}\n" for i in ids[:5]), encoding="utf-8")
+    (target / "valListFile.json").write_text("".join(f"{i}\n" for i in ids[5:]), encoding="utf-8")
+    with pytest.raises(DataError, match=r"data\.json: the train split is empty"):
+        load_multiwoz(target)
+
+
+def test_the_seeds_stage_fails_on_an_empty_data_json_and_keeps_its_artifacts(tmp_path):
+    from stages.seeds import run as run_seeds
+
+    target = _write_corpus(tmp_path)
+    params = {"source": str(target), "output": str(tmp_path / "out")}
+    run_seeds(params)
+    published = {p.name: p.read_bytes() for p in (tmp_path / "out").glob("*.parquet")}
+    (target / "data.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(DataError, match="no dialogues"):
+        run_seeds(params)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").glob("*.parquet")} == published
+
+
 def test_unknown_database_domain_and_duplicate_entity_ids(tmp_path):
     target = _write_corpus(tmp_path)
     (target / "db" / "spaceport_db.json").write_text("[]", encoding="utf-8")

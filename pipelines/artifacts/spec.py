@@ -10,7 +10,8 @@ Every spec implies, on top of what it declares:
 
 * the table's columns and types equal the schema's (see ``check_schema``);
 * every key column and every field declared ``nullable=False`` has no nulls;
-* the key columns are unique together.
+* the key columns are unique together;
+* the table has at least ``min_rows`` rows (every spec declares it, at least 1).
 
 Expectations are referred to by Great Expectations' snake-case names
 ("expect_column_values_to_be_in_set") so that a spec reads like GX's documentation and
@@ -98,10 +99,13 @@ class ArtifactSpec:
 
     ``name`` is how references and reports call it (and, by convention, the stem of its
     Parquet file); ``keys`` is its unique key, one column or several together;
-    ``expectations`` are checks beyond the implied ones (see the module docstring)."""
+    ``expectations`` are checks beyond the implied ones (see the module docstring).
+    ``min_rows``: the fewest rows a valid artifact has (at least 1: an empty artifact is what
+    an outage or a bad input leaves behind, never a result to publish)."""
 
     name: str
     schema: pa.Schema
+    min_rows: int
     keys: tuple[str, ...] = ()
     expectations: tuple[Expectation, ...] = ()
     references: tuple[Reference, ...] = ()
@@ -113,6 +117,8 @@ class ArtifactSpec:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.name:
             raise ConfigError("an artifact spec needs a name")
+        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
+            raise self._error(f"min_rows must be an int >= 1, got {self.min_rows!r}")
         self._check_consistency()
 
     def _check_consistency(self) -> None:
@@ -155,12 +161,29 @@ class ArtifactSpec:
     def _error(self, message: str) -> ConfigError:
         return ConfigError(f"artifact spec {self.name!r}: {message}")
 
+    def restricted_to(self, columns: Iterable[str]) -> "ArtifactSpec":
+        """This spec over ``columns`` only: their fields, the key when all its columns are
+        there, and the expectations and references that look at those columns alone. For a
+        reader that takes a narrower file with an artifact's name (training reads a few
+        columns); what it lacks is the reader's own check."""
+        present = set(columns)
+        return ArtifactSpec(
+            name=self.name,
+            schema=pa.schema([f for f in self.schema if f.name in present]),
+            min_rows=self.min_rows,
+            keys=self.keys if set(self.keys) <= present else (),
+            expectations=tuple(e for e in self.expectations if set(e.columns) <= present),
+            references=tuple(r for r in self.references if r.column in present),
+            description=self.description,
+        )
+
     @property
     def implied_expectations(self) -> tuple[Expectation, ...]:
         """Checks every artifact gets from its schema and key, without declaring them."""
         not_null_columns = list(self.keys)
         not_null_columns += [f.name for f in self.schema if not f.nullable and f.name not in self.keys]
-        implied = [not_null(column) for column in not_null_columns]
+        implied = [row_count_between(self.min_rows)]
+        implied += [not_null(column) for column in not_null_columns]
         if self.keys:
             implied.append(unique(*self.keys))
         return tuple(implied)

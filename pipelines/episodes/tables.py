@@ -36,6 +36,7 @@ def _required(name: str, data_type: pa.DataType) -> pa.Field:
 
 EPISODES = ArtifactSpec(
     name="episodes",
+    min_rows=1,
     description="One row per played episode: who played it, how it ended, the goal checker's verdict and its counts.",
     schema=pa.schema([
         _required("episode_id", pa.string()),
@@ -65,6 +66,7 @@ EPISODES = ArtifactSpec(
 
 EPISODE_EVENTS = ArtifactSpec(
     name="episode_events",
+    min_rows=1,
     description="One row per event of an episode, in order: utterances, think, clarifications, tool calls, "
     "observations, malformed outputs, fallbacks, the end.",
     schema=pa.schema([

@@ -60,8 +60,12 @@ class EvalConfig:
     generation: GenerationSpec = field(default_factory=GenerationSpec)
     prompt: PromptSpec = field(default_factory=PromptSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
+    # More failed LLM simulator calls than this share is an outage: the stage publishes nothing.
+    max_llm_failure_rate: float = 0.05
 
     def __post_init__(self) -> None:
+        if isinstance(self.max_llm_failure_rate, bool) or not isinstance(self.max_llm_failure_rate, (int, float)) or not 0 <= self.max_llm_failure_rate <= 1:
+            raise ConfigError(f"evaluate.max_llm_failure_rate: expected a number in [0, 1], got {self.max_llm_failure_rate!r}")
         if not self.models:
             raise ConfigError("evaluate.models: at least one model is required")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -168,3 +168,44 @@ def avg_at_k(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
         d: mean_std([r["domain_success"][d] for r in runs if d in r["domain_success"]]) for d in domains
     }
     return summary
+
+
+#: How the runner words a malformed output that is an agent backend failure (no output at all).
+AGENT_NO_OUTPUT = "the agent produced no output ("
+
+
+def fault_counts(episodes: Iterable[Episode]) -> dict[str, dict[str, Any]]:
+    """Hidden faults of the played episodes, per role, so that a score never rests silently
+    on fallbacks.
+
+    ``user_simulator``: ``faults`` (failed attempts at a user turn: retries plus fallbacks),
+    ``fallbacks`` (turns that are the recorded fallback), ``llm_failures`` (faults of turns
+    whose last fault was an LLM call that failed; a turn's faults are counted under its last
+    reason, the only one recorded), ``faults_by_reason`` and ``turns``.
+    ``agent``: ``llm_failures`` (outputs the backend failed to produce), ``malformed`` (all
+    rejected outputs, those included), ``fallbacks`` (turns that ended in the apology) and
+    ``turns``."""
+    user = {"turns": 0, "faults": 0, "fallbacks": 0, "llm_failures": 0}
+    user_reasons: dict[str, int] = defaultdict(int)
+    agent = {"turns": 0, "llm_failures": 0, "malformed": 0, "fallbacks": 0}
+    for episode in episodes:
+        for event in episode.events:
+            if event.actor == "user" and event.kind in ("user", "fallback"):
+                user["turns"] += 1
+                fallback = event.kind == "fallback"
+                faults = (event.retries or 0) + (1 if fallback else 0)
+                user["faults"] += faults
+                user["fallbacks"] += fallback
+                if faults:
+                    reason = (event.detail or "unknown").split(":", 1)[0]
+                    user_reasons[reason] += faults
+                    user["llm_failures"] += faults if reason.startswith("llm_") else 0
+            elif event.actor == "agent":
+                if event.kind == "malformed":
+                    agent["malformed"] += 1
+                    agent["llm_failures"] += (event.detail or "").startswith(AGENT_NO_OUTPUT)
+                elif event.kind == "fallback":
+                    agent["fallbacks"] += 1
+                if event.is_utterance:
+                    agent["turns"] += 1
+    return {"user_simulator": {**user, "faults_by_reason": dict(sorted(user_reasons.items()))}, "agent": agent}

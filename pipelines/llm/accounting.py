@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.errors import ConfigError, LLMOutage
+
 
 @dataclass
 class RoleUsage:
@@ -122,3 +124,36 @@ class Accounting:
         with self._lock:
             roles = {role: usage.as_dict() for role, usage in sorted(self._roles.items())}
         return {"roles": roles, "total": self.total().as_dict()}
+
+
+#: Failure reasons that say the model answered (badly), not that the endpoint was unusable.
+MODEL_FAILURE_REASONS = frozenset({"invalid_output"})
+
+
+def check_failure_rate(accounting: Accounting, max_rate: float, where: str) -> None:
+    """Raise ``LLMOutage`` when, for any role, more than ``max_rate`` of its calls failed for
+    a reason other than the model's own invalid output (timeouts, 5xx, refused connections, a
+    401 from a revoked key...). A stage calls this before publishing, so that an outage stops
+    it and leaves the previous artifacts in place instead of publishing what little got through.
+
+    >>> accounting = Accounting()
+    >>> for _ in range(10): accounting.record_call("synthesizer")
+    >>> accounting.record_failure("synthesizer", "connection")
+    >>> check_failure_rate(accounting, 0.1, "speaker")
+    >>> accounting.record_failure("synthesizer", "rejected")
+    >>> check_failure_rate(accounting, 0.1, "speaker")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.LLMOutage: speaker: 2 of 10 synthesizer LLM call(s) failed (connection: 1, rejected: 1), more than the allowed 10%; nothing was published
+    """
+    if isinstance(max_rate, bool) or not isinstance(max_rate, (int, float)) or not 0.0 <= max_rate <= 1.0:
+        raise ConfigError(f"{where}: max_llm_failure_rate must be a number in [0, 1], got {max_rate!r}")
+    for role, usage in accounting.as_dict()["roles"].items():
+        reasons = {r: c for r, c in usage["failures_by_reason"].items() if r not in MODEL_FAILURE_REASONS}
+        failed = sum(reasons.values())
+        if usage["calls"] and failed / usage["calls"] > max_rate:
+            detail = ", ".join(f"{r}: {c}" for r, c in sorted(reasons.items()))
+            raise LLMOutage(
+                f"{where}: {failed} of {usage['calls']} {role} LLM call(s) failed ({detail}), "
+                f"more than the allowed {max_rate:.0%}; nothing was published"
+            )

@@ -10,6 +10,11 @@ keep directories small, and one file per record means concurrent writers never c
 a shared index. Files are written to a temporary name in the same directory and renamed into
 place, so a reader (or a crash) never sees half a record. Records carry no timestamps: the
 same request always produces the same bytes, which keeps the directory friendly to DVC.
+
+Only the key is canonical (sorted keys): the response is stored in the order the server sent
+it, so a cache hit returns exactly what the live call returned (tool-call arguments and parsed
+JSON objects keep their key order). Format 1 stored responses with sorted keys; its records
+are treated as missing.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 def canonical_json(value: Any) -> str:
@@ -34,6 +39,11 @@ def canonical_json(value: Any) -> str:
     Non-JSON values (sets, objects) are rejected rather than stringified: a key that depends
     on a repr is a key that silently changes between runs."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _ordered_json(value: Any) -> str:
+    """Compact JSON keeping every object's key order: what a response record is stored as."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def cache_key(fields: Mapping[str, Any]) -> str:
@@ -83,7 +93,7 @@ class ResponseCache:
         )
         try:
             with handle:
-                handle.write(canonical_json(record))
+                handle.write(_ordered_json(record))
             os.replace(handle.name, path)
         except BaseException:
             Path(handle.name).unlink(missing_ok=True)

@@ -221,6 +221,7 @@ class _HTTPFailure:
     reason: str
     message: str
     status: int | None = None
+    param: str | None = None  # the OpenAI error body's ``param``, when the server names one
 
 
 class _MalformedResponse(Exception):
@@ -251,7 +252,8 @@ class _LoopState:
     # wrappers run each call in a fresh loop; so they are created per loop.
     http: openai.AsyncOpenAI
     semaphore: asyncio.Semaphore
-    discovery: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # One probe per unknown capability ("n", "response_format"): set once the probing call ends.
+    probes: dict[str, asyncio.Event] = field(default_factory=dict)
 
 
 _CODE_FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
@@ -349,6 +351,34 @@ def _classify(exc: Exception) -> tuple[str, int | None]:
             return "server_error", status
         return "rejected", status
     raise exc  # anything else is a bug here, not a server condition
+
+
+_CONTEXT_LENGTH = re.compile(r"context (length|window)|too many tokens|maximum .*tokens|prompt is too long", re.I)
+_MENTIONS_N = re.compile(r"(?<![\w.-])n(?![\w-])")
+
+
+def _unsupported(outcome: "_HTTPFailure", feature: str) -> bool:
+    """Whether a failure means the server does not support ``feature`` ("response_format" or
+    "n"): a 400/422 whose error names the feature (its ``param``, else its message). Any other
+    rejection (context length, a bad message) is about this request only and changes nothing."""
+    if outcome.reason != "rejected" or outcome.status not in (400, 422):
+        return False
+    if outcome.param:
+        return outcome.param == feature or outcome.param.startswith(f"{feature}.")
+    text = outcome.message
+    if _CONTEXT_LENGTH.search(text):
+        return False
+    if feature == "response_format":
+        return "response_format" in text or "json_schema" in text
+    return bool(_MENTIONS_N.search(text))
+
+
+def _error_param(exc: Exception) -> str | None:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    param = body.get("param") if isinstance(body, dict) else None
+    return param if isinstance(param, str) else None
 
 
 def _with_instructions(messages: list[dict[str, Any]], instructions: str) -> list[dict[str, Any]]:
@@ -619,20 +649,30 @@ class LLMClient:
     async def _fetch_discovering(
         self, request: CompletionRequest, seed: int, n: int, validator: Any
     ) -> Completion | Failure:
-        """``_fetch``, but while a capability this call depends on is unknown, such calls go one
-        at a time: the first finds out, the others then build their requests knowing the answer
-        (instead of every concurrent call sending a request bound to be rejected)."""
-
-        def unknown() -> bool:
-            return (n > 1 and self.supports_n is None) or (
-                request.response_schema is not None and self.supports_response_format is None
-            )
-
-        if unknown():
-            async with self._loop_state().discovery:
-                if unknown():
-                    return await self._fetch(request, seed, n, validator)
-        return await self._fetch(request, seed, n, validator)
+        """``_fetch``, but while a capability this call depends on is unknown, the first such
+        call probes it and the others wait for that one call only (instead of every concurrent
+        call sending a request bound to be rejected). Once the probe has ended they all go
+        concurrently, within ``max_concurrency``, whether or not it found out: during an outage
+        the probe learns nothing, and holding every call behind it would run them one at a time."""
+        probes = self._loop_state().probes
+        started: list[asyncio.Event] = []
+        try:
+            for capability, unknown in (
+                ("n", n > 1 and self.supports_n is None),
+                ("response_format", request.response_schema is not None and self.supports_response_format is None),
+            ):
+                if not unknown:
+                    continue
+                probe = probes.get(capability)
+                if probe is None:
+                    probes[capability] = probe = asyncio.Event()
+                    started.append(probe)
+                elif not probe.is_set():
+                    await probe.wait()
+            return await self._fetch(request, seed, n, validator)
+        finally:
+            for probe in started:
+                probe.set()
 
     # ---- one logical request: transport, fallbacks, validation, repairs ----
 
@@ -652,18 +692,18 @@ class LLMClient:
             outcome = await self._post(role, body, state)
             if isinstance(outcome, _Choices):
                 break
-            if outcome.reason == "rejected" and outcome.status in (400, 422):
-                # A 400/422 right after sending an optional feature is taken to be about that
-                # feature; response_format is blamed first (if the culprit was n, the only cost is
-                # that the schema travels in the prompt from now on).
-                if use_response_format and self.supports_response_format is None:
+            # Only an error naming the feature switches it off (a context-length 400 does not).
+            # A concurrent call may have switched it off already: this one then follows suit.
+            if use_response_format and self.supports_response_format is not True and _unsupported(outcome, "response_format"):
+                if self.supports_response_format is None:
                     logger.info("%s: the server rejected response_format; using prompt instructions", self.config.endpoint)
-                    self.supports_response_format = False
-                    continue
-                if n > 1 and self.supports_n is None:
+                self.supports_response_format = False
+                continue
+            if n > 1 and self.supports_n is not True and _unsupported(outcome, "n"):
+                if self.supports_n is None:
                     logger.info("%s: the server rejected n=%d; fanning out one request per seed", self.config.endpoint, n)
-                    self.supports_n = False
-                    raise _ServerLacksN(state.attempts)
+                self.supports_n = False
+                raise _ServerLacksN(state.attempts)
             return Failure(role, outcome.reason, state.attempts, outcome.message)
 
         if use_response_format:
@@ -786,7 +826,7 @@ class LLMClient:
             except (openai.APIError, _MalformedResponse, TimeoutError) as exc:
                 reason, status = _classify(exc)
                 if reason not in RETRYABLE_REASONS or retries >= self.config.max_retries:
-                    return _HTTPFailure(reason, self._describe(exc), status)
+                    return _HTTPFailure(reason, self._describe(exc), status, _error_param(exc))
                 retries += 1
                 self.accounting.record_retry(role, reason)
                 delay = self._backoff(retries, exc)

@@ -22,6 +22,7 @@ DIALOG_ACT = pa.struct([("act", pa.string()), ("slot", pa.string()), ("value", p
 
 DIALOGUES = ArtifactSpec(
     name="dialogues",
+    min_rows=1,
     description=(
         "One row per dialogue: split, domains of its goal, the goal message, what the source lacked (missing) "
         "and the unknown source keys the loader skipped (ignored)."
@@ -42,6 +43,7 @@ DIALOGUES = ArtifactSpec(
 
 TURNS = ArtifactSpec(
     name="turns",
+    min_rows=1,
     description="One row per utterance; system turns carry the belief state (MultiWOZ metadata) when annotated.",
     schema=pa.schema([
         ("dialogue_id", pa.string()),
@@ -60,6 +62,7 @@ TURNS = ArtifactSpec(
 
 GOALS = ArtifactSpec(
     name="goals",
+    min_rows=1,
     description="One row per (dialogue, domain) of a user goal, in the order the goal lists them.",
     schema=pa.schema([
         ("dialogue_id", pa.string()),
@@ -79,6 +82,7 @@ GOALS = ArtifactSpec(
 
 ENTITIES = ArtifactSpec(
     name="entities",
+    min_rows=1,
     description="Database entities of every domain; all attributes as strings in a map.",
     schema=pa.schema([
         ("domain", pa.string()),
@@ -95,6 +99,7 @@ ENTITIES = ArtifactSpec(
 
 SPLITS_SPEC = ArtifactSpec(
     name="splits",
+    min_rows=1,
     description="Split of every dialogue (train / val / test).",
     schema=pa.schema([("dialogue_id", pa.string()), ("split", pa.string())]),
     keys=("dialogue_id",),

@@ -46,6 +46,7 @@ def _required(name: str, data_type: pa.DataType) -> pa.Field:
 
 SPEAKER_DIALOGUES = ArtifactSpec(
     name="speaker_dialogues",
+    min_rows=1,
     description="One row per seed dialogue: what synthesis made of it, why it was dropped, and the dialogue as JSON.",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),
@@ -78,6 +79,7 @@ SPEAKER_DIALOGUES = ArtifactSpec(
 
 SPEAKER_SFT = ArtifactSpec(
     name="speaker_sft",
+    min_rows=1,
     description="SFT (TRL prompt-completion, conversational): every agent decision of a kept dialogue.",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),
@@ -94,6 +96,7 @@ SPEAKER_SFT = ArtifactSpec(
 
 SPEAKER_GRPO = ArtifactSpec(
     name="speaker_grpo",
+    min_rows=1,
     description="GRPO prompts (SpeakRL Table 1) at clarification decisions, with the columns the rewards read.",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),
@@ -114,6 +117,7 @@ SPEAKER_GRPO = ArtifactSpec(
 
 SPEAKER_DPO = ArtifactSpec(
     name="speaker_dpo",
+    min_rows=1,
     description="SpeakER-DPO (TRL preference, conversational): clarifying (chosen) vs acting on a guess (rejected).",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),

@@ -6,6 +6,7 @@ import json
 import threading
 
 from pipelines.llm import Accounting, ResponseCache, cache_key
+from pipelines.llm.cache import CACHE_FORMAT
 
 KEY = {
     "endpoint": "http://127.0.0.1:8000/v1",
@@ -56,7 +57,7 @@ def test_damaged_or_foreign_records_are_misses(tmp_path, caplog):
     path = cache.put(KEY, {"texts": ["hi"]})
     path.write_text('{"format": 1, "key": ', encoding="utf-8")
     assert cache.get(KEY) is None
-    path.write_text(json.dumps({"format": 1, "key": {**KEY, "seed": 9}, "response": {"texts": ["x"]}}))
+    path.write_text(json.dumps({"format": CACHE_FORMAT, "key": {**KEY, "seed": 9}, "response": {"texts": ["x"]}}))
     assert cache.get(KEY) is None
     assert cache.stats()["misses"] == 2
     assert "not valid JSON" in caplog.text and "does not match its key" in caplog.text

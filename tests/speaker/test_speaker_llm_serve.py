@@ -1,7 +1,7 @@
 """The ``speaker`` stage with the ``openai`` synthesizer against a real ``transformers serve``
 process over a tiny random model. The model cannot write the dialogue JSON: every reply is
-repaired once and then dropped with its reason. The stage must run to the end, and a re-run
-with unchanged inputs must not reach the server."""
+repaired once and then dropped with its reason. With no dialogue kept the stage must refuse to
+publish (an empty dataset is an error), and a re-run with unchanged inputs must not reach the server."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from pipelines.errors import ValidationFailed
 from pipelines.llm.testing.serve import TransformersServe
 from pipelines.llm.testing.tiny_model import build_tiny_chat_model
 from pipelines.multiwoz.embedded import generate_corpus
@@ -47,25 +48,18 @@ def test_openai_synthesizer_drops_invalid_replies_and_rerun_uses_the_cache(serve
     params = stage_params(corpus, tmp_path / "out", synthesizer=synthesizer)
     before = server.chat_requests()
 
-    metrics = run(params)
+    # Nothing the model writes validates, so no dialogue is kept: the stage must refuse to
+    # publish an empty SFT dataset (its minimum row count), and publish nothing at all.
+    with pytest.raises(ValidationFailed, match="speaker_sft") as failure:
+        run(params)
+    assert "expect_table_row_count_to_be_between" in str(failure.value)
+    assert not (tmp_path / "out" / "speaker").exists() or not list((tmp_path / "out" / "speaker").iterdir())
+    time.sleep(0.5)  # the access-log line lands just after the response
+    sent = server.chat_requests() - before
+    assert sent > 0 and sent % 2 == 0, "each seed: one request and one repair"
 
-    llm = metrics["llm"]
-    synthesized = llm["synthesizer"]["seeds_sent"]
-    assert synthesized > 0 and llm["total"]["calls"] == synthesized
-    assert llm["total"]["requests"] == 2 * synthesized and llm["total"]["repairs"] == synthesized
-    assert llm["total"]["failures_by_reason"] == {"invalid_output": synthesized}
-    assert metrics["dialogues"]["kept"] == 0
-    assert metrics["dialogues"]["dropped_by_reason"]["llm_invalid_output"] == synthesized
-    assert metrics["rows"]["speaker_dialogues"] == N_SEEDS and metrics["rows"]["speaker_sft"] == 0
-    deadline = time.monotonic() + 5
-    while server.chat_requests() < before + 2 * synthesized and time.monotonic() < deadline:
-        time.sleep(0.05)  # the access-log line lands just after the response
-    assert server.chat_requests() == before + 2 * synthesized
-
-    again = run(params)
-
-    assert again["llm"]["total"]["calls"] == 0 and again["llm"]["total"]["requests"] == 0
-    assert again["llm"]["synthesizer"] == {"seeds_sent": 0, "remembered_failures": synthesized}
-    assert again["dialogues"] == metrics["dialogues"]
+    # The re-run fails the same way without reaching the server: invalid output is remembered.
+    with pytest.raises(ValidationFailed, match="speaker_sft"):
+        run(params)
     time.sleep(0.5)
-    assert server.chat_requests() == before + 2 * synthesized, "the re-run reached the server"
+    assert server.chat_requests() == before + sent, "the re-run reached the server"

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.speaker.tables import SPECS
 from pipelines.training.config import (
     DataSpec,
     EvalSpec,
@@ -52,7 +53,10 @@ def tiny_tables(n: int = 40) -> dict[str, pa.Table]:
         dpo.append({"dialogue_id": dialogue_id, "step": 0, "prompt": prompt,
                     "chosen": [{"role": "assistant", "content": CLARIFY.format(a=a, b=b)}],
                     "rejected": [{"role": "assistant", "content": GUESS.format(a=a)}]})
-    return {"speaker_sft": pa.Table.from_pylist(sft), "speaker_grpo": pa.Table.from_pylist(grpo), "speaker_dpo": pa.Table.from_pylist(dpo)}
+    # Typed as the artifacts are (training validates its inputs with their suites), over the
+    # columns given here.
+    rows = {"speaker_sft": sft, "speaker_grpo": grpo, "speaker_dpo": dpo}
+    return {name: pa.Table.from_pylist(r, schema=SPECS[name].restricted_to(r[0]).schema) for name, r in rows.items()}
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,8 @@ FaultKind = Literal[
     "invalid_content",  # HTTP 200, well-formed envelope, message content is not JSON
     "wrong_schema",  # HTTP 200, content is JSON that violates the usual test schema
     "echo_auth_401",  # HTTP 401 whose error message repeats the Authorization header
+    "http_401",  # HTTP 401, as from a revoked key: an outage that retrying cannot fix
+    "context_length_400",  # HTTP 400 "maximum context length" (OpenAI's wording, param "messages")
 ]
 FAULT_KINDS: tuple[str, ...] = FaultKind.__args__  # type: ignore[attr-defined]
 
@@ -108,12 +110,15 @@ def reply_text(messages: list[dict[str, Any]], seed: int | None, index: int, as_
     return answer
 
 
-def reply_tool_call(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int | None, index: int) -> dict[str, Any]:
-    """The fake model's call of the first tool, with an id derived like :func:`reply_text`'s text."""
+def reply_tool_call(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int | None, index: int, arguments: Any = "{}"
+) -> dict[str, Any]:
+    """The fake model's call of the first tool, with an id derived like :func:`reply_text`'s text
+    and ``arguments`` as given (a JSON string, as OpenAI sends them, or an object, as some servers do)."""
     return {
         "id": f"call_{_digest(_first_user(messages), seed, index)}",
         "type": "function",
-        "function": {"name": tools[0]["function"]["name"], "arguments": "{}"},
+        "function": {"name": tools[0]["function"]["name"], "arguments": arguments},
     }
 
 
@@ -136,6 +141,7 @@ class FakeOpenAIServer:
     (as ``transformers serve`` does), "reject" answers 400 to ``n > 1``.
     ``response_format_mode``: "native" honours ``response_format``, "reject" answers 400 to it.
     ``latency_s`` delays every reply; ``hang_s`` is how long a "timeout" fault hangs.
+    ``tool_arguments``: the arguments of every tool call, sent as given (default ``"{}"``).
 
     Use as a context manager; ``base_url`` is the address to give the client.
     """
@@ -149,7 +155,9 @@ class FakeOpenAIServer:
         latency_s: float = 0.0,
         hang_s: float = 2.0,
         keep_bodies: bool = True,
+        tool_arguments: Any = "{}",
     ):
+        self.tool_arguments = tool_arguments
         self.faults = faults
         self.n_mode = n_mode
         self.response_format_mode = response_format_mode
@@ -252,6 +260,17 @@ class FakeOpenAIServer:
             # A careless server that repeats the credentials it was sent.
             message = f"invalid credentials: {authorization}"
             return JSONResponse({"error": {"message": message}}, status_code=401)
+        elif fault == "http_401":
+            return JSONResponse({"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}, status_code=401)
+        elif fault == "context_length_400":
+            message = (
+                "This model's maximum context length is 4096 tokens. However, your messages resulted in "
+                "5000 tokens. Please reduce the length of the messages."
+            )
+            return JSONResponse(
+                {"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}},
+                status_code=400,
+            )
 
         n = int(body.get("n") or 1)
         if n > 1 and self.n_mode == "reject":
@@ -276,12 +295,12 @@ class FakeOpenAIServer:
         elif fault == "wrong_schema":
             texts = [json.dumps({"answer": 42, "seed": body.get("seed")}) for _ in texts]
         elif wants_tool_call(body):
-            tool_calls = [[reply_tool_call(messages, body["tools"], body.get("seed"), i)] for i in range(n)]
+            tool_calls = [[reply_tool_call(messages, body["tools"], body.get("seed"), i, self.tool_arguments)] for i in range(n)]
             texts = [None for _ in texts]
 
         prompt_tokens = sum(_count_tokens(str(m.get("content") or "")) for m in messages)
         completion_tokens = sum(_count_tokens(t or "") for t in texts) + sum(
-            _count_tokens(f"{c['function']['name']} {c['function']['arguments']}") for calls in tool_calls for c in calls
+            _count_tokens(f"{c['function']['name']} {json.dumps(c['function']['arguments'])}") for calls in tool_calls for c in calls
         )
         payload = {
             "id": "chatcmpl-fake",
