@@ -179,8 +179,12 @@ class _Transcript:
         return minutes is not None and any(minutes in u.times for u in self._utterances)
 
     def mentions_compact(self, value: object) -> bool:
+        return self.last_mention_compact(value) is not None
+
+    def last_mention_compact(self, value: object, since: int | None = None) -> int | None:
         needle = _words(value).replace(" ", "")
-        return bool(needle) and any(needle in u.compact for u in self._utterances)
+        turns = [u.turn for u in self._utterances if (since is None or u.turn >= since) and needle and needle in u.compact]
+        return max(turns) if turns else None
 
 
 # --------------------------------------------------------------------------------------
@@ -317,13 +321,27 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
     the one fitting the goal; then database order."""
     best, best_key = None, None
     for position, entity in enumerate(entities):
-        turn = transcript.last_mention(name_key(entity.name), since)  # "lensfield hotel" names "the lensfield hotel"
+        turn = _last_reference(entity, transcript, since)
         if turn is None:
             continue
         key = (turn, len(name_key(entity.name)), not _info_problems(entity, info), -position)
         if best_key is None or key > best_key:
             best, best_key = entity, key
     return best
+
+
+def _last_reference(entity: Entity, transcript: _Transcript, since: int | None) -> int | None:
+    """The last turn that names ``entity`` ("lensfield hotel" names "the lensfield hotel"),
+    or gives its phone number or street address: real systems answer "what is the phone
+    number of X?" with the number alone, and that identifies X as well as its name does."""
+    turns = [transcript.last_mention(name_key(entity.name), since)]
+    phone, address = entity.get("phone"), entity.get("address")
+    if phone and norm_value(phone) not in _UNKNOWN_VALUES and len(_words(phone).replace(" ", "")) >= 10:
+        turns.append(transcript.last_mention_compact(phone, since))
+    if address and len(_words(address).split()) >= 3:
+        turns.append(transcript.last_mention(address, since))
+    known = [t for t in turns if t is not None]
+    return max(known) if known else None
 
 
 # -- inform / book -----------------------------------------------------------------------

@@ -227,6 +227,18 @@ class AgentReader:
                     names.append((phrase, entity))
             # Longest first, so that "pizza express fen ditton" is found before "pizza express".
             self._names[domain] = tuple(sorted(names, key=lambda item: -len(item[0])))
+        # Real systems often answer "what is the number of X?" with the number alone: a
+        # phone number or street address identifies a venue as well as its name does.
+        self._identifiers: dict[str, tuple[tuple[str, str, Entity], ...]] = {}
+        for domain in ("restaurant", "hotel", "attraction"):
+            found = []
+            for entity in database.entities(domain):
+                phone, address = words(entity.get("phone") or "").replace(" ", ""), words(entity.get("address") or "")
+                if len(phone) >= 10:
+                    found.append(("phone", phone, entity))
+                if len(address.split()) >= 3:
+                    found.append(("address", address, entity))
+            self._identifiers[domain] = tuple(found)
         self._values = {domain: self._value_phrases(domain) for domain in INFO_SLOTS}
         taxi_types = database.taxi_options.get("taxi_types") or _DEFAULT_TAXI_TYPES
         self._taxi_types = tuple(words(t) for t in taxi_types)
@@ -270,6 +282,11 @@ class AgentReader:
             claimed.append(span)
             if all(entity is not e for _, e in found):
                 found.append((position, entity))
+        if not found:
+            for kind, value, entity in self._identifiers.get(domain, ()):
+                position = reading.compact.find(value) if kind == "phone" else reading.padded.find(f" {value} ")
+                if position >= 0 and all(entity is not e for _, e in found):
+                    found.append((position, entity))
         return [entity for _, entity in sorted(found, key=lambda item: item[0])]
 
     def names_any(self, padded: str, domain: str) -> bool:

@@ -1,0 +1,105 @@
+"""Why did a gold-replay episode fail? One cause per failing episode, for triage tables.
+
+A failing gold replay is either a disagreement between askflow and the dataset or a
+dialogue that really missed its goal. The episode is compared with an offline grading of
+the same dialogue (its gold calls replayed in a fresh environment, graded on every gold
+system text): when the offline grade succeeds, the user simulator cut the dialogue short or
+led it elsewhere; otherwise the offline grade's first reason names the cause:
+
+* ``simulator_ended_early``: the offline grade succeeds, the episode does not;
+* ``value_normalisation``: the dataset and the goal state one value differently (a 12-hour
+  time for a 24-hour one, a name with or without its article or suffix);
+* ``booking_semantics``: no successful booking, wrong booking values, reference not told;
+* ``requested_attributes``: the offered entity is right but a requested attribute was not
+  recognised as given;
+* ``cross_domain_refs``: a taxi between places other than the goal's (often the venue of
+  another domain, annotated by another name);
+* ``multi_entity_offers``: the entity graded as offered is not the one that fits the goal;
+* ``db_mismatch``: no database entity fits the goal, or the one named is not in the database;
+* ``replay_agent_limits``: the annotations imply no tool call where the dialogue plainly
+  made one (a taxi booked without a belief-state record);
+* ``human_failure``: the human system never offered or booked what the goal asks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pipelines.env.checker import GoalResult, check_goal
+from pipelines.env.replay import gold_tool_calls, replay
+from pipelines.env.tools import Database, ToolEnvironment, name_key
+from pipelines.episodes.records import Episode
+from pipelines.multiwoz.ontology import parse_time
+from pipelines.records import Dialogue
+
+CAUSES: tuple[str, ...] = (
+    "simulator_ended_early",
+    "value_normalisation",
+    "booking_semantics",
+    "requested_attributes",
+    "cross_domain_refs",
+    "multi_entity_offers",
+    "db_mismatch",
+    "replay_agent_limits",
+    "human_failure",
+)
+
+_MISMATCH = re.compile(r"^(?P<domain>\w+): (?P<who>.+?) (?:has|with) (?P<slot>[\w ]+?) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
+_TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
+
+
+def offline_result(dialogue: Dialogue, database: Database) -> GoalResult:
+    """The dialogue's gold calls replayed in a fresh environment, graded on all gold texts and acts."""
+    result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+    return check_goal(dialogue.goal, result.state, result.system_texts, result.system_acts)
+
+
+def _same_modulo_normalisation(slot: str, actual: str, wanted: str) -> bool:
+    a, w = parse_time(actual), parse_time(wanted)
+    if a is not None and w is not None:
+        return (a - w) % (12 * 60) == 0  # "03:30" written for "15:30"
+    a, w = name_key(actual), name_key(wanted)
+    return bool(a) and bool(w) and (a in w or w in a)
+
+
+def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
+    """The cause of one checker reason (``"<domain>: <what is wrong>"``)."""
+    domain, _, what = reason.partition(": ")
+    if "was never given" in what and what.startswith("requested"):
+        return "requested_attributes"
+    if what.startswith("requested") and "but no" in what:
+        return classify_reason(f"{domain}: no {domain} was offered", dialogue, database)
+    if what.startswith("reference") or what.startswith("no successful") or what.startswith("booked "):
+        return "booking_semantics"
+    match = _MISMATCH.match(reason)
+    if match:
+        slot, actual, wanted = match["slot"], match["actual"], match["wanted"]
+        if actual in ("unset", "unknown"):
+            return "booking_semantics" if domain == "taxi" else "db_mismatch"
+        if _same_modulo_normalisation(slot, actual, wanted):
+            return "value_normalisation"
+        if domain == "taxi":
+            return "cross_domain_refs"
+        return "multi_entity_offers"
+    if what == "no taxi was booked":
+        said = any(t.speaker == "system" and _TAXI_WORDS.search(t.text) and re.search(r"\d{10}", t.text.replace(" ", "")) for t in dialogue.turns)
+        return "replay_agent_limits" if said else "human_failure"
+    if what.startswith(f"no {domain} was offered"):
+        goal = dialogue.goal.get(domain)
+        info = {k: v for k, v in (goal.info if goal else {}).items()}
+        if info and not database.search(domain, info):
+            return "db_mismatch"
+        if not any(call.name.endswith(domain) for _, call in gold_tool_calls(dialogue)):
+            return "replay_agent_limits"
+        return "human_failure"
+    if what.startswith(f"no {domain} has") or "was never named" in what:
+        return "db_mismatch"
+    return "human_failure"
+
+
+def classify(episode: Episode, dialogue: Dialogue, database: Database) -> str:
+    """The cause of a failing gold-replay episode (see the module docstring)."""
+    offline = offline_result(dialogue, database)
+    if offline.success:
+        return "simulator_ended_early"
+    return classify_reason(offline.reasons[0], dialogue, database)
