@@ -174,9 +174,9 @@ class _Transcript:
     def mentions(self, phrase: object, since: int | None = None) -> bool:
         return self.last_mention(phrase, since) is not None
 
-    def mentions_time(self, value: object) -> bool:
+    def mentions_time(self, value: object, since: int | None = None) -> bool:
         minutes = parse_time(value)
-        return minutes is not None and any(minutes in u.times for u in self._utterances)
+        return minutes is not None and any(minutes in u.times for u in self._utterances if since is None or u.turn >= since)
 
     def mentions_compact(self, value: object) -> bool:
         return self.last_mention_compact(value) is not None
@@ -305,6 +305,12 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
     for query in reversed(state.queries):
         if query.domain == domain:
             named = _latest_named(query.results, transcript, query.turn, info)
+            if named is None and "name" in query.constraints and query.count == 1:
+                # The user named the venue and the system looked it up: what it says next
+                # is about that venue, named again or not.
+                return query.results[0]
+            if named is None and domain == "train":
+                named = _train_by_time(query.results, transcript, query.turn)
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.
@@ -328,6 +334,15 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
         if best_key is None or key > best_key:
             best, best_key = entity, key
     return best
+
+
+def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int) -> Entity | None:
+    """The shown train whose departure time the system said ("I have a train leaving at
+    21:01"): within one query's results a departure time picks one train."""
+    for train in trains:
+        if transcript.mentions_time(train.get("leaveAt"), since):
+            return train
+    return None
 
 
 def _last_reference(entity: Entity, transcript: _Transcript, since: int | None) -> int | None:

@@ -3,7 +3,7 @@
 A failing gold replay is either a disagreement between askflow and the dataset or a
 dialogue that really missed its goal. The episode is compared with an offline grading of
 the same dialogue (its gold calls replayed in a fresh environment, graded on every gold
-system text): when the offline grade succeeds, the user simulator cut the dialogue short or
+system text, without dialog acts as episodes are): when the offline grade succeeds, the user simulator cut the dialogue short or
 led it elsewhere; otherwise the offline grade's first reason names the cause:
 
 * ``simulator_ended_early``: the offline grade succeeds, the episode does not;
@@ -49,9 +49,10 @@ _TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
 
 
 def offline_result(dialogue: Dialogue, database: Database) -> GoalResult:
-    """The dialogue's gold calls replayed in a fresh environment, graded on all gold texts and acts."""
+    """The dialogue's gold calls replayed in a fresh environment, graded on every gold text.
+    Without dialog acts, as episodes are graded: an agent produces none."""
     result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
-    return check_goal(dialogue.goal, result.state, result.system_texts, result.system_acts)
+    return check_goal(dialogue.goal, result.state, result.system_texts, None)
 
 
 def _same_modulo_normalisation(slot: str, actual: str, wanted: str) -> bool:
