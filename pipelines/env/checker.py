@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import BookingRecord, EnvState, name_key
-from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, is_dont_care, norm_value, parse_time, same_value, values_match
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, is_dont_care, norm_value, parse_time, same_value, values_match
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
 # Domains graded on their static database entity rather than on tool calls.
@@ -147,6 +147,7 @@ class _Utterance:
     padded: str  # " words " so that " phrase " matches whole words only
     compact: str  # words without spaces
     times: frozenset[int]  # clock times mentioned, in minutes
+    numbers: frozenset[float]  # numbers mentioned: "10.1 GBP" states a price of 10.10 pounds
 
 
 class _Transcript:
@@ -158,7 +159,8 @@ class _Transcript:
             turn, text = (position, item) if isinstance(item, str) else item
             words = _words(text)
             times = frozenset(int(h) * 60 + int(m) for h, m in _CLOCK.findall(text) if int(h) <= 24 and int(m) < 60)
-            utterances.append(_Utterance(int(turn), f" {words} ", words.replace(" ", ""), times))
+            numbers = frozenset(float(n) for n in _NUMBER.findall(str(text)))
+            utterances.append(_Utterance(int(turn), f" {words} ", words.replace(" ", ""), times, numbers))
         self._utterances = tuple(utterances)
         self._vocabulary = frozenset(w for u in utterances for w in u.padded.split())
 
@@ -177,6 +179,9 @@ class _Transcript:
     def mentions_time(self, value: object, since: int | None = None) -> bool:
         minutes = parse_time(value)
         return minutes is not None and any(minutes in u.times for u in self._utterances if since is None or u.turn >= since)
+
+    def mentions_number(self, number: float) -> bool:
+        return any(number in u.numbers for u in self._utterances)
 
     def mentions_compact(self, value: object) -> bool:
         return self.last_mention_compact(value) is not None
@@ -454,7 +459,9 @@ def _text_gives(slot: str, value: str | None, transcript: _Transcript) -> bool:
         return transcript.mentions_time(value)
     if slot in _COMPACT_SLOTS:
         return transcript.mentions_compact(value)
-    if transcript.mentions(value):
+    synonyms = [phrase for phrase, meant in VALUE_SYNONYMS.get(slot, {}).items() if meant == norm_value(value)]
+    # A category is often said in the plural: "both are guesthouses", "two museums".
+    if any(transcript.mentions(phrase) for phrase in (value, *synonyms)) or (slot == "type" and transcript.mentions(f"{value}s")):
         return True
     number = _NUMBER.search(value) if slot in _NUMERIC_SLOTS else None
-    return number is not None and transcript.mentions(number.group())
+    return number is not None and transcript.mentions_number(float(number.group()))

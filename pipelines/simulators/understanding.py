@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pipelines.env.tools import Database
-from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, norm_value, parse_time
+from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, parse_time
 from pipelines.records import Entity
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -115,11 +115,7 @@ _SLOT_CUES: dict[str, tuple[re.Pattern[str], ...]] = {
 # "When ...?" / "What time ...?" without "leave" or "arrive": the domain decides what it is about.
 _WHEN = re.compile(r"\b(?:when|what time)\b")
 # Synonyms an agent may use for a database value.
-_VALUE_SYNONYMS: dict[str, dict[str, str]] = {
-    "area": {"center": "centre", "city centre": "centre", "town centre": "centre", "city center": "centre", "town center": "centre"},
-    "type": {"guest house": "guesthouse", "b and b": "guesthouse", "bed and breakfast": "guesthouse"},
-    "pricerange": {"moderately priced": "moderate", "mid range": "moderate", "midrange": "moderate", "inexpensive": "cheap"},
-}
+_VALUE_SYNONYMS = VALUE_SYNONYMS
 # Attributes a user recognises by name rather than value: yes/no flags, and values the
 # database does not know ("?"), where the agent can only talk about the attribute.
 _ATTRIBUTE_WORDS: dict[str, tuple[str, ...]] = {
@@ -258,9 +254,10 @@ class AgentReader:
         for slot, values in fixed.items():
             if slot in constraint_slots(domain):
                 phrases.update({value: (slot, value) for value in values})
+        known_types = {value for _, (slot, value) in phrases.items() if slot == "type"}
         for slot, synonyms in _VALUE_SYNONYMS.items():
             if slot in INFO_SLOTS[domain]:
-                phrases.update({phrase: (slot, value) for phrase, value in synonyms.items()})
+                phrases.update({phrase: (slot, value) for phrase, value in synonyms.items() if slot != "type" or value in known_types})
         return phrases
 
     # -- entities -------------------------------------------------------------------------
@@ -345,7 +342,8 @@ class AgentReader:
         if any(reading.mentions(phrase) for phrase in (value, *synonyms)):
             return True
         number = _NUMBER.search(value) if slot in _NUMERIC_SLOTS else None
-        return number is not None and reading.mentions(number.group())
+        # As numbers: "10.1 GBP" states a price of "10.10 pounds".
+        return number is not None and float(number.group()) in {float(n) for n in _NUMBER.findall(reading.text)}
 
     def taxi_details(self, reading: Reading) -> dict[str, str]:
         """What a taxi confirmation gives: the car (make, with its colour when said) and the
