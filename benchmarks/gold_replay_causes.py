@@ -7,7 +7,7 @@ The directory holds ``data.json`` (for the real validation split: unzip
 ``data.json``). Replays every dialogue exactly as the ``gold_replay`` stage does (replay
 agent, agenda simulator, goal checker), prints the success rate, then one row per cause
 with its count and share of the episodes; ``--list`` adds every failing dialogue with its
-cause and the checker's reasons. The causes come from :func:`pipelines.episodes.causes.classify`.
+cause and the checker's reasons behind it. The causes come from :func:`pipelines.episodes.causes.classify`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main() -> None:
 
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     failing = [(e, classify(e, by_id[e.dialogue_id], database)) for e in episodes if not e.success]
-    counts = Counter(cause for _, cause in failing)
+    counts = Counter(cause for _, (cause, _) in failing)
     n = len(episodes)
     print(f"gold replay: {n} episodes, success {sum(e.success for e in episodes) / n:.4f} ({n - len(failing)}/{n}), {seconds:.1f} s")
     print(f"{'cause':<24} {'episodes':>8} {'share':>7}")
@@ -51,8 +51,8 @@ def main() -> None:
             print(f"{cause:<24} {counts[cause]:>8} {counts[cause] / n:>7.2%}")
     print(f"{'total failing':<24} {len(failing):>8} {len(failing) / n:>7.2%}")
     if args.list:
-        for episode, cause in failing:
-            print(f"{episode.dialogue_id}\t{cause}\t{' | '.join(episode.result.reasons)}")
+        for episode, (cause, reasons) in failing:
+            print(f"{episode.dialogue_id}\t{cause}\t{' | '.join(reasons)}")
 
 
 if __name__ == "__main__":

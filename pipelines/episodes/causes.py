@@ -29,7 +29,7 @@ from pipelines.env.checker import GoalResult, check_goal
 from pipelines.env.replay import gold_tool_calls, replay
 from pipelines.env.tools import Database, ToolEnvironment, name_key
 from pipelines.episodes.records import Episode
-from pipelines.multiwoz.ontology import parse_time
+from pipelines.multiwoz.ontology import ACT_SLOT, norm_value, parse_time
 from pipelines.records import Dialogue
 
 CAUSES: tuple[str, ...] = (
@@ -45,6 +45,7 @@ CAUSES: tuple[str, ...] = (
 )
 
 _MISMATCH = re.compile(r"^(?P<domain>\w+): (?P<who>.+?) (?:has|with) (?P<slot>[\w ]+?) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
+_REQUESTED = re.compile(r"^requested (?P<slot>[\w ]+?)(?: \((?P<value>.*)\))? was never given$")
 _TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
 
 
@@ -63,11 +64,35 @@ def _same_modulo_normalisation(slot: str, actual: str, wanted: str) -> bool:
     return bool(a) and bool(w) and (a in w or w in a)
 
 
+def _classify_request(domain: str, slot: str, value: str | None, dialogue: Dialogue, database: Database) -> str:
+    """A requested attribute not recognised as given. The gold dialog acts say what the
+    human system informed: the database's value (the checker missed it in the text), a
+    value of another venue that fits the goal (the checker graded the wrong offer), of one
+    that does not (the human answered about the wrong one), a value no venue
+    has (the dataset's database differs from this one), or nothing at all."""
+    code = norm_value(ACT_SLOT.get(slot, slot))
+    told = [act.value for turn in dialogue.turns if turn.speaker == "system" for act in turn.dialog_acts or ()
+            if act.domain in (domain, "booking") and act.intent in ("inform", "recommend", "offerbooked", "book")
+            and norm_value(act.slot) == code]
+    if not told or value is None:
+        return "requested_attributes" if told else "human_failure"
+    if any(norm_value(t) == norm_value(value) or norm_value(value) in norm_value(t) for t in told):
+        return "requested_attributes"
+    goal = dialogue.goal.get(domain)
+    info = {k: v for k, v in goal.info.items() if k != "name"} if goal else {}
+    fitting = {norm_value(e.get(slot)) for e in database.search(domain, info) if e.get(slot)}
+    if any(norm_value(t) in fitting for t in told):
+        return "multi_entity_offers"  # the human told a fitting venue's value; the checker graded another
+    others = {norm_value(e.get(slot)) for e in database.entities(domain) if e.get(slot)}
+    return "human_failure" if any(norm_value(t) in others for t in told) else "db_mismatch"
+
+
 def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
     """The cause of one checker reason (``"<domain>: <what is wrong>"``)."""
     domain, _, what = reason.partition(": ")
-    if "was never given" in what and what.startswith("requested"):
-        return "requested_attributes"
+    requested = _REQUESTED.match(what)
+    if requested:
+        return _classify_request(domain, requested["slot"], requested["value"], dialogue, database)
     if what.startswith("requested") and "but no" in what:
         return classify_reason(f"{domain}: no {domain} was offered", dialogue, database)
     if what.startswith("reference") or what.startswith("no successful") or what.startswith("booked "):
@@ -98,9 +123,10 @@ def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
     return "human_failure"
 
 
-def classify(episode: Episode, dialogue: Dialogue, database: Database) -> str:
-    """The cause of a failing gold-replay episode (see the module docstring)."""
+def classify(episode: Episode, dialogue: Dialogue, database: Database) -> tuple[str, tuple[str, ...]]:
+    """The cause of a failing gold-replay episode (see the module docstring), with the
+    reasons it rests on: the offline grade's, or the episode's when that one succeeds."""
     offline = offline_result(dialogue, database)
     if offline.success:
-        return "simulator_ended_early"
-    return classify_reason(offline.reasons[0], dialogue, database)
+        return "simulator_ended_early", episode.result.reasons
+    return classify_reason(offline.reasons[0], dialogue, database), offline.reasons
