@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from pipelines.env.checker import GoalResult, check_goal
-from pipelines.env.replay import gold_tool_calls, replay
+from pipelines.env.replay import BOOKING_TOOLS, gold_tool_calls, replay
 from pipelines.env.tools import Database, ToolEnvironment, name_key
 from pipelines.episodes.records import Episode
 from pipelines.multiwoz.ontology import ACT_SLOT, norm_value, parse_time
@@ -46,6 +46,8 @@ CAUSES: tuple[str, ...] = (
 
 _MISMATCH = re.compile(r"^(?P<domain>\w+): (?P<who>.+?) (?:has|with) (?P<slot>[\w ]+?) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
 _REQUESTED = re.compile(r"^requested (?P<slot>[\w ]+?)(?: \((?P<value>.*)\))? was never given$")
+_BOOKED_WITH = re.compile(r"^booked (?P<who>.+?) with (?P<slot>people|day|time|stay) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
+_REFERENCE_WORDS = re.compile(r"\b(?:reference|ref|confirmation)\b", re.I)
 _TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
 
 
@@ -87,6 +89,22 @@ def _classify_request(domain: str, slot: str, value: str | None, dialogue: Dialo
     return "human_failure" if any(norm_value(t) in others for t in told) else "db_mismatch"
 
 
+def _classify_no_booking(domain: str, dialogue: Dialogue, database: Database) -> str:
+    """No successful booking in ``domain``: refused for ``fail_book`` (booking semantics), the
+    annotated venue or train unknown to this database, a ``booked`` record whose call the
+    annotations do not determine, or no booking in the annotations at all."""
+    result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+    attempts = [call for _, call in result.calls if call.name == BOOKING_TOOLS.get(domain)]
+    if any(call.observation.get("unavailable") for call in attempts):
+        return "booking_semantics"
+    if attempts:
+        return "db_mismatch"
+    annotated = any(belief.domain == domain and belief.booked for turn in dialogue.turns for belief in turn.belief_state or ())
+    if annotated:
+        return "replay_agent_limits"
+    return "human_failure"
+
+
 def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
     """The cause of one checker reason (``"<domain>: <what is wrong>"``)."""
     domain, _, what = reason.partition(": ")
@@ -95,13 +113,22 @@ def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
         return _classify_request(domain, requested["slot"], requested["value"], dialogue, database)
     if what.startswith("requested") and "but no" in what:
         return classify_reason(f"{domain}: no {domain} was offered", dialogue, database)
-    if what.startswith("reference") or what.startswith("no successful") or what.startswith("booked "):
+    if what.startswith("no successful"):
+        return _classify_no_booking(domain, dialogue, database)
+    if what.startswith("reference"):
         return "booking_semantics"
+    booked = _BOOKED_WITH.match(what)
+    if booked:
+        # The replayed booking carries the belief state's values: what the human user asked for.
+        goal = dialogue.goal.get(domain)
+        fail_value = goal.fail_book.get(booked["slot"]) if goal else None
+        return "booking_semantics" if fail_value and norm_value(fail_value) == norm_value(booked["actual"]) else "human_failure"
     match = _MISMATCH.match(reason)
     if match:
         slot, actual, wanted = match["slot"], match["actual"], match["wanted"]
         if actual in ("unset", "unknown"):
-            return "booking_semantics" if domain == "taxi" else "db_mismatch"
+            # A taxi booked by the other time than the goal's: the human user asked so.
+            return "human_failure" if domain == "taxi" else "db_mismatch"
         if _same_modulo_normalisation(slot, actual, wanted):
             return "value_normalisation"
         if domain == "taxi":
