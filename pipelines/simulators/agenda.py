@@ -37,7 +37,7 @@ from pipelines.errors import ConfigError
 from pipelines.multiwoz.ontology import ACT_SLOT, BOOK_SLOTS, INFO_SLOTS, is_dont_care, norm_value, parse_time, values_match
 from pipelines.records import DialogAct, Dialogue, DomainGoal, Entity, Goal
 from pipelines.simulators.base import UserTurn
-from pipelines.simulators.goals import pursuit_order
+from pipelines.simulators.goals import pursuit_order, reference_order
 from pipelines.simulators.phrasing import (
     GENERAL_BYE,
     GENERAL_THANK,
@@ -237,11 +237,13 @@ class AgendaSimulator:
         self.reader = AgentReader(database)
 
     def session(self, goal: Goal, seed: int, reference: Dialogue | None = None) -> AgendaSession:
-        """A new user for ``goal``. ``reference`` is accepted for the common interface; the
-        agenda follows the goal alone."""
+        """A new user for ``goal``. With a ``reference`` dialogue the user takes the domains
+        up in the order its user did (a gold replay's system answers in that order);
+        otherwise in the order the goal message gives."""
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        state = _SessionState([_DomainState.start(d) for d in pursuit_order(goal)], random.Random(seed))
+        order = reference_order(goal, reference) if reference is not None else pursuit_order(goal)
+        state = _SessionState([_DomainState.start(d) for d in order], random.Random(seed))
         return AgendaSession(self, goal, state)
 
 
