@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import BookingRecord, EnvState, name_key
-from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, is_dont_care, norm_value, parse_time, same_value, values_match
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, street_of, is_dont_care, norm_value, parse_time, same_value, values_match
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
 # Domains graded on their static database entity rather than on tool calls.
@@ -352,12 +352,15 @@ def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int
 
 def _last_reference(entity: Entity, transcript: _Transcript, since: int | None) -> int | None:
     """The last turn that names ``entity`` ("lensfield hotel" names "the lensfield hotel"),
-    or gives its phone number or street address: real systems answer "what is the phone
+    or gives its phone number, postcode or street address: real systems answer "what is the phone
     number of X?" with the number alone, and that identifies X as well as its name does."""
     turns = [transcript.last_mention(name_key(entity.name), since)]
-    phone, address = entity.get("phone"), entity.get("address")
+    phone, address, postcode = entity.get("phone"), entity.get("address"), entity.get("postcode")
     if phone and norm_value(phone) not in _UNKNOWN_VALUES and len(_words(phone).replace(" ", "")) >= 10:
         turns.append(transcript.last_mention_compact(phone, since))
+    if postcode and len(_words(postcode).replace(" ", "")) >= 5:
+        # Which of two venues offered together "it" is: the one whose postcode came next.
+        turns.append(transcript.last_mention_compact(postcode, since))
     if address and len(_words(address).split()) >= 3:
         turns.append(transcript.last_mention(address, since))
     known = [t for t in turns if t is not None]
@@ -460,6 +463,8 @@ def _text_gives(slot: str, value: str | None, transcript: _Transcript) -> bool:
     if slot in _COMPACT_SLOTS:
         return transcript.mentions_compact(value)
     synonyms = [phrase for phrase, meant in VALUE_SYNONYMS.get(slot, {}).items() if meant == norm_value(value)]
+    if slot == "address":
+        synonyms.append(street_of(value))  # "on saint mary's lane" gives "12 saint mary's lane"
     # A category is often said in the plural: "both are guesthouses", "two museums".
     if any(transcript.mentions(phrase) for phrase in (value, *synonyms)) or (slot == "type" and transcript.mentions(f"{value}s")):
         return True

@@ -62,6 +62,7 @@ PRICERANGES: tuple[str, ...] = ("cheap", "moderate", "expensive")
 
 _SPACES = re.compile(r"\s+")
 _SPLIT_POSSESSIVE = re.compile(r"(?<=\w)\s+['\u2019]\s*s\b")
+_HOUSE_NUMBER = re.compile(r"^\d+[a-z]?(?:-\d+)?,?\s+")
 _TIME = re.compile(r"^\s*(\d{1,2})\s*[:.]\s*(\d{2})\s*$")
 
 
@@ -87,6 +88,14 @@ def norm_value(value: object) -> str:
     text = text.replace("\u2019", "").replace("'", "").replace("`", "")
     text = text.replace("&", " and ")
     return _SPACES.sub(" ", text).strip()
+
+
+def street_of(address: object) -> str:
+    """An address without its house number ("12 saint mary's lane" -> "saint marys lane"),
+    as people say it; the whole address when what is left would be a single word."""
+    text = norm_value(address)
+    street = _HOUSE_NUMBER.sub("", text)
+    return street if len(street.split()) >= 2 else text
 
 
 def is_dont_care(value: object) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pipelines.env.tools import Database
-from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, parse_time
+from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, parse_time, street_of
 from pipelines.records import Entity
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -339,6 +339,8 @@ class AgentReader:
             needle = words(value).replace(" ", "")
             return bool(needle) and needle in reading.compact
         synonyms = [phrase for phrase, meant in _VALUE_SYNONYMS.get(slot, {}).items() if meant == norm_value(value)]
+        if slot == "address":
+            synonyms.append(street_of(value))
         if any(reading.mentions(phrase) for phrase in (value, *synonyms)):
             return True
         number = _NUMBER.search(value) if slot in _NUMERIC_SLOTS else None
