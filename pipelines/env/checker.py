@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pipelines.env.tools import BookingRecord, EnvState, name_key
+from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
 from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, street_of, is_dont_care, norm_value, parse_time, same_value, values_match
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
@@ -379,7 +379,7 @@ def _info_problems(entity: Entity, info: Mapping[str, str]) -> list[str]:
     for slot, wanted in info.items():
         actual = _attribute(entity, slot)
         if slot == "name":
-            fits = actual is not None and name_key(actual) == name_key(wanted)
+            fits = actual is not None and same_name(actual, wanted)
         else:
             fits = values_match(slot, wanted, actual)
         if not fits:
@@ -419,12 +419,19 @@ def _taxi_problems(info: Mapping[str, str], booking: BookingRecord) -> list[str]
     for slot, wanted in info.items():
         actual = booking.arguments.get(slot)
         if slot in TIME_SLOTS:
-            fits = actual is not None and same_value(slot, actual, wanted)
+            fits = actual is not None and (same_value(slot, actual, wanted) or _twelve_hours_apart(actual, wanted))
         else:
-            fits = actual is not None and name_key(actual) == name_key(wanted)
+            fits = actual is not None and same_name(actual, wanted, shortened=True)
         if not fits:
             problems.append(f"taxi booked with {slot} {actual or 'unset'}, the goal wants {wanted}")
     return problems
+
+
+def _twelve_hours_apart(actual: object, wanted: object) -> bool:
+    """MultiWOZ goals sometimes give a 12-hour time ("03:30" for half past three in the
+    afternoon) that the dialogue states as 15:30."""
+    a, w = parse_time(actual), parse_time(wanted)
+    return a is not None and w is not None and w < 13 * 60 and a - w == 12 * 60
 
 
 # -- request -----------------------------------------------------------------------------

@@ -220,6 +220,23 @@ def _short_name(key: str) -> str:
     return " ".join(parts)
 
 
+def same_name(a: object, b: object, shortened: bool = False) -> bool:
+    """Do two spellings name the same place? Equal name keys, or equal without generic
+    words ("ask" and "ask restaurant"). ``shortened``: also one the other's beginning
+    ("good luck" for "the good luck chinese food takeaway"), for places said in free text
+    such as a taxi's; never for venues, where "pizza express" is not "pizza express fen ditton"."""
+    ka, kb = name_key(a), name_key(b)
+    if ka == kb:
+        return True
+    sa, sb = _short_name(ka), _short_name(kb)
+    if not sa or not sb:
+        return False
+    if not shortened:
+        return sa == sb
+    shorter, longer = sorted((sa.split(), sb.split()), key=len)
+    return longer[: len(shorter)] == shorter
+
+
 class _Table:
     """One domain's entities with value -> positions indexes for every non-time attribute."""
 

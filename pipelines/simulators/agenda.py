@@ -32,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from pipelines.env.tools import Database, name_key
+from pipelines.env.tools import Database, name_key, same_name
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.ontology import ACT_SLOT, BOOK_SLOTS, INFO_SLOTS, is_dont_care, norm_value, parse_time, values_match
 from pipelines.records import DialogAct, Dialogue, DomainGoal, Entity, Goal
@@ -87,7 +87,7 @@ def _constraints(values: Mapping[str, str]) -> dict[str, str]:
 
 def _fits(entity: Entity, slot: str, wanted: str) -> bool:
     if slot == "name":
-        return name_key(entity.name) == name_key(wanted)
+        return same_name(entity.name, wanted)
     return values_match(slot, wanted, entity.get(slot))
 
 
