@@ -47,6 +47,7 @@ CAUSES: tuple[str, ...] = (
 _MISMATCH = re.compile(r"^(?P<domain>\w+): (?P<who>.+?) (?:has|with) (?P<slot>[\w ]+?) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
 _REQUESTED = re.compile(r"^requested (?P<slot>[\w ]+?)(?: \((?P<value>.*)\))? was never given$")
 _BOOKED_WITH = re.compile(r"^booked (?P<who>.+?) with (?P<slot>people|day|time|stay) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
+_SEMI_SLOTS = frozenset({"day", "departure", "destination", "leaveAt", "arriveBy", "area", "pricerange", "food", "type", "stars", "internet", "parking"})
 _REFERENCE_WORDS = re.compile(r"\b(?:reference|ref|confirmation)\b", re.I)
 _TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
 
@@ -105,6 +106,25 @@ def _classify_no_booking(domain: str, dialogue: Dialogue, database: Database) ->
     return "human_failure"
 
 
+def _belief_held(dialogue: Dialogue, domain: str, slot: str, wanted: str) -> bool:
+    """Did some belief state of the dialogue hold the goal's value for ``slot``?"""
+    return any(
+        belief.domain == domain and norm_value(belief.semi.get(slot, "")) == norm_value(wanted)
+        for turn in dialogue.turns for belief in turn.belief_state or ()
+    )
+
+
+def _classify_taxi_place(actual: str, wanted: str, dialogue: Dialogue, database: Database) -> str:
+    """A taxi between other places than the goal's. When the goal's place is the venue of
+    another of its domains and the booked one is not a venue at all ("the hotel", "home"),
+    the annotation refers across domains; a different venue is the human's mistake."""
+    venues = {name_key(e.name) for domain in ("restaurant", "hotel", "attraction") for e in database.entities(domain)}
+    other_goal_venues = {name_key(d.info.get("name", "")) for d in dialogue.goal.domains if d.domain != "taxi"}
+    if name_key(actual) not in venues and (name_key(wanted) in other_goal_venues or name_key(wanted) in venues):
+        return "cross_domain_refs"
+    return "human_failure"
+
+
 def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
     """The cause of one checker reason (``"<domain>: <what is wrong>"``)."""
     domain, _, what = reason.partition(": ")
@@ -132,7 +152,11 @@ def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
         if _same_modulo_normalisation(slot, actual, wanted):
             return "value_normalisation"
         if domain == "taxi":
-            return "cross_domain_refs"
+            if parse_time(actual) is not None:
+                return "human_failure"  # the human user asked for another time than the goal's
+            return _classify_taxi_place(actual, wanted, dialogue, database)
+        if slot in _SEMI_SLOTS and not _belief_held(dialogue, domain, slot, wanted):
+            return "human_failure"  # the human dialogue never established the goal's value
         return "multi_entity_offers"
     if what == "no taxi was booked":
         said = any(t.speaker == "system" and _TAXI_WORDS.search(t.text) and re.search(r"\d{10}", t.text.replace(" ", "")) for t in dialogue.turns)
