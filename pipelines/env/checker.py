@@ -335,7 +335,10 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
         turn = _last_reference(entity, transcript, since)
         if turn is None:
             continue
-        key = (turn, len(name_key(entity.name)), not _info_problems(entity, info), -position)
+        # A venue whose name was said beats one that only shares the details given (two
+        # branches of a chain may share a phone number).
+        said = transcript.last_mention(name_key(entity.name), since) is not None
+        key = (turn, said, len(name_key(entity.name)), not _info_problems(entity, info), -position)
         if best_key is None or key > best_key:
             best, best_key = entity, key
     return best

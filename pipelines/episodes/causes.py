@@ -70,7 +70,8 @@ def _same_modulo_normalisation(slot: str, actual: str, wanted: str) -> bool:
 def _classify_request(domain: str, slot: str, value: str | None, dialogue: Dialogue, database: Database) -> str:
     """A requested attribute not recognised as given. The gold dialog acts say what the
     human system informed: the database's value (the checker missed it in the text), a
-    value of another venue that fits the goal (the checker graded the wrong offer), of one
+    value of another venue the system named that fits the goal (the checker graded the
+    wrong offer), of one
     that does not (the human answered about the wrong one), a value no venue
     has (the dataset's database differs from this one), or nothing at all."""
     code = norm_value(ACT_SLOT.get(slot, slot))
@@ -83,7 +84,8 @@ def _classify_request(domain: str, slot: str, value: str | None, dialogue: Dialo
         return "requested_attributes"
     goal = dialogue.goal.get(domain)
     info = {k: v for k, v in goal.info.items() if k != "name"} if goal else {}
-    fitting = {norm_value(e.get(slot)) for e in database.search(domain, info) if e.get(slot)}
+    texts = " ".join(norm_value(t.text) for t in dialogue.turns if t.speaker == "system")
+    fitting = {norm_value(e.get(slot)) for e in database.search(domain, info) if e.get(slot) and name_key(e.name) in texts}
     if any(norm_value(t) in fitting for t in told):
         return "multi_entity_offers"  # the human told a fitting venue's value; the checker graded another
     others = {norm_value(e.get(slot)) for e in database.entities(domain) if e.get(slot)}
