@@ -345,11 +345,12 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
 
 
 def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int) -> Entity | None:
-    """The shown train whose departure time the system said ("I have a train leaving at
-    21:01"): within one query's results a departure time picks one train."""
-    for train in trains:
-        if transcript.mentions_time(train.get("leaveAt"), since):
-            return train
+    """The shown train whose departure (else arrival) time the system said ("I have a train
+    leaving at 21:01"): within one query's results such a time picks one train."""
+    for slot in ("leaveAt", "arriveBy"):
+        for train in trains:
+            if transcript.mentions_time(train.get(slot), since):
+                return train
     return None
 
 

@@ -170,6 +170,10 @@ def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
             return "db_mismatch"
         if not any(call.name.endswith(domain) for _, call in gold_tool_calls(dialogue)):
             return "replay_agent_limits"
+        result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+        if any(call.name == BOOKING_TOOLS.get(domain) and "error" in call.observation and not call.observation.get("unavailable")
+               for _, call in result.calls):
+            return "db_mismatch"  # the annotated booking names a venue or train this database lacks
         return "human_failure"
     if what.startswith(f"no {domain} has") or "was never named" in what:
         return "db_mismatch"

@@ -358,13 +358,14 @@ class AgendaSession:
     def _implied(self, d: _DomainState, reading: Reading) -> list[Entity]:
         """Entities the agent talks about without naming them, as real systems do: the venue
         the user asked for by name, once the agent gives one of its attributes; a train of
-        the user's route and day whose departure time the agent says."""
+        the user's route and day whose departure (else arrival) time the agent says."""
         database, reader = self._simulator.database, self._simulator.reader
         if d.domain == "train":
             constraints = {s: v for s, v in d.final_constraints().items() if s in ("day", "departure", "destination")}
             if len(constraints) < 3 or not reading.times:
                 return []
-            return [t for t in database.search("train", constraints) if parse_time(t.get("leaveAt")) in reading.times][:1]
+            trains = database.search("train", constraints)
+            return [t for slot in ("leaveAt", "arriveBy") for t in trains if parse_time(t.get(slot)) in reading.times][:1]
         name = d.stated.get("name")
         if not name or reading.no_offer:
             return []
