@@ -5,7 +5,7 @@
 The directory holds ``data.json`` (for the real validation split: unzip
 ``../shared/data/multiwoz_val/val.json.zip`` to a temporary directory and name the file
 ``data.json``). Replays every dialogue exactly as the ``gold_replay`` stage does (replay
-agent, agenda simulator, goal checker), prints the success rate, then one row per cause
+agent, agenda simulator with params.yaml's ``gold_replay.simulator`` settings, goal checker), prints the success rate, then one row per cause
 with its count and share of the episodes; ``--list`` adds every failing dialogue with its
 cause and the checker's reasons behind it. The causes come from :func:`pipelines.episodes.causes.classify`.
 """
@@ -21,6 +21,7 @@ from pipelines.episodes.causes import CAUSES, classify
 from pipelines.env.tools import Database
 from pipelines.episodes import EpisodeSpec, ReplayAgent, RunnerConfig, get_format, run_episodes_sync
 from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
+from stages.io import read_params
 from stages.multiwoz_dir import load_multiwoz
 
 
@@ -28,7 +29,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="MultiWOZ directory with data.json")
     parser.add_argument("--db-dir", type=Path, default=None, help="database directory (default: the source's own)")
-    parser.add_argument("--max-exchanges", type=int, default=20)
+    stage = read_params("gold_replay")  # the stage's own simulator settings and turn limit
+    settings = {k: v for k, v in (stage.get("simulator") or {}).items() if k != "kind"}
+    parser.add_argument("--max-exchanges", type=int, default=int(stage.get("max_exchanges", 20)))
+    parser.add_argument("--max-stalled-turns", type=int, default=int(settings.get("max_stalled_turns", AgendaConfig().max_stalled_turns)))
     parser.add_argument("--list", action="store_true", help="print every failing dialogue")
     args = parser.parse_args()
 
@@ -36,7 +40,7 @@ def main() -> None:
     corpus = load_multiwoz(args.source, args.db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
-    simulator = AgendaSimulator(database, AgendaConfig())
+    simulator = AgendaSimulator(database, AgendaConfig(**{**settings, "max_stalled_turns": args.max_stalled_turns}))
     episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), simulator, database, RunnerConfig(max_exchanges=args.max_exchanges))
     seconds = time.perf_counter() - start
 

@@ -234,19 +234,24 @@ def real_val_dir(tmp_path_factory, real_db_dir):
 
 
 def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):
-    """All 999 real dialogues, replayed as the gold_replay stage does; every failure gets a
-    cause, and the success rate does not fall below what was measured (0.78)."""
+    """All 999 real dialogues, replayed as the gold_replay stage does (its params.yaml
+    simulator settings); every failure gets a cause, and the success rate does not fall
+    below what was measured (0.8238)."""
+    from pipelines.simulators.agenda import AgendaConfig
+    from stages.io import read_params
     from stages.multiwoz_dir import load_multiwoz
+    from tests.conftest import REPO
 
+    settings = {k: v for k, v in read_params("gold_replay", REPO / "params.yaml")["simulator"].items() if k != "kind"}
     corpus = load_multiwoz(real_val_dir, real_db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
-    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
-    assert success >= 0.775, success
+    assert success >= 0.82, success
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     causes = [classify(e, by_id[e.dialogue_id], database)[0] for e in episodes if not e.success]
     assert set(causes) <= set(CAUSES)
     # Genuine failures of the human dialogues and database differences are most of what is left.
-    assert causes.count("human_failure") + causes.count("db_mismatch") >= len(causes) // 3, causes
+    assert causes.count("human_failure") + causes.count("db_mismatch") >= len(causes) // 2, causes
