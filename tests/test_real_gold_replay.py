@@ -110,6 +110,19 @@ def test_value_normalisation_real_spellings_of_database_values(database):
     assert result.success, result.reasons
 
 
+def test_value_normalisation_a_name_followed_by_its_possessive(database):
+    """"Lotus Garden 's number" names lotus garden, although "king 's" reads as "kings"."""
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "reqt": ["phone"]}}
+    semi = {"food": "chinese", "area": "north", "name": "", "pricerange": ""}
+    dialogue = _dialogue("VALUE02.json", goal, [
+        ("A chinese place in the north ?", {}, {}),
+        ("Lotus Garden 's number is 01223 000222 .", _belief(restaurant=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("restaurant").offered == "lotus garden"
+
+
 def test_booking_semantics_venue_named_with_a_generic_word_and_reused_train_ids(database):
     """A belief's "copper kettle bistro restaurant" is the database's "the copper kettle
     bistro"; TR1001 runs both ways on Monday and the belief's route picks the train."""

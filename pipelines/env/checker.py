@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
-from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, street_of, is_dont_care, norm_value, parse_time, same_value, values_match
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, possessive_split, street_of, is_dont_care, norm_value, parse_time, same_value, values_match
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
 # Domains graded on their static database entity rather than on tool calls.
@@ -157,7 +157,8 @@ class _Transcript:
         utterances = []
         for position, item in enumerate(system_texts):
             turn, text = (position, item) if isinstance(item, str) else item
-            words = _words(text)
+            # Both forms of possessives: "king 's college" and "curry prince 's phone".
+            words = f"{_words(text)}  {_words(possessive_split(text))}"
             times = frozenset(int(h) * 60 + int(m) for h, m in _CLOCK.findall(text) if int(h) <= 24 and int(m) < 60)
             numbers = frozenset(float(n) for n in _NUMBER.findall(str(text)))
             utterances.append(_Utterance(int(turn), f" {words} ", words.replace(" ", ""), times, numbers))
@@ -335,10 +336,11 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
         turn = _last_reference(entity, transcript, since)
         if turn is None:
             continue
-        # A venue whose name was said beats one that only shares the details given (two
-        # branches of a chain may share a phone number).
-        said = transcript.last_mention(name_key(entity.name), since) is not None
-        key = (turn, said, len(name_key(entity.name)), not _info_problems(entity, info), -position)
+        # Then the venue whose name was said last: details may be shared (two branches of a
+        # chain share a phone number, "newmarket road fen ditton" is inside "451 newmarket
+        # road fen ditton").
+        said = transcript.last_mention(name_key(entity.name), since)
+        key = (turn, -1 if said is None else said, len(name_key(entity.name)), not _info_problems(entity, info), -position)
         if best_key is None or key > best_key:
             best, best_key = entity, key
     return best

@@ -62,6 +62,7 @@ PRICERANGES: tuple[str, ...] = ("cheap", "moderate", "expensive")
 
 _SPACES = re.compile(r"\s+")
 _SPLIT_POSSESSIVE = re.compile(r"(?<=\w)\s+['\u2019]\s*s\b")
+_POSSESSIVE = re.compile(r"\s*['\u2019]\s*s\b")
 _HOUSE_NUMBER = re.compile(r"^\d+[a-z]?(?:-\d+)?,?\s+")
 _TIME = re.compile(r"^\s*(\d{1,2})\s*[:.]\s*(\d{2})\s*$")
 
@@ -88,6 +89,13 @@ def norm_value(value: object) -> str:
     text = text.replace("\u2019", "").replace("'", "").replace("`", "")
     text = text.replace("&", " and ")
     return _SPACES.sub(" ", text).strip()
+
+
+def possessive_split(text: str) -> str:
+    """``text`` with possessives as separate words ("the curry prince 's phone" -> "the curry
+    prince s phone"): :func:`norm_value` joins them ("kings college"), which hides a name
+    followed by its possessive; searches look in both forms."""
+    return _POSSESSIVE.sub(" s", str(text))
 
 
 def street_of(address: object) -> str:

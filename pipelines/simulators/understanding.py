@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pipelines.env.tools import Database
-from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, parse_time, street_of
+from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, parse_time, possessive_split, street_of
 from pipelines.records import Entity
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -166,7 +166,7 @@ class Reading:
 
 def read(text: str) -> Reading:
     """Everything about ``text`` that needs no database."""
-    padded = _padded(text)
+    padded = _padded(text) + _padded(possessive_split(text))  # both forms of possessives
     sentences = [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
     questions = tuple(
         _padded(s) for s in sentences if s.endswith("?") or _any(_REQUEST_CUES, words(s))
