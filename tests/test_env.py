@@ -476,7 +476,8 @@ def test_gold_tool_calls_follow_the_annotations():
         (3, "query_restaurant", {**_RESTAURANT_SEMI, "name": "pizza express Fen Ditton"}),
         (3, "book_restaurant", {"name": "pizza express Fen Ditton", **_RESTAURANT_BOOK}),
         (5, "query_train", _TRAIN_SEMI),
-        (7, "buy_train_ticket", {"trainID": "TR0004", "people": "2", "day": "monday"}),
+        (7, "buy_train_ticket", {"trainID": "TR0004", "people": "2",
+                                 **{k: _TRAIN_SEMI[k] for k in ("day", "departure", "destination") if k in _TRAIN_SEMI}}),
         (9, "book_taxi", _TAXI_SEMI),
     ]
 

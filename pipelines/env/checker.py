@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pipelines.env.tools import BookingRecord, EnvState, name_key
-from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, is_dont_care, norm_value, parse_time, same_value, values_match
+from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, possessive_split, street_of, is_dont_care, norm_value, parse_time, same_value, values_match
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
 # Domains graded on their static database entity rather than on tool calls.
@@ -147,6 +147,7 @@ class _Utterance:
     padded: str  # " words " so that " phrase " matches whole words only
     compact: str  # words without spaces
     times: frozenset[int]  # clock times mentioned, in minutes
+    numbers: frozenset[float]  # numbers mentioned: "10.1 GBP" states a price of 10.10 pounds
 
 
 class _Transcript:
@@ -156,9 +157,11 @@ class _Transcript:
         utterances = []
         for position, item in enumerate(system_texts):
             turn, text = (position, item) if isinstance(item, str) else item
-            words = _words(text)
+            # Both forms of possessives: "king 's college" and "curry prince 's phone".
+            words = f"{_words(text)}  {_words(possessive_split(text))}"
             times = frozenset(int(h) * 60 + int(m) for h, m in _CLOCK.findall(text) if int(h) <= 24 and int(m) < 60)
-            utterances.append(_Utterance(int(turn), f" {words} ", words.replace(" ", ""), times))
+            numbers = frozenset(float(n) for n in _NUMBER.findall(str(text)))
+            utterances.append(_Utterance(int(turn), f" {words} ", words.replace(" ", ""), times, numbers))
         self._utterances = tuple(utterances)
         self._vocabulary = frozenset(w for u in utterances for w in u.padded.split())
 
@@ -174,13 +177,20 @@ class _Transcript:
     def mentions(self, phrase: object, since: int | None = None) -> bool:
         return self.last_mention(phrase, since) is not None
 
-    def mentions_time(self, value: object) -> bool:
+    def mentions_time(self, value: object, since: int | None = None) -> bool:
         minutes = parse_time(value)
-        return minutes is not None and any(minutes in u.times for u in self._utterances)
+        return minutes is not None and any(minutes in u.times for u in self._utterances if since is None or u.turn >= since)
+
+    def mentions_number(self, number: float) -> bool:
+        return any(number in u.numbers for u in self._utterances)
 
     def mentions_compact(self, value: object) -> bool:
+        return self.last_mention_compact(value) is not None
+
+    def last_mention_compact(self, value: object, since: int | None = None) -> int | None:
         needle = _words(value).replace(" ", "")
-        return bool(needle) and any(needle in u.compact for u in self._utterances)
+        turns = [u.turn for u in self._utterances if (since is None or u.turn >= since) and needle and needle in u.compact]
+        return max(turns) if turns else None
 
 
 # --------------------------------------------------------------------------------------
@@ -301,6 +311,12 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
     for query in reversed(state.queries):
         if query.domain == domain:
             named = _latest_named(query.results, transcript, query.turn, info)
+            if named is None and "name" in query.constraints and query.count == 1:
+                # The user named the venue and the system looked it up: what it says next
+                # is about that venue, named again or not.
+                return query.results[0]
+            if named is None and domain == "train":
+                named = _train_by_time(query.results, transcript, query.turn)
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.
@@ -317,13 +333,44 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
     the one fitting the goal; then database order."""
     best, best_key = None, None
     for position, entity in enumerate(entities):
-        turn = transcript.last_mention(name_key(entity.name), since)  # "lensfield hotel" names "the lensfield hotel"
+        turn = _last_reference(entity, transcript, since)
         if turn is None:
             continue
-        key = (turn, len(name_key(entity.name)), not _info_problems(entity, info), -position)
+        # Then the venue whose name was said last: details may be shared (two branches of a
+        # chain share a phone number, "newmarket road fen ditton" is inside "451 newmarket
+        # road fen ditton").
+        said = transcript.last_mention(name_key(entity.name), since)
+        key = (turn, -1 if said is None else said, len(name_key(entity.name)), not _info_problems(entity, info), -position)
         if best_key is None or key > best_key:
             best, best_key = entity, key
     return best
+
+
+def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int) -> Entity | None:
+    """The shown train whose departure (else arrival) time the system said ("I have a train
+    leaving at 21:01"): within one query's results such a time picks one train."""
+    for slot in ("leaveAt", "arriveBy"):
+        for train in trains:
+            if transcript.mentions_time(train.get(slot), since):
+                return train
+    return None
+
+
+def _last_reference(entity: Entity, transcript: _Transcript, since: int | None) -> int | None:
+    """The last turn that names ``entity`` ("lensfield hotel" names "the lensfield hotel"),
+    or gives its phone number, postcode or street address: real systems answer "what is the phone
+    number of X?" with the number alone, and that identifies X as well as its name does."""
+    turns = [transcript.last_mention(name_key(entity.name), since)]
+    phone, address, postcode = entity.get("phone"), entity.get("address"), entity.get("postcode")
+    if phone and norm_value(phone) not in _UNKNOWN_VALUES and len(_words(phone).replace(" ", "")) >= 10:
+        turns.append(transcript.last_mention_compact(phone, since))
+    if postcode and len(_words(postcode).replace(" ", "")) >= 5:
+        # Which of two venues offered together "it" is: the one whose postcode came next.
+        turns.append(transcript.last_mention_compact(postcode, since))
+    if address and len(_words(address).split()) >= 3:
+        turns.append(transcript.last_mention(address, since))
+    known = [t for t in turns if t is not None]
+    return max(known) if known else None
 
 
 # -- inform / book -----------------------------------------------------------------------
@@ -338,7 +385,7 @@ def _info_problems(entity: Entity, info: Mapping[str, str]) -> list[str]:
     for slot, wanted in info.items():
         actual = _attribute(entity, slot)
         if slot == "name":
-            fits = actual is not None and name_key(actual) == name_key(wanted)
+            fits = actual is not None and same_name(actual, wanted)
         else:
             fits = values_match(slot, wanted, actual)
         if not fits:
@@ -378,12 +425,19 @@ def _taxi_problems(info: Mapping[str, str], booking: BookingRecord) -> list[str]
     for slot, wanted in info.items():
         actual = booking.arguments.get(slot)
         if slot in TIME_SLOTS:
-            fits = actual is not None and same_value(slot, actual, wanted)
+            fits = actual is not None and (same_value(slot, actual, wanted) or _twelve_hours_apart(actual, wanted))
         else:
-            fits = actual is not None and name_key(actual) == name_key(wanted)
+            fits = actual is not None and same_name(actual, wanted, shortened=True)
         if not fits:
             problems.append(f"taxi booked with {slot} {actual or 'unset'}, the goal wants {wanted}")
     return problems
+
+
+def _twelve_hours_apart(actual: object, wanted: object) -> bool:
+    """MultiWOZ goals sometimes give a 12-hour time ("03:30" for half past three in the
+    afternoon) that the dialogue states as 15:30."""
+    a, w = parse_time(actual), parse_time(wanted)
+    return a is not None and w is not None and w < 13 * 60 and a - w == 12 * 60
 
 
 # -- request -----------------------------------------------------------------------------
@@ -421,7 +475,11 @@ def _text_gives(slot: str, value: str | None, transcript: _Transcript) -> bool:
         return transcript.mentions_time(value)
     if slot in _COMPACT_SLOTS:
         return transcript.mentions_compact(value)
-    if transcript.mentions(value):
+    synonyms = [phrase for phrase, meant in VALUE_SYNONYMS.get(slot, {}).items() if meant == norm_value(value)]
+    if slot == "address":
+        synonyms.append(street_of(value))  # "on saint mary's lane" gives "12 saint mary's lane"
+    # A category is often said in the plural: "both are guesthouses", "two museums".
+    if any(transcript.mentions(phrase) for phrase in (value, *synonyms)) or (slot == "type" and transcript.mentions(f"{value}s")):
         return True
     number = _NUMBER.search(value) if slot in _NUMERIC_SLOTS else None
-    return number is not None and transcript.mentions(number.group())
+    return number is not None and transcript.mentions_number(float(number.group()))

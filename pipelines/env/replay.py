@@ -7,8 +7,8 @@ state (``semi`` constraints, ``book`` slots and ``booked`` records). Read back:
   ``query_<domain>`` (taxis have no search tool);
 * a ``booked`` record that was not there before was booked: ``book_restaurant`` /
   ``book_hotel`` with the venue's name and the belief's ``book`` slots,
-  ``buy_train_ticket`` with the trainID, the party size and the belief's day (the
-  timetable reuses train ids across days), ``book_taxi`` with the taxi ``semi`` slots.
+  ``buy_train_ticket`` with the trainID, the party size and the belief's day and route
+  (the timetable reuses train ids across days and directions), ``book_taxi`` with the taxi ``semi`` slots.
 
 Queries come before bookings within a turn. A turn without metadata yields no calls and
 a booking whose required values the annotation lacks is left out: nothing is invented.
@@ -137,7 +137,9 @@ def _booking_call(belief: DomainBelief, record: BookedRecord) -> ToolCall | None
     domain, semi, book = belief.domain, _stated(belief.semi), _stated(belief.book)
     booked = _stated(record.values)
     if domain == "train":
-        values = {"trainID": booked.get("trainID"), "people": book.get("people"), "day": semi.get("day")}
+        # The timetable reuses ids across days and directions: the belief's route picks the train.
+        values = {"trainID": booked.get("trainID"), "people": book.get("people"),
+                  **{slot: semi.get(slot) for slot in ("day", "departure", "destination")}}
     elif domain == "taxi":
         values = {k: semi.get(k) for k in ("departure", "destination", "leaveAt", "arriveBy")}
         if not (values["leaveAt"] or values["arriveBy"]):

@@ -205,6 +205,38 @@ def name_key(name: object) -> str:
     return key[4:] if key.startswith("the ") else key
 
 
+# Words that name the kind of venue, not the venue: people add or drop them.
+_GENERIC_NAME_WORDS = frozenset({"restaurant", "hotel", "guesthouse", "guest", "house", "the", "and", "cafe", "bar"})
+
+
+def _short_name(key: str) -> str:
+    """A name key without its leading and trailing generic words ("meze bar restaurant" and
+    "the meze bar" -> "meze"); "" when nothing distinctive is left."""
+    parts = key.split()
+    while parts and parts[-1] in _GENERIC_NAME_WORDS:
+        parts.pop()
+    while parts and parts[0] in _GENERIC_NAME_WORDS:
+        parts.pop(0)
+    return " ".join(parts)
+
+
+def same_name(a: object, b: object, shortened: bool = False) -> bool:
+    """Do two spellings name the same place? Equal name keys, or equal without generic
+    words ("ask" and "ask restaurant"). ``shortened``: also one the other's beginning
+    ("good luck" for "the good luck chinese food takeaway"), for places said in free text
+    such as a taxi's; never for venues, where "pizza express" is not "pizza express fen ditton"."""
+    ka, kb = name_key(a), name_key(b)
+    if ka == kb:
+        return True
+    sa, sb = _short_name(ka), _short_name(kb)
+    if not sa or not sb:
+        return False
+    if not shortened:
+        return sa == sb
+    shorter, longer = sorted((sa.split(), sb.split()), key=len)
+    return longer[: len(shorter)] == shorter
+
+
 class _Table:
     """One domain's entities with value -> positions indexes for every non-time attribute."""
 
@@ -219,13 +251,26 @@ class _Table:
                     index.setdefault(slot, {}).setdefault(norm_value(value), set()).add(position)
         self._index = {slot: {value: frozenset(p) for value, p in values.items()} for slot, values in index.items()}
         self._names = {key: tuple(p) for key, p in names.items()}
+        short: dict[str, list[int]] = {}
+        for key, found in self._names.items():
+            short.setdefault(_short_name(key), []).extend(found)
+        self._short = {key: tuple(p) for key, p in short.items() if key}
 
     def named(self, name: object) -> tuple[Entity, ...]:
-        return tuple(self.entities[p] for p in self._names.get(name_key(name), ()))
+        return tuple(self.entities[p] for p in self._lookup(name))
+
+    def _lookup(self, name: object) -> tuple[int, ...]:
+        """Positions of the entities called ``name``; failing an exact match, those whose
+        name is the same without generic words ("meze bar restaurant" is "the meze bar")."""
+        exact = self._names.get(name_key(name))
+        if exact:
+            return exact
+        short = _short_name(name_key(name))
+        return self._short.get(short, ()) if short else ()
 
     def positions(self, slot: str, value: object) -> frozenset[int]:
         if slot == "name":
-            return frozenset(self._names.get(name_key(value), ()))
+            return frozenset(self._lookup(value))
         return self._index.get(slot, {}).get(norm_value(value), frozenset())
 
 

@@ -61,15 +61,49 @@ AREAS: tuple[str, ...] = ("centre", "north", "south", "east", "west")
 PRICERANGES: tuple[str, ...] = ("cheap", "moderate", "expensive")
 
 _SPACES = re.compile(r"\s+")
+_SPLIT_POSSESSIVE = re.compile(r"(?<=\w)\s+['\u2019]\s*s\b")
+_POSSESSIVE = re.compile(r"\s*['\u2019]\s*s\b")
+_HOUSE_NUMBER = re.compile(r"^\d+[a-z]?(?:-\d+)?,?\s+")
 _TIME = re.compile(r"^\s*(\d{1,2})\s*[:.]\s*(\d{2})\s*$")
+
+
+# How people state a database value in words, per slot: {phrase: value}. Shared by the
+# goal checker and the user simulator, so that both hear "moderately priced" as moderate.
+VALUE_SYNONYMS: dict[str, dict[str, str]] = {
+    "area": {"center": "centre", "city centre": "centre", "town centre": "centre", "city center": "centre", "town center": "centre",
+             "centre of town": "centre", "center of town": "centre", "centre of the city": "centre"},
+    "type": {"guest house": "guesthouse", "b and b": "guesthouse", "bed and breakfast": "guesthouse", "swimming pool": "swimmingpool",
+             "nightclub": "nightclub", "night club": "nightclub", "concert hall": "concerthall"},
+    "pricerange": {"moderately priced": "moderate", "moderately": "moderate", "mid range": "moderate", "midrange": "moderate",
+                   "inexpensive": "cheap", "cheaply priced": "cheap", "pricey": "expensive"},
+    "entrance fee": {"no entrance fee": "free", "no fee": "free", "not a fee": "free", "no charge": "free", "free of charge": "free",
+                     "free entry": "free", "free to enter": "free", "free admission": "free", "doesnt charge": "free"},
+}
 
 
 def norm_value(value: object) -> str:
     """Canonical form of a slot value for comparison: lower case, no apostrophes, single spaces."""
     text = str(value).strip().lower()
+    # MultiWOZ's tokenised texts split the possessive off: "king 's college" is "kings college".
+    text = _SPLIT_POSSESSIVE.sub("s", text)
     text = text.replace("\u2019", "").replace("'", "").replace("`", "")
     text = text.replace("&", " and ")
     return _SPACES.sub(" ", text).strip()
+
+
+def possessive_split(text: str) -> str:
+    """``text`` with possessives as separate words ("the curry prince 's phone" -> "the curry
+    prince s phone"): :func:`norm_value` joins them ("kings college"), which hides a name
+    followed by its possessive; searches look in both forms."""
+    return _POSSESSIVE.sub(" s", str(text))
+
+
+def street_of(address: object) -> str:
+    """An address without its house number ("12 saint mary's lane" -> "saint marys lane"),
+    as people say it; the whole address when what is left would be a single word."""
+    text = norm_value(address)
+    street = _HOUSE_NUMBER.sub("", text)
+    return street if len(street.split()) >= 2 else text
 
 
 def is_dont_care(value: object) -> bool:

@@ -32,12 +32,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from pipelines.env.tools import Database, name_key
+from pipelines.env.tools import Database, name_key, same_name
 from pipelines.errors import ConfigError
-from pipelines.multiwoz.ontology import ACT_SLOT, BOOK_SLOTS, INFO_SLOTS, is_dont_care, norm_value, values_match
+from pipelines.multiwoz.ontology import ACT_SLOT, BOOK_SLOTS, INFO_SLOTS, is_dont_care, norm_value, parse_time, values_match
 from pipelines.records import DialogAct, Dialogue, DomainGoal, Entity, Goal
 from pipelines.simulators.base import UserTurn
-from pipelines.simulators.goals import pursuit_order
+from pipelines.simulators.goals import pursuit_order, reference_order
 from pipelines.simulators.phrasing import (
     GENERAL_BYE,
     GENERAL_THANK,
@@ -57,6 +57,8 @@ from pipelines.simulators.understanding import AgentReader, Reading, read
 STATIC_DOMAINS: tuple[str, ...] = ("police", "hospital")
 # Either one answers "when do you want to travel?"; the user's goal has one of them.
 _TIME_GROUP = frozenset({"leaveAt", "arriveBy"})
+# Attributes whose value, said by the agent, shows it is talking about a venue.
+_DESCRIBING: tuple[str, ...] = ("address", "phone", "postcode", "area", "type", "food", "pricerange", "stars")
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def _constraints(values: Mapping[str, str]) -> dict[str, str]:
 
 def _fits(entity: Entity, slot: str, wanted: str) -> bool:
     if slot == "name":
-        return name_key(entity.name) == name_key(wanted)
+        return same_name(entity.name, wanted)
     return values_match(slot, wanted, entity.get(slot))
 
 
@@ -235,11 +237,13 @@ class AgendaSimulator:
         self.reader = AgentReader(database)
 
     def session(self, goal: Goal, seed: int, reference: Dialogue | None = None) -> AgendaSession:
-        """A new user for ``goal``. ``reference`` is accepted for the common interface; the
-        agenda follows the goal alone."""
+        """A new user for ``goal``. With a ``reference`` dialogue the user takes the domains
+        up in the order its user did (a gold replay's system answers in that order);
+        otherwise in the order the goal message gives."""
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        state = _SessionState([_DomainState.start(d) for d in pursuit_order(goal)], random.Random(seed))
+        order = reference_order(goal, reference) if reference is not None else pursuit_order(goal)
+        state = _SessionState([_DomainState.start(d) for d in order], random.Random(seed))
         return AgendaSession(self, goal, state)
 
 
@@ -330,7 +334,7 @@ class AgendaSession:
         entity that satisfies the goal is accepted; else the best one's violations return."""
         if d.entity is not None or d.is_static or d.domain == "taxi":
             return False, {}
-        named = self._simulator.reader.named(reading, d.domain)
+        named = self._simulator.reader.named(reading, d.domain) or self._implied(d, reading)
         if not named:
             return False, {}
         fitting = [e for e in named if not _violations(e, d.final_constraints())]
@@ -350,6 +354,22 @@ class AgendaSession:
             self._give_up_fail_info(d, utterance, phraser)
             violations = _violations(best, d.constraints())
         return True, violations
+
+    def _implied(self, d: _DomainState, reading: Reading) -> list[Entity]:
+        """Entities the agent talks about without naming them, as real systems do: the venue
+        the user asked for by name, once the agent gives one of its attributes; a train of
+        the user's route and day whose departure (else arrival) time the agent says."""
+        database, reader = self._simulator.database, self._simulator.reader
+        if d.domain == "train":
+            constraints = {s: v for s, v in d.final_constraints().items() if s in ("day", "departure", "destination")}
+            if len(constraints) < 3 or not reading.times:
+                return []
+            trains = database.search("train", constraints)
+            return [t for slot in ("leaveAt", "arriveBy") for t in trains if parse_time(t.get(slot)) in reading.times][:1]
+        name = d.stated.get("name")
+        if not name or reading.no_offer:
+            return []
+        return [e for e in database.named(d.domain, name) if any(reader.gives(reading, slot, e.get(slot)) for slot in _DESCRIBING)][:1]
 
     def _take_booking_news(self, d: _DomainState, reading: Reading) -> bool:
         """Record a booking reference or taxi confirmation; True when the agent reports that

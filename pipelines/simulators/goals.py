@@ -11,7 +11,7 @@ import html
 import re
 
 from pipelines.multiwoz.ontology import is_dont_care
-from pipelines.records import DomainGoal, Goal
+from pipelines.records import Dialogue, DomainGoal, Goal
 from pipelines.simulators.phrasing import SLOT_WORDS, describe, join_words, slot_phrase
 
 _TAG = re.compile(r"<[^>]*>")
@@ -89,4 +89,21 @@ def pursuit_order(goal: Goal) -> tuple[DomainGoal, ...]:
         return next((i for i, line in enumerate(lines) if cue.search(line)), len(lines))
 
     ranked = sorted(enumerate(goal.domains), key=lambda item: (first_mention(item[1].domain), item[0]))
+    return tuple(domain_goal for _, domain_goal in ranked)
+
+
+def reference_order(goal: Goal, dialogue: Dialogue) -> tuple[DomainGoal, ...]:
+    """The domains in the order the reference dialogue's user took them up: the first turn
+    whose dialog acts name the domain or whose belief state holds a value for it. Real users
+    do not always follow the message's order, and a replay of their dialogue only makes
+    sense to a user who does what they did. Domains the dialogue never shows follow in
+    :func:`pursuit_order`."""
+    first: dict[str, int] = {}
+    for turn in dialogue.turns:
+        seen = {act.domain for act in turn.dialog_acts or ()}
+        seen |= {b.domain for b in turn.belief_state or () if any(not is_dont_care(v) for v in b.semi.values()) or b.booked}
+        for domain in seen:
+            first.setdefault(domain, turn.index)
+    ordered = pursuit_order(goal)
+    ranked = sorted(enumerate(ordered), key=lambda item: (first.get(item[1].domain, len(dialogue.turns)), item[0]))
     return tuple(domain_goal for _, domain_goal in ranked)

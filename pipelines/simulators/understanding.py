@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pipelines.env.tools import Database
-from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, norm_value, parse_time
+from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, parse_time, possessive_split, street_of
 from pipelines.records import Entity
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -115,11 +115,7 @@ _SLOT_CUES: dict[str, tuple[re.Pattern[str], ...]] = {
 # "When ...?" / "What time ...?" without "leave" or "arrive": the domain decides what it is about.
 _WHEN = re.compile(r"\b(?:when|what time)\b")
 # Synonyms an agent may use for a database value.
-_VALUE_SYNONYMS: dict[str, dict[str, str]] = {
-    "area": {"center": "centre", "city centre": "centre", "town centre": "centre", "city center": "centre", "town center": "centre"},
-    "type": {"guest house": "guesthouse", "b and b": "guesthouse", "bed and breakfast": "guesthouse"},
-    "pricerange": {"moderately priced": "moderate", "mid range": "moderate", "midrange": "moderate", "inexpensive": "cheap"},
-}
+_VALUE_SYNONYMS = VALUE_SYNONYMS
 # Attributes a user recognises by name rather than value: yes/no flags, and values the
 # database does not know ("?"), where the agent can only talk about the attribute.
 _ATTRIBUTE_WORDS: dict[str, tuple[str, ...]] = {
@@ -170,7 +166,7 @@ class Reading:
 
 def read(text: str) -> Reading:
     """Everything about ``text`` that needs no database."""
-    padded = _padded(text)
+    padded = _padded(text) + _padded(possessive_split(text))  # both forms of possessives
     sentences = [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
     questions = tuple(
         _padded(s) for s in sentences if s.endswith("?") or _any(_REQUEST_CUES, words(s))
@@ -227,6 +223,18 @@ class AgentReader:
                     names.append((phrase, entity))
             # Longest first, so that "pizza express fen ditton" is found before "pizza express".
             self._names[domain] = tuple(sorted(names, key=lambda item: -len(item[0])))
+        # Real systems often answer "what is the number of X?" with the number alone: a
+        # phone number or street address identifies a venue as well as its name does.
+        self._identifiers: dict[str, tuple[tuple[str, str, Entity], ...]] = {}
+        for domain in ("restaurant", "hotel", "attraction"):
+            found = []
+            for entity in database.entities(domain):
+                phone, address = words(entity.get("phone") or "").replace(" ", ""), words(entity.get("address") or "")
+                if len(phone) >= 10:
+                    found.append(("phone", phone, entity))
+                if len(address.split()) >= 3:
+                    found.append(("address", address, entity))
+            self._identifiers[domain] = tuple(found)
         self._values = {domain: self._value_phrases(domain) for domain in INFO_SLOTS}
         taxi_types = database.taxi_options.get("taxi_types") or _DEFAULT_TAXI_TYPES
         self._taxi_types = tuple(words(t) for t in taxi_types)
@@ -246,9 +254,10 @@ class AgentReader:
         for slot, values in fixed.items():
             if slot in constraint_slots(domain):
                 phrases.update({value: (slot, value) for value in values})
+        known_types = {value for _, (slot, value) in phrases.items() if slot == "type"}
         for slot, synonyms in _VALUE_SYNONYMS.items():
             if slot in INFO_SLOTS[domain]:
-                phrases.update({phrase: (slot, value) for phrase, value in synonyms.items()})
+                phrases.update({phrase: (slot, value) for phrase, value in synonyms.items() if slot != "type" or value in known_types})
         return phrases
 
     # -- entities -------------------------------------------------------------------------
@@ -270,6 +279,11 @@ class AgentReader:
             claimed.append(span)
             if all(entity is not e for _, e in found):
                 found.append((position, entity))
+        if not found:
+            for kind, value, entity in self._identifiers.get(domain, ()):
+                position = reading.compact.find(value) if kind == "phone" else reading.padded.find(f" {value} ")
+                if position >= 0 and all(entity is not e for _, e in found):
+                    found.append((position, entity))
         return [entity for _, entity in sorted(found, key=lambda item: item[0])]
 
     def names_any(self, padded: str, domain: str) -> bool:
@@ -325,10 +339,13 @@ class AgentReader:
             needle = words(value).replace(" ", "")
             return bool(needle) and needle in reading.compact
         synonyms = [phrase for phrase, meant in _VALUE_SYNONYMS.get(slot, {}).items() if meant == norm_value(value)]
+        if slot == "address":
+            synonyms.append(street_of(value))
         if any(reading.mentions(phrase) for phrase in (value, *synonyms)):
             return True
         number = _NUMBER.search(value) if slot in _NUMERIC_SLOTS else None
-        return number is not None and reading.mentions(number.group())
+        # As numbers: "10.1 GBP" states a price of "10.10 pounds".
+        return number is not None and float(number.group()) in {float(n) for n in _NUMBER.findall(reading.text)}
 
     def taxi_details(self, reading: Reading) -> dict[str, str]:
         """What a taxi confirmation gives: the car (make, with its colour when said) and the

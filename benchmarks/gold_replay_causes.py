@@ -1,0 +1,63 @@
+"""Gold replay on a MultiWOZ directory, with every failing episode classified by cause.
+
+    python benchmarks/gold_replay_causes.py /tmp/multiwoz_val --db-dir ../shared/data/multiwoz_db [--list]
+
+The directory holds ``data.json`` (for the real validation split: unzip
+``../shared/data/multiwoz_val/val.json.zip`` to a temporary directory and name the file
+``data.json``). Replays every dialogue exactly as the ``gold_replay`` stage does (replay
+agent, agenda simulator with params.yaml's ``gold_replay.simulator`` settings, goal checker), prints the success rate, then one row per cause
+with its count and share of the episodes; ``--list`` adds every failing dialogue with its
+cause and the checker's reasons behind it. The causes come from :func:`pipelines.episodes.causes.classify`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from pathlib import Path
+
+from pipelines.episodes.causes import CAUSES, classify
+from pipelines.env.tools import Database
+from pipelines.episodes import EpisodeSpec, ReplayAgent, RunnerConfig, get_format, run_episodes_sync
+from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
+from stages.io import read_params
+from stages.multiwoz_dir import load_multiwoz
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source", type=Path, help="MultiWOZ directory with data.json")
+    parser.add_argument("--db-dir", type=Path, default=None, help="database directory (default: the source's own)")
+    stage = read_params("gold_replay")  # the stage's own simulator settings and turn limit
+    settings = {k: v for k, v in (stage.get("simulator") or {}).items() if k != "kind"}
+    parser.add_argument("--max-exchanges", type=int, default=int(stage.get("max_exchanges", 20)))
+    parser.add_argument("--max-stalled-turns", type=int, default=int(settings.get("max_stalled_turns", AgendaConfig().max_stalled_turns)))
+    parser.add_argument("--list", action="store_true", help="print every failing dialogue")
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    corpus = load_multiwoz(args.source, args.db_dir)
+    database = Database(corpus.entities, corpus.taxi_options)
+    specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
+    simulator = AgendaSimulator(database, AgendaConfig(**{**settings, "max_stalled_turns": args.max_stalled_turns}))
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), simulator, database, RunnerConfig(max_exchanges=args.max_exchanges))
+    seconds = time.perf_counter() - start
+
+    by_id = {d.dialogue_id: d for d in corpus.dialogues}
+    failing = [(e, classify(e, by_id[e.dialogue_id], database)) for e in episodes if not e.success]
+    counts = Counter(cause for _, (cause, _) in failing)
+    n = len(episodes)
+    print(f"gold replay: {n} episodes, success {sum(e.success for e in episodes) / n:.4f} ({n - len(failing)}/{n}), {seconds:.1f} s")
+    print(f"{'cause':<24} {'episodes':>8} {'share':>7}")
+    for cause in CAUSES:
+        if counts[cause]:
+            print(f"{cause:<24} {counts[cause]:>8} {counts[cause] / n:>7.2%}")
+    print(f"{'total failing':<24} {len(failing):>8} {len(failing) / n:>7.2%}")
+    if args.list:
+        for episode, (cause, reasons) in failing:
+            print(f"{episode.dialogue_id}\t{cause}\t{' | '.join(reasons)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""Gold replay of real MultiWOZ dialogues: one hand-written dialogue per cause of
+disagreement (real data.json layout, invented venues and values), so that each fix stays
+fixed, and the full check on the 999 real validation dialogues when they are present."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from pipelines.env.checker import check_goal
+from pipelines.env.replay import gold_tool_calls, replay
+from pipelines.env.tools import Database, ToolEnvironment
+from pipelines.episodes import EpisodeSpec, ReplayAgent, get_format, run_episodes_sync
+from pipelines.episodes.causes import CAUSES, classify, classify_reason, offline_result
+from pipelines.multiwoz.ontology import norm_value
+from pipelines.multiwoz.parse import parse_database, parse_dialogue
+from pipelines.simulators.agenda import AgendaSimulator
+from pipelines.simulators.goals import pursuit_order, reference_order
+from tests.conftest import SHARED
+
+REAL_VAL = SHARED / "data" / "multiwoz_val" / "val.json.zip"
+
+# -- an invented database in the official layout ---------------------------------------
+
+_RAW_DB = {
+    "restaurant": [
+        {"id": "1", "name": "the copper kettle bistro", "food": "british", "pricerange": "moderate", "area": "centre",
+         "address": "12 saint mary's lane", "phone": "01223000111", "postcode": "cb21aa"},
+        {"id": "2", "name": "lotus garden", "food": "chinese", "pricerange": "cheap", "area": "north",
+         "address": "3 fen road", "phone": "01223000222", "postcode": "cb43bb"},
+    ],
+    "hotel": [
+        {"id": "1", "name": "willow guest house", "type": "guesthouse", "pricerange": "moderate", "area": "east", "internet": "yes",
+         "parking": "yes", "stars": "4", "address": "8 mill road", "phone": "01223000333", "postcode": "cb13cc"},
+    ],
+    "attraction": [
+        {"id": "1", "name": "riverside lido", "type": "swimmingpool", "area": "north", "entrance fee": "?",
+         "address": "1 lido walk", "phone": "01223000444", "postcode": "cb43dd"},
+        {"id": "2", "name": "meadow pool", "type": "swimmingpool", "area": "north", "entrance fee": "free",
+         "address": "22 meadow lane", "phone": "01223000555", "postcode": "cb43ee"},
+        {"id": "3", "name": "old gaol museum", "type": "museum", "area": "centre", "entrance fee": "free",
+         "address": "5 castle street", "phone": "01223000666", "postcode": "cb30ff"},
+    ],
+    "train": [
+        {"trainID": "TR1001", "day": "monday", "departure": "cambridge", "destination": "ely", "leaveAt": "09:05",
+         "arriveBy": "09:22", "duration": "17 minutes", "price": "4.40 pounds"},
+        {"trainID": "TR1001", "day": "monday", "departure": "ely", "destination": "cambridge", "leaveAt": "11:05",
+         "arriveBy": "11:22", "duration": "17 minutes", "price": "4.40 pounds"},
+        {"trainID": "TR1002", "day": "monday", "departure": "cambridge", "destination": "ely", "leaveAt": "10:05",
+         "arriveBy": "10:22", "duration": "17 minutes", "price": "10.10 pounds"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def database() -> Database:
+    entities = {domain: parse_database(domain, records, f"{domain}_db.json")[0] for domain, records in _RAW_DB.items()}
+    _, taxi = parse_database("taxi", [{"taxi_colors": ["red"], "taxi_types": ["skoda"], "taxi_phone": ["^07\\d{9}$"]}], "taxi_db.json")
+    return Database(entities, taxi)
+
+
+# -- dialogues in the data.json layout -----------------------------------------------------
+
+
+def _belief(**domains) -> dict:
+    """A system turn's ``metadata``: {domain: (semi, book)} for the domains given."""
+    return {domain: {"semi": dict(semi), "book": {"booked": [], **book}} for domain, (semi, book) in domains.items()}
+
+
+def _dialogue(dialogue_id: str, goal: dict, turns: list[tuple[str, dict, dict]]):
+    """``turns``: (text, metadata, dialog_act) per turn, user and system alternating; a user
+    turn's metadata is ``{}`` as in the release."""
+    log = [{"text": text, "metadata": metadata, "dialog_act": acts} for text, metadata, acts in turns]
+    return parse_dialogue(dialogue_id, {"goal": {**goal, "message": []}, "log": log}, "data.json", "val")
+
+
+def _grade(dialogue, database):
+    result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+    return check_goal(dialogue.goal, result.state, result.system_texts, None)
+
+
+def _attraction_by_name(system_text: str):
+    goal = {"attraction": {"info": {"name": "riverside lido"}, "reqt": ["phone", "address"]}}
+    semi = {"name": "riverside lido", "type": "", "area": ""}
+    return _dialogue("NAMED01.json", goal, [
+        ("What is the phone number and address of riverside lido ?", {}, {}),
+        (system_text, _belief(attraction=(semi, {})), {"Attraction-Inform": [["Phone", "01223000444"]]}),
+    ])
+
+
+# -- one test per cause ----------------------------------------------------------------------
+
+
+def test_value_normalisation_real_spellings_of_database_values(database):
+    """MultiWOZ's tokenised texts split possessives, say "moderately priced" and "10.1 GBP"."""
+    assert norm_value("saint mary 's lane") == norm_value("saint mary's lane") == "saint marys lane"
+    goal = {"restaurant": {"info": {"food": "british", "area": "centre"}, "reqt": ["address", "pricerange"]},
+            "train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "10:00"}, "reqt": ["price"]}}
+    restaurant = {"food": "british", "area": "centre", "pricerange": "", "name": ""}
+    train = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "10:00", "arriveBy": ""}
+    dialogue = _dialogue("VALUE01.json", goal, [
+        ("A british place in the centre ?", {}, {}),
+        ("The Copper Kettle Bistro is moderately priced , on saint mary 's lane .", _belief(restaurant=(restaurant, {})), {}),
+        ("And a train to ely on monday after 10:00 , how much ?", {}, {}),
+        ("TR1002 leaves at 10:05 , the fare is 10.1 GBP .", _belief(restaurant=(restaurant, {}), train=(train, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+
+
+def test_value_normalisation_a_name_followed_by_its_possessive(database):
+    """"Lotus Garden 's number" names lotus garden, although "king 's" reads as "kings"."""
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "reqt": ["phone"]}}
+    semi = {"food": "chinese", "area": "north", "name": "", "pricerange": ""}
+    dialogue = _dialogue("VALUE02.json", goal, [
+        ("A chinese place in the north ?", {}, {}),
+        ("Lotus Garden 's number is 01223 000222 .", _belief(restaurant=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("restaurant").offered == "lotus garden"
+
+
+def test_booking_semantics_venue_named_with_a_generic_word_and_reused_train_ids(database):
+    """A belief's "copper kettle bistro restaurant" is the database's "the copper kettle
+    bistro"; TR1001 runs both ways on Monday and the belief's route picks the train."""
+    goal = {"restaurant": {"info": {"name": "copper kettle bistro"}, "book": {"people": "2", "day": "monday", "time": "18:00"}},
+            "train": {"info": {"departure": "ely", "destination": "cambridge", "day": "monday", "leaveAt": "11:00"},
+                      "book": {"people": "2"}}}
+    booked_restaurant = ({"name": "copper kettle bistro restaurant"},
+                         {"people": "2", "day": "monday", "time": "18:00", "booked": [{"name": "copper kettle bistro restaurant", "reference": "AB12CD34"}]})
+    train_semi = {"departure": "ely", "destination": "cambridge", "day": "monday", "leaveAt": "11:00"}
+    booked_train = (train_semi, {"people": "2", "booked": [{"trainID": "TR1001", "reference": "EF56GH78"}]})
+    dialogue = _dialogue("BOOK01.json", goal, [
+        ("Book the copper kettle bistro for 2 at 18:00 on monday .", {}, {}),
+        ("Done , the reference is AB12CD34 .", _belief(restaurant=booked_restaurant), {}),
+        ("I also need a train from ely to cambridge on monday after 11:00 for 2 .", {}, {}),
+        ("TR1001 is booked , reference EF56GH78 .", _belief(restaurant=booked_restaurant, train=booked_train), {}),
+    ])
+    calls = gold_tool_calls(dialogue)
+    ticket = next(call for _, call in calls if call.name == "buy_train_ticket")
+    assert ticket.arguments["departure"] == "ely"
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    state = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0)).state
+    assert state.successful_bookings("train")[0].entity.get("departure") == "ely"
+
+
+def test_requested_attributes_of_a_venue_looked_up_by_name_but_never_named_again(database):
+    """Asked about a venue by name, a real system answers with its number and address alone."""
+    dialogue = _attraction_by_name("Their number is 01223000444 and they are at 1 lido walk .")
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("attraction").offered == "riverside lido"
+
+
+def test_multi_entity_offer_is_the_venue_whose_details_follow(database):
+    """Two venues offered together; the postcode the system then gives says which one it is."""
+    goal = {"attraction": {"info": {"type": "swimmingpool", "area": "north"}, "reqt": ["postcode"]}}
+    semi = {"type": "swimmingpool", "area": "north", "name": ""}
+    dialogue = _dialogue("MULTI01.json", goal, [
+        ("A swimming pool in the north ?", {}, {}),
+        ("There is riverside lido and meadow pool .", _belief(attraction=(semi, {})), {}),
+        ("Good , what is the postcode ?", {}, {}),
+        ("It is cb43ee .", _belief(attraction=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("attraction").offered == "meadow pool"
+
+
+def test_train_offered_by_its_departure_time(database):
+    """"I have a train leaving at 10:05" offers the shown train that leaves then."""
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}, "reqt": ["duration"]}}
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}
+    dialogue = _dialogue("TIME01.json", goal, [
+        ("A train to ely on monday after 09:30 ?", {}, {}),
+        ("I have a train leaving at 10:05 , it takes 17 minutes .", _belief(train=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("train").offered == "TR1002"
+
+
+def test_cross_domain_reference_and_db_mismatch_are_classified(database):
+    dialogue = _attraction_by_name("Their number is 01223000444 .")
+    assert classify_reason("taxi: taxi booked with destination lotus palace, the goal wants riverside lido", dialogue, database) == "cross_domain_refs"
+    assert classify_reason("taxi: taxi booked with leaveAt 15:30, the goal wants 03:30", dialogue, database) == "value_normalisation"
+    # The human told a postcode no venue of this database has: the dataset's database differs.
+    goal = {"attraction": {"info": {"name": "old gaol museum"}, "reqt": ["postcode"]}}
+    differing = _dialogue("DB01.json", goal, [
+        ("Where is the old gaol museum ?", {}, {}),
+        ("Old gaol museum , postcode cb99zz .", _belief(attraction=({"name": "old gaol museum"}, {})), {"Attraction-Inform": [["Post", "cb99zz"]]}),
+    ])
+    assert classify_reason(offline_result(differing, database).reasons[0], differing, database) == "db_mismatch"
+
+
+def test_replay_agent_limits_domains_in_the_reference_users_order(database):
+    """The goal message may introduce the domains in another order than the real user took
+    them up; a gold replay's simulator follows the real user."""
+    goal = {"attraction": {"info": {"type": "museum", "area": "centre"}, "reqt": ["postcode"]},
+            "restaurant": {"info": {"food": "chinese", "area": "north"}, "reqt": ["phone"]}}
+    restaurant = {"food": "chinese", "area": "north", "name": "", "pricerange": ""}
+    attraction = {"type": "museum", "area": "centre", "name": ""}
+    dialogue = _dialogue("ORDER01.json", goal, [
+        ("A chinese restaurant in the north please .", {}, {"Restaurant-Inform": [["Food", "chinese"], ["Area", "north"]]}),
+        ("Lotus garden , phone 01223000222 .", _belief(restaurant=(restaurant, {})), {}),
+        ("Also a museum in the centre , its postcode ?", {}, {"Attraction-Inform": [["Type", "museum"]]}),
+        ("Old gaol museum , postcode cb30ff .", _belief(restaurant=(restaurant, {}), attraction=(attraction, {})), {}),
+        ("Thanks , bye .", {}, {}),
+        ("Goodbye .", _belief(restaurant=(restaurant, {}), attraction=(attraction, {})), {}),
+    ])
+    assert [d.domain for d in pursuit_order(dialogue.goal)] == ["attraction", "restaurant"]
+    assert [d.domain for d in reference_order(dialogue.goal, dialogue)] == ["restaurant", "attraction"]
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    assert episode.success, episode.result.reasons
+
+
+def test_genuine_human_failure_is_classified_with_evidence(database):
+    """The human system never told the requested duration (neither text nor dialog acts)."""
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}, "reqt": ["duration"]}}
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}
+    dialogue = _dialogue("HUMAN01.json", goal, [
+        ("A train to ely on monday after 09:30 ? How long is it ?", {}, {}),
+        ("TR1002 leaves at 10:05 .", _belief(train=(semi, {})), {"Train-Inform": [["Id", "TR1002"]]}),
+    ])
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    assert not episode.success
+    cause, reasons = classify(episode, dialogue, database)
+    assert cause == "human_failure"
+    assert any("duration" in reason for reason in reasons)
+
+
+# -- the real validation dialogues -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_val_dir(tmp_path_factory, real_db_dir):
+    if not REAL_VAL.exists():
+        pytest.skip(f"real MultiWOZ validation dialogues not present at {REAL_VAL}")
+    target = tmp_path_factory.mktemp("multiwoz_val")
+    with zipfile.ZipFile(REAL_VAL) as archive:
+        (target / "data.json").write_bytes(archive.read("val.json"))
+    return target
+
+
+def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):
+    """All 999 real dialogues, replayed as the gold_replay stage does (its params.yaml
+    simulator settings); every failure gets a cause, and the success rate does not fall
+    below what was measured (0.8238)."""
+    from pipelines.simulators.agenda import AgendaConfig
+    from stages.io import read_params
+    from stages.multiwoz_dir import load_multiwoz
+    from tests.conftest import REPO
+
+    settings = {k: v for k, v in read_params("gold_replay", REPO / "params.yaml")["simulator"].items() if k != "kind"}
+    corpus = load_multiwoz(real_val_dir, real_db_dir)
+    database = Database(corpus.entities, corpus.taxi_options)
+    specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
+    assert len(episodes) == 999
+    success = sum(e.success for e in episodes) / len(episodes)
+    assert success >= 0.82, success
+    by_id = {d.dialogue_id: d for d in corpus.dialogues}
+    causes = [classify(e, by_id[e.dialogue_id], database)[0] for e in episodes if not e.success]
+    assert set(causes) <= set(CAUSES)
+    # Genuine failures of the human dialogues and database differences are most of what is left.
+    assert causes.count("human_failure") + causes.count("db_mismatch") >= len(causes) // 2, causes
