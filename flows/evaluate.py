@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.train import retry_on_transient
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from pipelines.evaluation.metrics import avg_at_k, score_episode
+from pipelines.evaluation.metrics import avg_at_k, bootstrap_summary, score_episode
 from pipelines.evaluation.play import held_out_goals
 from pipelines.evaluation.policy import PolicySpec, check_policy
 from pipelines.evaluation.report import pattern_notes, plot_rows, report_markdown
@@ -93,17 +93,17 @@ def play(config: EvalConfig, agent: Any, goals: list[Any], simulator: Any, datab
 
 
 @task(name="score", **_TASK)
-def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> dict[str, Any]:
+def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> tuple[dict[str, Any], list[Any]]:
+    """The model's Avg@k summary (no clock readings: it is a DVC metric) and the episode scores."""
     by_id = {d.dialogue_id: d.goal for d in goals}
-    summary = avg_at_k([score_episode(e, by_id[e.dialogue_id]) for e in episodes])
-    summary["dialogues_per_second"] = len(episodes) / wall_s if wall_s else None
-    summary["wall_s"] = round(wall_s, 2)
+    scores = [score_episode(e, by_id[e.dialogue_id]) for e in episodes]
+    summary = avg_at_k(scores)  # for the log; the report's figures come with their intervals
     get_run_logger().info(
         "%s: success %.3f ± %.3f, turns %.2f ± %.2f, %.2f questions/dialogue, %.2f dialogues/s",
         name, summary["success"]["mean"], summary["success"]["std"], summary["turns"]["mean"], summary["turns"]["std"],
-        summary["clarifications_per_dialogue"]["mean"], summary["dialogues_per_second"],
+        summary["clarifications_per_dialogue"]["mean"], len(episodes) / wall_s if wall_s else 0.0,
     )
-    return summary
+    return summary, scores
 
 
 @task(name="publish-episodes", **_TASK, **_RETRY)
@@ -117,8 +117,8 @@ def publish_episodes(config: EvalConfig, episodes: list[Any]) -> None:
 
 
 @task(name="write-reports", **_TASK, **_RETRY)
-def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str) -> None:
-    from stages.io import write_json_atomic, write_text_atomic
+def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str, timings: dict[str, Any]) -> None:
+    from stages.io import write_json_atomic, write_text_atomic, write_timings
 
     write_json_atomic(Path(config.output.metrics), report)
     write_text_atomic(Path(config.output.markdown), markdown)
@@ -126,6 +126,8 @@ def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str) -> 
     header = list(rows[0])
     csv = "\n".join([",".join(header), *(",".join(str(r[h]) for h in header) for r in rows)]) + "\n"
     write_text_atomic(Path(config.output.plot), csv)
+    # Machine-dependent: outside the metrics (DVC hashes those; `dvc metrics diff` stays clean).
+    write_timings("evaluate", timings)
 
 
 def setup_summary(config: EvalConfig, n_goals: int) -> dict[str, Any]:
@@ -149,19 +151,27 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     check_config(config)
     database, goals = load_goals(config)
     simulator = build_simulator(config, database, simulator_client)
-    results: dict[str, Any] = {}
+    started = time.monotonic()
+    scores: dict[str, list[Any]] = {}
     episodes: list[Any] = []
+    timings: dict[str, Any] = {"models": {}}
     for spec in config.policy_specs():
         agent = load_policy(config, spec)
         played, wall_s = play(config, agent, goals, simulator, database)
-        results[spec.name] = score(spec.name, played, goals, wall_s)
+        scores[spec.name] = score(spec.name, played, goals, wall_s)[1]
+        timings["models"][spec.name] = {
+            "episodes": len(played), "wall_s": round(wall_s, 2),
+            "dialogues_per_second": round(len(played) / wall_s, 3) if wall_s else None,
+        }
         episodes += played
         del agent
+    results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
     setup = setup_summary(config, len(goals))
-    report = {"setup": setup, "models": results}
-    markdown = report_markdown(results, setup, notes=pattern_notes(results))
+    report = {"setup": setup, "models": results, "statistics": statistics}
+    markdown = report_markdown(results, setup, notes=pattern_notes(results), statistics=statistics)
     publish_episodes(config, episodes)
-    write_reports(config, report, markdown)
+    timings["wall_s"] = round(time.monotonic() - started, 2)
+    write_reports(config, report, markdown, timings)
     create_markdown_artifact(markdown=markdown, key="evaluation", description="Avg@k success and turns per model")
     return report
 

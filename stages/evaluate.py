@@ -68,10 +68,10 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     from flows.evaluate import evaluate
 
     report = evaluate(config, client)
+    # Speeds are in the flow's log and reports/timings/evaluate.json, not in the report.
     for name, result in report["models"].items():
         print(f"evaluate: {name}: success {result['success']['mean']:.3f} ± {result['success']['std']:.3f}, "
-              f"turns {result['turns']['mean']:.2f} ± {result['turns']['std']:.2f}, "
-              f"{result['dialogues_per_second']:.2f} dialogues/s")
+              f"turns {result['turns']['mean']:.2f} ± {result['turns']['std']:.2f}")
     return report
 
 
