@@ -54,7 +54,7 @@ def significance_lines(statistics: Mapping[str, Any]) -> list[str]:
             f"95 % CI [{r['ci95'][0] * scale:.{digits}f}, {r['ci95'][1] * scale:.{digits}f}], p = {r['p_holm']:.3g})"
             for r in rows if r["significant"]
         ]
-        lines.append(f"{title}: " + ("; ".join(found) if found else f"no significant difference ({len(rows)} pairs)"))
+        lines.append(f"{title}: " + ("; ".join(found) if found else f"no significant difference ({len(rows)} pair{'s' if len(rows) != 1 else ''})"))
     return lines
 
 
