@@ -336,7 +336,7 @@ class BackendConfig:
         kind = _choice(section["backend"], BACKEND_KINDS, f"{where}.backend")
         if kind not in ROLE_BACKENDS[role]:
             raise ConfigError(
-                f"{where}.backend: no code path runs role {role!r} on backend {kind!r}; "
+                f"{where}.backend: {kind!r} is not supported for role {role!r} (no code path runs it); "
                 f"expected one of {list(ROLE_BACKENDS[role])}"
             )
         sampling = SamplingParams.from_dict(section.get("sampling", {}), f"{where}.sampling")

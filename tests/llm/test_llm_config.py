@@ -46,8 +46,8 @@ def test_a_full_section_is_read_into_dataclasses():
         ({"judge": {}}, r"llm.judge: missing required key 'backend'"),
         ({"judge": {"backend": "openai", "model": "m"}}, r"llm.judge: missing required key 'base_url'"),
         ({"judge": {"backend": "rules", "model": "m"}}, r"llm.judge \(backend 'rules'\): unknown key\(s\) \['model'\]"),
-        ({"judge": {"backend": "hf", "model_path": "m"}}, r"llm.judge.backend: no code path runs role 'judge' on backend 'hf'"),
-        ({"agent": {"backend": "rules"}}, r"llm.agent.backend: no code path runs role 'agent' on backend 'rules'"),
+        ({"judge": {"backend": "hf", "model_path": "m"}}, r"llm.judge.backend: 'hf' is not supported for role 'judge' \(no code path runs it\)"),
+        ({"agent": {"backend": "rules"}}, r"llm.agent.backend: 'rules' is not supported for role 'agent'"),
         (
             {"judge": {"backend": "openai", "base_url": "http://h/v1", "model": "m", "max_concurrency": 0}},
             r"llm.judge.max_concurrency: must be >= 1, got 0",
