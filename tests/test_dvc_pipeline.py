@@ -127,3 +127,18 @@ def test_bad_source_fails_the_stage_with_a_clear_message_and_no_artifact(project
     assert proc.returncode != 0
     assert "data.json" in proc.stderr + proc.stdout and victim in proc.stderr + proc.stdout and "'goal'" in proc.stderr + proc.stdout
     assert not list(project.glob("data/processed/**/*.parquet"))
+
+
+def test_a_forced_rerun_leaves_metrics_and_lock_unchanged(project):
+    # Wall times and speeds go to reports/timings/ (not hashed): re-running a stage on the same
+    # inputs must give the same output hashes, and `dvc metrics diff` must print nothing.
+    _run([sys.executable, "-m", "dvc", "repro", "gold_replay"], project)
+    _run(["git", "add", "-A"], project)
+    _run(["git", "commit", "-q", "-m", "first run"], project)
+    lock = (project / "dvc.lock").read_text()
+    assert (project / "reports" / "timings" / "gold_replay.json").is_file()
+
+    _run([sys.executable, "-m", "dvc", "repro", "--force", "--single-item", "gold_replay"], project)
+    assert (project / "dvc.lock").read_text() == lock
+    diff = _run([sys.executable, "-m", "dvc", "metrics", "diff"], project)
+    assert diff.stdout.strip() == "", diff.stdout
