@@ -101,6 +101,14 @@ def test_dvc_repro_builds_validated_artifacts_and_is_idempotent(project):
     count = _run([sys.executable, "-m", "stages.cli", "sql", "select count(*) as n from dialogues", "--format", "json"], project)
     assert json.loads(count.stdout) == [{"n": N_DIALOGUES}]
 
+    # Every stage's wall time is in reports/timings/, and no DVC metric holds one.
+    from tests.test_timings import timing_keys
+
+    timings = {p.stem for p in (project / "reports" / "timings").glob("*.json")}
+    assert {"gold_replay", "speaker", "bootstrap", "train_sft", "train_dpo", "train_kto", "train_grpo", "evaluate"} <= timings
+    for path in [project / "reports" / "eval.json", *(project / "reports").glob("*.json"), *(project / "reports" / "train").glob("*.json")]:
+        assert timing_keys(json.loads(path.read_text())) == [], path
+
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
     second = _run([sys.executable, "-m", "dvc", "repro"], project)
     assert "Running stage" not in second.stdout, second.stdout
