@@ -168,7 +168,7 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
     setup = setup_summary(config, len(goals))
     report = {"setup": setup, "models": results, "statistics": statistics}
-    markdown = report_markdown(results, setup, notes=pattern_notes(results), statistics=statistics)
+    markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     publish_episodes(config, episodes)
     timings["wall_s"] = round(time.monotonic() - started, 2)
     write_reports(config, report, markdown, timings)

@@ -42,6 +42,11 @@ def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _p(p: float, statistics: Mapping[str, Any]) -> str:
+    """A bootstrap p-value of 0 means below one in ``resamples``."""
+    return f"p = {p:.3g}" if p > 0 else f"p < {1 / statistics['method']['resamples']:.2g}"
+
+
 def significance_lines(statistics: Mapping[str, Any]) -> list[str]:
     """Per compared metric, the significant differences (or that there are none)."""
     formats = {key: (digits, percent, title) for key, title, digits, percent in COLUMNS}
@@ -51,7 +56,7 @@ def significance_lines(statistics: Mapping[str, Any]) -> list[str]:
         scale, unit = (100.0, " points") if percent else (1.0, "")
         found = [
             f"{r['a']} {'>' if r['difference'] > 0 else '<'} {r['b']} ({r['difference'] * scale:+.{digits}f}{unit}, "
-            f"95 % CI [{r['ci95'][0] * scale:.{digits}f}, {r['ci95'][1] * scale:.{digits}f}], p = {r['p_holm']:.3g})"
+            f"95 % CI [{r['ci95'][0] * scale:.{digits}f}, {r['ci95'][1] * scale:.{digits}f}], {_p(r['p_holm'], statistics)})"
             for r in rows if r["significant"]
         ]
         lines.append(f"{title}: " + ("; ".join(found) if found else f"no significant difference ({len(rows)} pair{'s' if len(rows) != 1 else ''})"))
@@ -124,9 +129,18 @@ def plot_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def pattern_notes(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _verdict(statistics: Mapping[str, Any] | None, metric: str, a: str, b: str) -> str:
+    """`` (significant, p = ...)`` / `` (not significant, ...)`` for models ``a`` and ``b``."""
+    for row in (statistics or {}).get("comparisons", {}).get(metric, []):
+        if {row["a"], row["b"]} == {a, b}:
+            return f" ({'significant' if row['significant'] else 'not significant'}, {_p(row['p_holm'], statistics)})"
+    return ""
+
+
+def pattern_notes(results: Mapping[str, Mapping[str, Any]], statistics: Mapping[str, Any] | None = None) -> list[str]:
     """What the table says about SpeakRL's pattern (clarification-trained models succeed
-    more often than the base model; GRPO not worse than SFT), computed, not asserted."""
+    more often than the base model; GRPO not worse than SFT), computed, not asserted; with
+    ``statistics``, whether each difference is significant (:func:`significance_lines`)."""
     notes = []
     if results and all(r["success"]["mean"] == 0.0 for r in results.values()):
         notes.append("No model completed a goal in any run (success 0 for every model): the comparison rests on "
@@ -136,9 +150,10 @@ def pattern_notes(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
         for name in ("sft", "dpo", "kto", "grpo"):
             if name in results:
                 delta = results[name]["success"]["mean"] - base
-                notes.append(f"{name} vs base: success {delta * 100:+.1f} points, questions/dialogue "
-                             f"{results[name]['clarifications_per_dialogue']['mean']:.2f} vs {results['base']['clarifications_per_dialogue']['mean']:.2f}")
+                notes.append(f"{name} vs base: success {delta * 100:+.1f} points{_verdict(statistics, 'success', name, 'base')}, "
+                             f"questions/dialogue {results[name]['clarifications_per_dialogue']['mean']:.2f} vs "
+                             f"{results['base']['clarifications_per_dialogue']['mean']:.2f}")
     if "grpo" in results and "sft" in results:
         delta = results["grpo"]["success"]["mean"] - results["sft"]["success"]["mean"]
-        notes.append(f"grpo vs sft: success {delta * 100:+.1f} points")
+        notes.append(f"grpo vs sft: success {delta * 100:+.1f} points{_verdict(statistics, 'success', 'grpo', 'sft')}")
     return notes
