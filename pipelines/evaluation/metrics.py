@@ -283,6 +283,13 @@ def _interval(values: np.ndarray) -> list[float] | None:
     return [round(float(lo), 6), round(float(hi), 6)]
 
 
+def _bounds(interval: list[float] | None) -> dict[str, float | None]:
+    """The interval as flat keys beside ``mean`` and ``std``: numbers that ``dvc metrics
+    show`` and ``diff`` list (they skip lists)."""
+    low, high = interval if interval else (None, None)
+    return {"ci95_low": low, "ci95_high": high}
+
+
 def _holm(pvalues: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment (family-wise error over the comparisons given)."""
     order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
@@ -301,8 +308,9 @@ def bootstrap_summary(
     seed: int = 0,
     alpha: float = 0.05,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Avg@k per model (:func:`avg_at_k`) with a ``ci95`` interval on every rate and per-domain
-    success, and the paired comparisons of :data:`COMPARED` between every two models.
+    """Avg@k per model (:func:`avg_at_k`) with a 95 % interval (``ci95_low``, ``ci95_high``)
+    on every rate and per-domain success, and the paired comparisons of :data:`COMPARED`
+    between every two models.
     Every model must have played the same goals."""
     goal_sets = {name: sorted({s.dialogue_id for s in scores}) for name, scores in scores_by_model.items()}
     goal_ids = next(iter(goal_sets.values()), [])
@@ -318,10 +326,10 @@ def bootstrap_summary(
             num, den = goal_sums(scores, goal_ids, parts)
             resampled[name][key] = _resampled_ratios(num, den, indices)
             if summary.get(key) is not None:
-                summary[key]["ci95"] = _interval(resampled[name][key])
+                summary[key].update(_bounds(_interval(resampled[name][key])))
         for domain, cell in summary["domain_success"].items():
             num, den = goal_sums(scores, goal_ids, _domain_parts(domain))
-            cell["ci95"] = _interval(_resampled_ratios(num, den, indices))
+            cell.update(_bounds(_interval(_resampled_ratios(num, den, indices))))
         results[name] = summary
     comparisons = paired_comparisons(results, resampled, alpha=alpha)
     setup = {"unit": "goal", "goals": len(goal_ids), "resamples": resamples, "seed": seed, "level": LEVEL,

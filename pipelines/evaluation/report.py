@@ -13,8 +13,8 @@ def _pm(score: Mapping[str, Any] | None, digits: int, percent: bool = False) -> 
     if score is None:
         return "–"
     scale = 100.0 if percent else 1.0
-    if score.get("ci95"):
-        low, high = score["ci95"]
+    if score.get("ci95_low") is not None:
+        low, high = score["ci95_low"], score["ci95_high"]
         return f"{score['mean'] * scale:.{digits}f} [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
     return f"{score['mean'] * scale:.{digits}f} ± {score['std'] * scale:.{digits}f}"
 

@@ -85,7 +85,7 @@ def test_reports_episodes_and_sql(evaluated, timings_dir):
 
     assert timing_keys(metrics) == []
     for result in metrics["models"].values():
-        low, high = result["success"]["ci95"]
+        low, high = result["success"]["ci95_low"], result["success"]["ci95_high"]
         assert low <= result["success"]["mean"] <= high
         assert result["over_asking_per_dialogue"]["mean"] <= result["clarifications_per_dialogue"]["mean"]
     same = metrics["statistics"]["comparisons"]["success"]
