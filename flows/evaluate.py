@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.train import retry_on_transient
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from pipelines.evaluation.metrics import avg_at_k, fault_counts, score_episode
+from pipelines.evaluation.metrics import avg_at_k, bootstrap_summary, fault_counts, score_episode
 from pipelines.evaluation.play import held_out_goals
 from pipelines.evaluation.policy import PolicySpec, check_policy
 from pipelines.evaluation.report import pattern_notes, plot_rows, report_markdown
@@ -93,11 +93,11 @@ def play(config: EvalConfig, agent: Any, goals: list[Any], simulator: Any, datab
 
 
 @task(name="score", **_TASK)
-def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> dict[str, Any]:
+def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> tuple[dict[str, Any], list[Any]]:
+    """The model's Avg@k summary (no clock readings: it is a DVC metric) and the episode scores."""
     by_id = {d.dialogue_id: d.goal for d in goals}
-    summary = avg_at_k([score_episode(e, by_id[e.dialogue_id]) for e in episodes])
-    summary["dialogues_per_second"] = len(episodes) / wall_s if wall_s else None
-    summary["wall_s"] = round(wall_s, 2)
+    scores = [score_episode(e, by_id[e.dialogue_id]) for e in episodes]
+    summary = avg_at_k(scores)  # for the log; the report's figures come with their intervals
     summary["faults"] = fault_counts(episodes)
     faults = summary["faults"]
     if faults["user_simulator"]["faults"] or faults["agent"]["llm_failures"]:
@@ -109,9 +109,9 @@ def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> di
     get_run_logger().info(
         "%s: success %.3f ± %.3f, turns %.2f ± %.2f, %.2f questions/dialogue, %.2f dialogues/s",
         name, summary["success"]["mean"], summary["success"]["std"], summary["turns"]["mean"], summary["turns"]["std"],
-        summary["clarifications_per_dialogue"]["mean"], summary["dialogues_per_second"],
+        summary["clarifications_per_dialogue"]["mean"], len(episodes) / wall_s if wall_s else 0.0,
     )
-    return summary
+    return summary, scores
 
 
 @task(name="publish-episodes", **_TASK, **_RETRY)
@@ -125,8 +125,8 @@ def publish_episodes(config: EvalConfig, episodes: list[Any]) -> None:
 
 
 @task(name="write-reports", **_TASK, **_RETRY)
-def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str) -> None:
-    from stages.io import write_json_atomic, write_text_atomic
+def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str, timings: dict[str, Any]) -> None:
+    from stages.io import write_json_atomic, write_text_atomic, write_timings
 
     write_json_atomic(Path(config.output.metrics), report)
     write_text_atomic(Path(config.output.markdown), markdown)
@@ -134,6 +134,8 @@ def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str) -> 
     header = list(rows[0])
     csv = "\n".join([",".join(header), *(",".join(str(r[h]) for h in header) for r in rows)]) + "\n"
     write_text_atomic(Path(config.output.plot), csv)
+    # Machine-dependent: outside the metrics (DVC hashes those; `dvc metrics diff` stays clean).
+    write_timings("evaluate", timings)
 
 
 def setup_summary(config: EvalConfig, n_goals: int) -> dict[str, Any]:
@@ -157,12 +159,20 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     check_config(config)
     database, goals = load_goals(config)
     simulator = build_simulator(config, database, simulator_client)
-    results: dict[str, Any] = {}
+    started = time.monotonic()
+    scores: dict[str, list[Any]] = {}
+    faults: dict[str, dict[str, Any]] = {}
     episodes: list[Any] = []
+    timings: dict[str, Any] = {"models": {}}
     for spec in config.policy_specs():
         agent = load_policy(config, spec)
         played, wall_s = play(config, agent, goals, simulator, database)
-        results[spec.name] = score(spec.name, played, goals, wall_s)
+        summary, scores[spec.name] = score(spec.name, played, goals, wall_s)
+        faults[spec.name] = summary["faults"]
+        timings["models"][spec.name] = {
+            "episodes": len(played), "wall_s": round(wall_s, 2),
+            "dialogues_per_second": round(len(played) / wall_s, 3) if wall_s else None,
+        }
         episodes += played
         del agent
     if simulator_client is not None:
@@ -170,14 +180,18 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
 
         # An outage of the simulator's endpoint leaves fallback turns only: no evaluation.
         check_failure_rate(simulator_client.accounting, config.max_llm_failure_rate, "evaluate")
+    results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
+    for name, counts in faults.items():
+        results[name]["faults"] = counts
     setup = setup_summary(config, len(goals))
-    report = {"setup": setup, "models": results}
+    report = {"setup": setup, "models": results, "statistics": statistics}
     if simulator_client is not None:
         # Every LLM call of the run, per role: failures by reason, retries, cache hits.
         report["llm"] = simulator_client.accounting.as_dict()
-    markdown = report_markdown(results, setup, notes=pattern_notes(results))
+    markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     publish_episodes(config, episodes)
-    write_reports(config, report, markdown)
+    timings["wall_s"] = round(time.monotonic() - started, 2)
+    write_reports(config, report, markdown, timings)
     create_markdown_artifact(markdown=markdown, key="evaluation", description="Avg@k success and turns per model")
     return report
 

@@ -230,6 +230,21 @@ def write_reports(config: TrainConfig, report: dict, curve: str) -> None:
     get_run_logger().info("%s: metrics -> %s, curve -> %s", config.method, config.output.metrics, config.output.curve)
 
 
+@task(name="write-timings", **_TASK)
+def write_timings(config: TrainConfig, summary: TrainSummary, wall_s: float) -> None:
+    """Wall times and steps per second to ``reports/timings/train_<method>.json``: machine-
+    dependent, so neither in the metrics nor in the model card (both hashed by DVC)."""
+    from stages.io import write_timings as write
+
+    path = write(f"train_{config.method}", {
+        "steps": summary.steps,
+        "train_s": round(summary.runtime_s, 2),
+        "steps_per_second": round(summary.steps / summary.runtime_s, 4) if summary.runtime_s else None,
+        "wall_s": round(wall_s, 2),
+    })
+    get_run_logger().info("%s: timings -> %s", config.method, path)
+
+
 # --- The recipe ------------------------------------------------------------------------------
 
 
@@ -255,6 +270,7 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
     from pipelines.training.card import model_card
     from pipelines.training.modeling import parameter_counts
 
+    started = time.monotonic()
     device = check_config(config)
     tokenizer = load_tokenizer(config)
     prepared = load_datasets(config, tokenizer)
@@ -275,10 +291,11 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
         report = training_report(
             config, device, parameter_counts(trainer.model), prepared, len(dataset), summary, before, after
         )
-        card = model_card(config, report, summary.runtime_s, _examples(prepared, generations))
+        card = model_card(config, report, _examples(prepared, generations))
         if trainer.is_world_process_zero():
             save_model(config, trainer, tokenizer, card)
             write_reports(config, report, curve_csv(summary.curve, curve_columns(config)))
+            write_timings(config, summary, time.monotonic() - started)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return report

@@ -42,7 +42,7 @@ from pipelines.policy.model import Architecture, TrainConfig, save_policy
 from pipelines.policy.pretrain_data import seed_chat
 from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
-from stages.io import main_wrapper, read_params, write_json_atomic
+from stages.io import main_wrapper, read_params, write_json_atomic, write_timings
 from stages.multiwoz_dir import load_multiwoz
 
 _KEYS = {
@@ -114,12 +114,11 @@ def run(params: dict) -> dict:
 
     result = bootstrap_policy(chats["train"], chats[HELD_OUT_SPLIT], config, log=print)
     metrics = {**result.metrics, "data_version": data_version}
-    metrics["timing"] = {"load_s": round(loaded - started, 2), **metrics["timing"]}
+    timings = {"load_s": round(loaded - started, 2), **result.timings}
 
     staging = staging_directory(output)  # also removes what a killed run left
     try:
         save_policy(result.model, result.tokenizer, staging)
-        metrics["wall_seconds"] = round(time.perf_counter() - started, 2)
         (staging / "README.md").write_text(model_card(result, metrics, params), encoding="utf-8")
         ordinary_permissions(staging)  # the safetensors writer makes its file 0600
         replace_directory(staging, output)
@@ -127,12 +126,14 @@ def run(params: dict) -> dict:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     write_json_atomic(metrics_path, metrics)
+    timings["wall_s"] = round(time.perf_counter() - started, 2)
+    write_timings("bootstrap", timings)
     generation = metrics["generation"]
     print(
         f"bootstrap: {metrics['parameters']:,} parameters, {metrics['training']['steps']} steps, "
         f"train loss {metrics['training']['final_train_loss']}, held-out loss {metrics['held_out_loss']}, "
         f"format-valid {generation['format_valid_share']:.0%} of {generation['prompts']} greedy replies "
-        f"-> {output} [{metrics['wall_seconds']:.1f}s]"
+        f"-> {output} [{timings['wall_s']:.1f}s]"
     )
     return metrics
 
@@ -217,7 +218,6 @@ Parameters (params.yaml `bootstrap`):
 | ... calling the gold tool / with the gold arguments ({generation['gold_tool_calls']} gold calls) | {generation['same_tool_share']} / {generation['same_call_share']} |
 | ... that ask a clarification question | {generation['clarify_share']} |
 | first replies to {opening['prompts']} {HELD_OUT_SPLIT} opening requests: of the gold kind / calling the gold tool ({opening['gold_tool_calls']} gold calls) | {opening['same_kind_share']} / {opening['same_tool_share']} |
-| wall time of the stage (s) | {metrics['wall_seconds']} |
 
 Sample greedy replies:
 

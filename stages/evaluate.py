@@ -48,10 +48,13 @@ def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -
     """The ``user_simulator`` role's LLM client, for an LLM simulator (None for agenda)."""
     if config.simulator.kind == "agenda":
         return None
-    from pipelines.llm import BackendConfig, LLMClient, ResponseCache
+    from pipelines.llm import LLMClient, ResponseCache, backends_from_dict
 
-    roles = (llm_params or {}).get("roles") or {}
-    backend = BackendConfig.from_dict("user_simulator", roles.get("user_simulator") or {}, "llm.roles.user_simulator")
+    # Every role of the section is checked: one that no code path uses is refused.
+    backends = backends_from_dict((llm_params or {}).get("roles") or {}, "params.yaml llm.roles")
+    if "user_simulator" not in backends:
+        raise ConfigError(f"evaluate.simulator.kind {config.simulator.kind!r} needs params.yaml llm.roles.user_simulator")
+    backend = backends["user_simulator"]
     if backend.kind != "openai":
         raise ConfigError(f"evaluate.simulator.kind {config.simulator.kind!r} needs llm.roles.user_simulator.backend: openai")
     return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm"))
@@ -71,10 +74,10 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
 
     with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
         report = evaluate(config, client)
+    # Speeds are in the flow's log and reports/timings/evaluate.json, not in the report.
     for name, result in report["models"].items():
         print(f"evaluate: {name}: success {result['success']['mean']:.3f} ± {result['success']['std']:.3f}, "
-              f"turns {result['turns']['mean']:.2f} ± {result['turns']['std']:.2f}, "
-              f"{result['dialogues_per_second']:.2f} dialogues/s")
+              f"turns {result['turns']['mean']:.2f} ± {result['turns']['std']:.2f}")
     return report
 
 

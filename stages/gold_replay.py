@@ -31,13 +31,14 @@ from pipelines.episodes import EPISODE_EVENTS, EPISODES, EpisodeSpec, ReplayAgen
 from pipelines.episodes.formats import FORMATS
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
-from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic
+from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_timings
 from stages.multiwoz_dir import load_multiwoz
 
 
-def summary(episodes, wall_seconds: float, unverifiable: frozenset[str] = frozenset()) -> dict:
-    """Counts for reports/gold_replay.json; ``unverifiable``: dialogue ids whose reference
-    has no annotations, left out of the success and inform rates."""
+def summary(episodes, unverifiable: frozenset[str] = frozenset()) -> dict:
+    """The replay's metrics, a function of the corpus and the params only (no clock);
+    ``unverifiable``: dialogue ids whose reference has no annotations, left out of the
+    success and inform rates."""
     n = len(episodes)
     ended = Counter(e.ended_by for e in episodes)
     verifiable = [e for e in episodes if e.dialogue_id not in unverifiable]
@@ -53,7 +54,6 @@ def summary(episodes, wall_seconds: float, unverifiable: frozenset[str] = frozen
         "tool_calls": sum(e.n_tool_calls for e in episodes),
         "tool_errors": sum(e.n_tool_errors for e in episodes),
         "simulator_fallbacks": sum(e.simulator_fallbacks for e in episodes),
-        "episodes_per_second": n / wall_seconds if wall_seconds else 0.0,
     }
 
 
@@ -104,7 +104,8 @@ def run(params: Mapping[str, Any]) -> dict:
     agent = ReplayAgent(get_format(config.agent_format))
     start = time.perf_counter()
     episodes = run_episodes_sync(specs, agent, simulator, database, RunnerConfig(max_exchanges=config.max_exchanges))
-    metrics = summary(episodes, time.perf_counter() - start, unverifiable)
+    wall_s = time.perf_counter() - start
+    metrics = summary(episodes, unverifiable)
     tables = episode_tables(episodes)
     notes = {"unverifiable": {"count": len(unverifiable), "reason": "reference has no belief-state annotations",
                               "first": sorted(unverifiable)[:5]}}
@@ -112,9 +113,11 @@ def run(params: Mapping[str, Any]) -> dict:
             Path(config.report) if config.report else None, notes=notes)
     if config.metrics:
         write_json_atomic(Path(config.metrics), metrics)
+    speed = len(episodes) / wall_s if wall_s else 0.0
+    write_timings("gold_replay", {"episodes": len(episodes), "wall_s": round(wall_s, 2), "episodes_per_second": round(speed, 2)})
     rate = "n/a" if metrics["success_rate"] is None else f"{metrics['success_rate']:.4f}"
     print(f"gold_replay: {metrics['episodes']} episodes, unverifiable: {metrics['unverifiable']}, "
-          f"success {rate} over {metrics['verifiable']} verifiable, {metrics['episodes_per_second']:.1f} episodes/s")
+          f"success {rate} over {metrics['verifiable']} verifiable, {speed:.1f} episodes/s")
     if unverifiable:
         print(f"gold_replay: {len(unverifiable)} reference dialogue(s) have no belief-state annotations, so their "
               "episodes verify nothing; they are left out of the success and inform rates")

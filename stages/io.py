@@ -266,6 +266,21 @@ def write_json_atomic(path: Path | str, obj: Any) -> None:
         temp.unlink(missing_ok=True)  # gone already once renamed
 
 
+#: Where the stages write their wall times and throughputs. Not a DVC output or metric and
+#: ignored by git: these figures depend on the machine and its load, and everything DVC hashes
+#: must depend on the inputs only (``dvc metrics diff`` between identical runs prints nothing).
+TIMINGS_DIR = Path("reports/timings")
+
+
+def write_timings(stage: str, figures: Mapping[str, Any], directory: Path | str | None = None) -> Path:
+    """Write one stage's machine-dependent figures (seconds, items per second) to
+    ``reports/timings/<stage>.json`` (or ``directory``); returns the path."""
+    path = Path(directory if directory is not None else TIMINGS_DIR) / f"{stage}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"stage": stage, **figures})
+    return path
+
+
 def write_text_atomic(path: Path | str, text: str) -> None:
     """Write ``text`` as UTF-8 through a temporary file beside ``path`` and a rename."""
     path = Path(path)

@@ -28,7 +28,7 @@ from pipelines.llm.accounting import check_failure_rate
 from pipelines.speaker.pipeline import SpeakerConfig, run_speaker
 from pipelines.speaker.synthesis import LLMSynthesizer, RulesSynthesizer, Synthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
-from stages.io import main_wrapper, publish, read_params, write_json_atomic
+from stages.io import main_wrapper, publish, read_params, write_json_atomic, write_timings
 from stages.multiwoz_dir import load_multiwoz
 
 _KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "output", "metrics", "cache_dir", "max_llm_failure_rate"}
@@ -90,7 +90,9 @@ def run(params: dict) -> dict:
     metrics["llm"] = {**accounting.as_dict(), **({"synthesizer": synthesizer.stats.as_dict()} if isinstance(synthesizer, LLMSynthesizer) else {})}
     write_json_atomic(metrics_path, metrics)
     done = time.perf_counter()
-    # Timings go to the log, not to the metrics: metrics stay a function of the inputs.
+    # Timings go to the log and reports/timings/, not to the metrics: metrics stay a function of the inputs.
+    write_timings("speaker", {"load_s": round(loaded - started, 2), "synthesis_s": round(synthesized - loaded, 2),
+                              "publish_s": round(done - synthesized, 2), "wall_s": round(done - started, 2)})
     print(
         f"speaker: {metrics['seeds']} seeds -> {metrics['dialogues']['kept']} dialogues kept, "
         f"{metrics['clarifications']['total']} clarifications, {metrics['dpo']['pairs']} DPO pairs "

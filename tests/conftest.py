@@ -22,6 +22,17 @@ CANARY_API_KEY = f"sk-canary-{uuid.uuid4().hex}"
 
 
 @pytest.fixture(scope="session", autouse=True)
+def timings_dir(tmp_path_factory) -> Iterator[Path]:
+    """Stages run in-process write their wall times here, not into the checkout's reports/."""
+    import stages.io
+
+    previous = stages.io.TIMINGS_DIR
+    stages.io.TIMINGS_DIR = tmp_path_factory.mktemp("timings")
+    yield stages.io.TIMINGS_DIR
+    stages.io.TIMINGS_DIR = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
 def canary_api_key(tmp_path_factory):
     previous = os.environ.get("OPENAI_API_KEY")
     os.environ["OPENAI_API_KEY"] = CANARY_API_KEY

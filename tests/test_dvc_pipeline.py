@@ -101,6 +101,14 @@ def test_dvc_repro_builds_validated_artifacts_and_is_idempotent(project):
     count = _run([sys.executable, "-m", "stages.cli", "sql", "select count(*) as n from dialogues", "--format", "json"], project)
     assert json.loads(count.stdout) == [{"n": N_DIALOGUES}]
 
+    # Every stage's wall time is in reports/timings/, and no DVC metric holds one.
+    from tests.test_timings import timing_keys
+
+    timings = {p.stem for p in (project / "reports" / "timings").glob("*.json")}
+    assert {"gold_replay", "speaker", "bootstrap", "train_sft", "train_dpo", "train_kto", "train_grpo", "evaluate"} <= timings
+    for path in [project / "reports" / "eval.json", *(project / "reports").glob("*.json"), *(project / "reports" / "train").glob("*.json")]:
+        assert timing_keys(json.loads(path.read_text())) == [], path
+
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
     second = _run([sys.executable, "-m", "dvc", "repro"], project)
     assert "Running stage" not in second.stdout, second.stdout
@@ -127,3 +135,18 @@ def test_bad_source_fails_the_stage_with_a_clear_message_and_no_artifact(project
     assert proc.returncode != 0
     assert "data.json" in proc.stderr + proc.stdout and victim in proc.stderr + proc.stdout and "'goal'" in proc.stderr + proc.stdout
     assert not list(project.glob("data/processed/**/*.parquet"))
+
+
+def test_a_forced_rerun_leaves_metrics_and_lock_unchanged(project):
+    # Wall times and speeds go to reports/timings/ (not hashed): re-running a stage on the same
+    # inputs must give the same output hashes, and `dvc metrics diff` must print nothing.
+    _run([sys.executable, "-m", "dvc", "repro", "gold_replay"], project)
+    _run(["git", "add", "-A"], project)
+    _run(["git", "commit", "-q", "-m", "first run"], project)
+    lock = (project / "dvc.lock").read_text()
+    assert (project / "reports" / "timings" / "gold_replay.json").is_file()
+
+    _run([sys.executable, "-m", "dvc", "repro", "--force", "--single-item", "gold_replay"], project)
+    assert (project / "dvc.lock").read_text() == lock
+    diff = _run([sys.executable, "-m", "dvc", "metrics", "diff"], project)
+    assert diff.stdout.strip() == "", diff.stdout

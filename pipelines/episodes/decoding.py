@@ -82,7 +82,10 @@ def supports_decoding(model: Any) -> bool:
     if getattr(config, "use_sliding_window", False) or getattr(config, "attention_chunk_size", None):
         return False
     parameters = _forward_parameters(model)
-    return {"past_key_values", "position_ids", "attention_mask"} <= parameters
+    # transformers 5.2x renamed forward's ``past_key_values`` to ``cache`` and still maps the
+    # old name (deprecated, removed in 5.40); the loop passes ``past_key_values``.
+    takes_cache = "past_key_values" in parameters or "cache" in parameters
+    return takes_cache and {"position_ids", "attention_mask"} <= parameters
 
 
 def prefix_kv(model: Any, ids: Sequence[int]) -> PrefixKV:

@@ -3,6 +3,10 @@
 ``episodes``: one row per episode with its outcome (ended_by, the goal checker's success,
 inform and per-domain results) and its counts. ``episode_events``: one row per event, the
 complete record of what happened (see :mod:`pipelines.episodes.records`).
+
+Clock readings (an episode's ``wall_seconds``, an event's ``latency_s``) stay on the records
+and out of the tables: the tables are DVC outputs, hashed, and must be the same bytes for
+the same inputs on any machine; the stages write their wall times to ``reports/timings/``.
 """
 
 from __future__ import annotations
@@ -54,13 +58,12 @@ EPISODES = ArtifactSpec(
         *(_required(name, pa.int32()) for name in _COUNTS),
         _required("prompt_tokens", pa.int64()),
         _required("completion_tokens", pa.int64()),
-        _required("wall_seconds", pa.float64()),
     ]),
     keys=("episode_id",),
     expectations=(
         in_set("ended_by", ENDED_BY),
         between("n_turns", 0, None),
-        *(between(name, 0, None) for name in (*_COUNTS, "prompt_tokens", "completion_tokens", "wall_seconds")),
+        *(between(name, 0, None) for name in (*_COUNTS, "prompt_tokens", "completion_tokens")),
     ),
 )
 
@@ -81,7 +84,6 @@ EPISODE_EVENTS = ArtifactSpec(
         ("arguments_json", pa.string()),
         ("observation_json", pa.string()),
         ("retries", pa.int32()),
-        ("latency_s", pa.float64()),
         ("prompt_tokens", pa.int32()),
         ("completion_tokens", pa.int32()),
     ]),
@@ -92,7 +94,6 @@ EPISODE_EVENTS = ArtifactSpec(
         between("event_index", 0, None),
         between("turn", 0, None),
         between("retries", 0, None),
-        between("latency_s", 0, None),
         between("prompt_tokens", 0, None),
         between("completion_tokens", 0, None),
     ),

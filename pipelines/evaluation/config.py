@@ -34,6 +34,23 @@ class SimulatorSpec:
 
 
 @dataclass(frozen=True)
+class StatsSpec:
+    """Confidence intervals and significance (:func:`pipelines.evaluation.metrics.bootstrap_summary`):
+    ``resamples`` of the goals with replacement from a generator seeded with ``seed``;
+    differences are significant below ``alpha`` (Holm-adjusted p-value)."""
+
+    resamples: int = 2000
+    seed: int = 0
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.resamples < 100:
+            raise ConfigError(f"evaluate.stats.resamples: expected >= 100, got {self.resamples}")
+        if not 0.0 < self.alpha < 1.0:
+            raise ConfigError(f"evaluate.stats.alpha: expected between 0 and 1, got {self.alpha}")
+
+
+@dataclass(frozen=True)
 class OutputSpec:
     episodes: str = "data/episodes/eval"
     metrics: str = "reports/eval.json"
@@ -43,13 +60,14 @@ class OutputSpec:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Every model plays ``max_goals`` goals of ``split`` once per seed (Avg@k)."""
+    """Every model plays ``max_goals`` goals of ``split`` once per seed (Avg@k); ``stats``
+    sets the confidence intervals over goals and the paired tests between models."""
 
     source: str
     models: tuple[tuple[str, ModelEntry], ...]
     db_dir: str | None = None
     split: str = "test"
-    max_goals: int | None = 40
+    max_goals: int | None = 100
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     max_exchanges: int = 20
     max_steps: int = 6
@@ -59,6 +77,7 @@ class EvalConfig:
     simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
     generation: GenerationSpec = field(default_factory=GenerationSpec)
     prompt: PromptSpec = field(default_factory=PromptSpec)
+    stats: StatsSpec = field(default_factory=StatsSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
     # More failed LLM simulator calls than this share is an outage: the stage publishes nothing.
     max_llm_failure_rate: float = 0.05

@@ -13,6 +13,25 @@ the *discriminating* ones are the goal constraints the user has not said yet: wh
 question could usefully ask for. A question scores 1 when it asks about one of those and
 about nothing already said. It is lexical, like the judge: a user who said "two people"
 where the goal says 2 leaves ``people`` unknown.
+
+Over-asking: a question is *needless* when, at the moment it is asked, either it asks about
+a goal constraint the user has already stated (the judge's ``asks_known_slot``), or the user
+has already stated every constraint of the goal (nothing was left to ask; "don't care"
+values are not constraints). Both read the same dialogue state as above. Being lexical, a
+constraint said in other words stays open, so the count is a lower bound; a question about
+something the goal does not constrain at all is not counted here (it is "not
+discriminating"). An always-ask policy shows up here, not in the clarify rate alone.
+
+Confidence intervals (:func:`bootstrap_summary`): the goals are the sampling unit. Every
+metric is a ratio of integer sums over episodes (successes / episodes, questions /
+episodes, hits / applicable domains ...); the goals are resampled with replacement
+(``resamples`` times, a seeded generator, the same resamples for every model and metric)
+and the 2.5th and 97.5th percentiles of the resampled ratios are the 95 % interval. The
+sums are integers, so the figures are the same on every machine. Differences between two
+models (:func:`paired_comparisons`) use the same resamples (a paired bootstrap over goals):
+the difference's interval, a two-sided p-value (twice the smaller share of resampled
+differences on either side of zero), Holm-adjusted over the model pairs of each metric;
+significant when the adjusted p is below ``alpha``.
 """
 
 from __future__ import annotations
@@ -22,10 +41,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from pipelines.episodes.records import Episode
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.records import Goal
-from pipelines.rewards.verifiable import VerifiableJudge, words
+from pipelines.rewards.verifiable import ASKS_KNOWN, VerifiableJudge, words
 
 _JUDGE = VerifiableJudge()
 
@@ -49,6 +70,7 @@ class EpisodeScore:
     n_discriminating: int
     n_malformed: int
     n_agent_fallbacks: int
+    n_over_asking: int = 0
 
 
 def goal_slot_values(goal: Goal) -> dict[str, list[str]]:
@@ -68,11 +90,24 @@ def _said(value: str, said: str) -> bool:
     return bool(needle) and f" {needle} " in said
 
 
-def clarification_verdicts(episode: Episode, goal: Goal) -> list[float]:
-    """The verifiable judge's score of each clarification question, in order (docstring)."""
+@dataclass(frozen=True)
+class QuestionCheck:
+    """One clarification question read against the dialogue state when it was asked."""
+
+    score: float  # the verifiable judge's: 1 = asks about an open goal constraint only
+    needless: bool  # over-asking (module docstring)
+    reason: str  # the judge's reason, or "nothing_open" when every constraint was stated
+
+
+NOTHING_OPEN = "nothing_open"
+
+
+def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
+    """Every clarification question of the episode, in order, scored and checked for
+    over-asking from what the user had said before it (module docstring)."""
     slots = goal_slot_values(goal)
     said = " "
-    scores = []
+    checks = []
     for event in episode.events:
         if event.kind == "user" and event.text:
             said += f"{words(event.text)} "
@@ -80,8 +115,16 @@ def clarification_verdicts(episode: Episode, goal: Goal) -> list[float]:
             known = sorted(s for s, values in slots.items() if any(_said(v, said) for v in values))
             open_slots = sorted(s for s in slots if s not in known)
             verdict = _JUDGE.verdict(event.text or "", {"discriminating_slots": open_slots, "known_slots": known})
-            scores.append(verdict.score)
-    return scores
+            if not open_slots:
+                checks.append(QuestionCheck(verdict.score, True, NOTHING_OPEN))
+            else:
+                checks.append(QuestionCheck(verdict.score, verdict.reason == ASKS_KNOWN, verdict.reason))
+    return checks
+
+
+def clarification_verdicts(episode: Episode, goal: Goal) -> list[float]:
+    """The verifiable judge's score of each clarification question, in order (docstring)."""
+    return [check.score for check in clarification_checks(episode, goal)]
 
 
 def _rate(flags: Iterable[bool | None]) -> tuple[int, int]:
@@ -91,7 +134,7 @@ def _rate(flags: Iterable[bool | None]) -> tuple[int, int]:
 
 def score_episode(episode: Episode, goal: Goal) -> EpisodeScore:
     domains = episode.result.domains
-    verdicts = clarification_verdicts(episode, goal)
+    checks = clarification_checks(episode, goal)
     return EpisodeScore(
         episode_id=episode.episode_id,
         dialogue_id=episode.dialogue_id,
@@ -104,9 +147,10 @@ def score_episode(episode: Episode, goal: Goal) -> EpisodeScore:
         book=_rate(d.book for d in domains),
         request=_rate(d.request for d in domains),
         n_clarifications=episode.n_clarifications,
-        n_discriminating=int(sum(verdicts)),
+        n_discriminating=int(sum(c.score for c in checks)),
         n_malformed=episode.n_malformed,
         n_agent_fallbacks=episode.n_agent_fallbacks,
+        n_over_asking=sum(c.needless for c in checks),
     )
 
 
@@ -143,6 +187,8 @@ def run_rates(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
         "request_rate": _pooled(s.request for s in scores),
         "clarifications_per_dialogue": questions / n,
         "discriminating_share": sum(s.n_discriminating for s in scores) / questions if questions else None,
+        "over_asking_per_dialogue": sum(s.n_over_asking for s in scores) / n,
+        "over_asking_share": sum(s.n_over_asking for s in scores) / questions if questions else None,
         "malformed_per_dialogue": sum(s.n_malformed for s in scores) / n,
         "fallbacks_per_dialogue": sum(s.n_agent_fallbacks for s in scores) / n,
         "domain_success": {d: sum(f) / len(f) for d, f in sorted(domain_flags.items())},
@@ -209,3 +255,159 @@ def fault_counts(episodes: Iterable[Episode]) -> dict[str, dict[str, Any]]:
                 if event.is_utterance:
                     agent["turns"] += 1
     return {"user_simulator": {**user, "faults_by_reason": dict(sorted(user_reasons.items()))}, "agent": agent}
+
+
+# --- Confidence intervals and paired comparisons over goals (module docstring) -------------
+
+#: Every rate of :func:`run_rates` as (numerator, denominator) integers of one episode.
+RATE_PARTS: Mapping[str, Any] = {
+    "success": lambda s: (int(s.success), 1),
+    "turns": lambda s: (s.n_turns, 1),
+    "inform_rate": lambda s: s.inform,
+    "book_rate": lambda s: s.book,
+    "request_rate": lambda s: s.request,
+    "clarifications_per_dialogue": lambda s: (s.n_clarifications, 1),
+    "discriminating_share": lambda s: (s.n_discriminating, s.n_clarifications),
+    "over_asking_per_dialogue": lambda s: (s.n_over_asking, 1),
+    "over_asking_share": lambda s: (s.n_over_asking, s.n_clarifications),
+    "malformed_per_dialogue": lambda s: (s.n_malformed, 1),
+    "fallbacks_per_dialogue": lambda s: (s.n_agent_fallbacks, 1),
+}
+
+#: The metrics whose differences between models are tested.
+COMPARED: tuple[str, ...] = (
+    "success", "turns", "inform_rate", "clarifications_per_dialogue", "over_asking_per_dialogue", "malformed_per_dialogue",
+)
+
+
+def _domain_parts(domain: str) -> Any:
+    return lambda s: (int(s.domains[domain]), 1) if domain in s.domains else (0, 0)
+
+
+def goal_sums(scores: Sequence[EpisodeScore], goal_ids: Sequence[str], parts: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per goal (in ``goal_ids`` order), the integer numerator and denominator sums of
+    ``parts(score)`` over the goal's episodes (every seed)."""
+    index = {goal: i for i, goal in enumerate(goal_ids)}
+    num = np.zeros(len(goal_ids), dtype=np.int64)
+    den = np.zeros(len(goal_ids), dtype=np.int64)
+    for score in scores:
+        n, d = parts(score)
+        num[index[score.dialogue_id]] += n
+        den[index[score.dialogue_id]] += d
+    return num, den
+
+
+def resample_indices(n_goals: int, resamples: int, seed: int) -> np.ndarray:
+    """``resamples`` x ``n_goals`` goal indices drawn with replacement (seeded)."""
+    return np.random.default_rng(seed).integers(0, n_goals, size=(resamples, n_goals))
+
+
+def _resampled_ratios(num: np.ndarray, den: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """One ratio per resample (NaN where the resample has a zero denominator)."""
+    nums, dens = num[indices].sum(axis=1), den[indices].sum(axis=1)
+    out = np.full(len(indices), np.nan)
+    np.divide(nums, dens, out=out, where=dens > 0)
+    return out
+
+
+#: The intervals' coverage (the ``ci95`` keys).
+LEVEL = 0.95
+
+
+def _interval(values: np.ndarray) -> list[float] | None:
+    """The percentile interval of the resampled values (NaNs, empty resamples, left out)."""
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return None
+    tail = (1.0 - LEVEL) / 2.0
+    lo, hi = np.quantile(values, [tail, 1.0 - tail])
+    return [round(float(lo), 6), round(float(hi), 6)]
+
+
+def _bounds(interval: list[float] | None) -> dict[str, float | None]:
+    """The interval as flat keys beside ``mean`` and ``std``: numbers that ``dvc metrics
+    show`` and ``diff`` list (they skip lists)."""
+    low, high = interval if interval else (None, None)
+    return {"ci95_low": low, "ci95_high": high}
+
+
+def _holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment (family-wise error over the comparisons given)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted = [1.0] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def bootstrap_summary(
+    scores_by_model: Mapping[str, Sequence[EpisodeScore]],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Avg@k per model (:func:`avg_at_k`) with a 95 % interval (``ci95_low``, ``ci95_high``)
+    on every rate and per-domain success, and the paired comparisons of :data:`COMPARED`
+    between every two models.
+    Every model must have played the same goals."""
+    goal_sets = {name: sorted({s.dialogue_id for s in scores}) for name, scores in scores_by_model.items()}
+    goal_ids = next(iter(goal_sets.values()), [])
+    if any(ids != goal_ids for ids in goal_sets.values()):
+        raise ValueError("every model must play the same goals for a paired comparison")
+    indices = resample_indices(len(goal_ids), resamples, seed)
+    results: dict[str, dict[str, Any]] = {}
+    resampled: dict[str, dict[str, np.ndarray]] = {}
+    for name, scores in scores_by_model.items():
+        summary = avg_at_k(scores)
+        resampled[name] = {}
+        for key, parts in RATE_PARTS.items():
+            num, den = goal_sums(scores, goal_ids, parts)
+            resampled[name][key] = _resampled_ratios(num, den, indices)
+            if summary.get(key) is not None:
+                summary[key].update(_bounds(_interval(resampled[name][key])))
+        for domain, cell in summary["domain_success"].items():
+            num, den = goal_sums(scores, goal_ids, _domain_parts(domain))
+            cell.update(_bounds(_interval(_resampled_ratios(num, den, indices))))
+        results[name] = summary
+    comparisons = paired_comparisons(results, resampled, alpha=alpha)
+    setup = {"unit": "goal", "goals": len(goal_ids), "resamples": resamples, "seed": seed, "level": LEVEL,
+             "alpha": alpha, "test": "paired bootstrap over goals, two-sided, Holm-adjusted over model pairs per metric"}
+    return results, {"method": setup, "comparisons": comparisons}
+
+
+def paired_comparisons(
+    results: Mapping[str, Mapping[str, Any]],
+    resampled: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    alpha: float = 0.05,
+) -> dict[str, list[dict[str, Any]]]:
+    """For each metric of :data:`COMPARED`, every pair of models (table order): the
+    difference of the Avg@k means, its paired-bootstrap interval, p-value and Holm-adjusted
+    p-value, and whether it is significant at ``alpha``."""
+    names = list(results)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in COMPARED:
+        rows = []
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if results[a].get(key) is None or results[b].get(key) is None:
+                    continue
+                diff = resampled[a][key] - resampled[b][key]
+                diff = diff[~np.isnan(diff)]
+                if not len(diff):
+                    continue
+                p = min(1.0, 2.0 * min(float(np.mean(diff <= 0)), float(np.mean(diff >= 0))))
+                rows.append({
+                    "a": a, "b": b,
+                    "difference": round(results[a][key]["mean"] - results[b][key]["mean"], 6),
+                    "ci95": _interval(diff),
+                    "p": round(p, 6),
+                })
+        for row, adjusted in zip(rows, _holm([r["p"] for r in rows])):
+            row["p_holm"] = round(adjusted, 6)
+            row["significant"] = adjusted < alpha
+        out[key] = rows
+    return out

@@ -1,33 +1,66 @@
 """The evaluation's reports: DVC metrics (JSON), a markdown table in the style of SpeakRL's
-table 2, and the rows of the success-vs-turns plot."""
+table 2 with 95 % confidence intervals, the significant differences between models, and the
+rows of the success-vs-turns plot."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
 
-def _pm(score: Mapping[str, float] | None, digits: int, percent: bool = False) -> str:
+def _pm(score: Mapping[str, Any] | None, digits: int, percent: bool = False) -> str:
+    """``mean [low, high]`` (the 95 % interval over goals), or ``mean ± std`` over the seeded
+    runs when the score has no interval."""
     if score is None:
         return "–"
     scale = 100.0 if percent else 1.0
+    if score.get("ci95_low") is not None:
+        low, high = score["ci95_low"], score["ci95_high"]
+        return f"{score['mean'] * scale:.{digits}f} [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
     return f"{score['mean'] * scale:.{digits}f} ± {score['std'] * scale:.{digits}f}"
 
 
+#: (metric, column title, digits, percent) of the main table, in order.
+COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
+    ("success", "Success (%)", 1, True),
+    ("turns", "Turns", 2, False),
+    ("inform_rate", "Inform (%)", 1, True),
+    ("book_rate", "Book (%)", 1, True),
+    ("request_rate", "Request (%)", 1, True),
+    ("clarifications_per_dialogue", "Questions / dialogue", 2, False),
+    ("over_asking_per_dialogue", "Needless questions / dialogue", 2, False),
+    ("discriminating_share", "Discriminating (%)", 1, True),
+    ("malformed_per_dialogue", "Malformed / dialogue", 2, False),
+)
+
+
 def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """Method | Success (%) | Turns, mean ± std over the seeded runs, then the secondary
-    rates (Avg@k means)."""
-    lines = [
-        "| Method | Success (%) | Turns | Inform (%) | Book (%) | Request (%) | Questions / dialogue | Discriminating (%) | Malformed / dialogue |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    """One row per method: every rate of :data:`COLUMNS` as Avg@k mean [95 % interval]."""
+    lines = ["| Method | " + " | ".join(title for _, title, _, _ in COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
     for name, result in results.items():
-        lines.append(
-            f"| {name} | {_pm(result['success'], 1, True)} | {_pm(result['turns'], 2)} "
-            f"| {_pm(result.get('inform_rate'), 1, True)} | {_pm(result.get('book_rate'), 1, True)} "
-            f"| {_pm(result.get('request_rate'), 1, True)} | {_pm(result['clarifications_per_dialogue'], 2)} "
-            f"| {_pm(result.get('discriminating_share'), 1, True)} | {_pm(result['malformed_per_dialogue'], 2)} |"
-        )
+        cells = [_pm(result.get(key), digits, percent) for key, _, digits, percent in COLUMNS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _p(p: float, statistics: Mapping[str, Any]) -> str:
+    """A bootstrap p-value of 0 means below one in ``resamples``."""
+    return f"p = {p:.3g}" if p > 0 else f"p < {1 / statistics['method']['resamples']:.2g}"
+
+
+def significance_lines(statistics: Mapping[str, Any]) -> list[str]:
+    """Per compared metric, the significant differences (or that there are none)."""
+    formats = {key: (digits, percent, title) for key, title, digits, percent in COLUMNS}
+    lines = []
+    for key, rows in statistics["comparisons"].items():
+        digits, percent, title = formats.get(key, (3, False, key))
+        scale, unit = (100.0, " points") if percent else (1.0, "")
+        found = [
+            f"{r['a']} {'>' if r['difference'] > 0 else '<'} {r['b']} ({r['difference'] * scale:+.{digits}f}{unit}, "
+            f"95 % CI [{r['ci95'][0] * scale:.{digits}f}, {r['ci95'][1] * scale:.{digits}f}], {_p(r['p_holm'], statistics)})"
+            for r in rows if r["significant"]
+        ]
+        lines.append(f"{title}: " + ("; ".join(found) if found else f"no significant difference ({len(rows)} pair{'s' if len(rows) != 1 else ''})"))
+    return lines
 
 
 def domain_table(results: Mapping[str, Mapping[str, Any]]) -> str:
@@ -39,13 +72,23 @@ def domain_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def report_markdown(results: Mapping[str, Mapping[str, Any]], setup: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
+def report_markdown(
+    results: Mapping[str, Mapping[str, Any]],
+    setup: Mapping[str, Any],
+    notes: Sequence[str] = (),
+    statistics: Mapping[str, Any] | None = None,
+) -> str:
     k = max((r["runs"] for r in results.values()), default=0)
+    method = (statistics or {}).get("method")
+    spread = (
+        f"[95 % confidence interval: percentile bootstrap over the {method['goals']} goals, {method['resamples']} "
+        f"resamples, seed {method['seed']}]" if method else "± standard deviation over the runs"
+    )
     parts = [
         "# Simulated collaborative evaluation",
         "",
-        f"Avg@{k}: mean ± standard deviation over {k} seeded runs of {setup['goals']} held-out goals "
-        f"({setup['split']} split) each, against the {setup['simulator']} user simulator, "
+        f"Avg@{k}: mean over {k} seeded runs of {setup['goals']} held-out goals "
+        f"({setup['split']} split) each {spread}, against the {setup['simulator']} user simulator, "
         f"at most {setup['max_exchanges']} agent turns; {setup['agent_format']} format, "
         f"{'greedy decoding' if not setup.get('temperature') else 'temperature ' + str(setup['temperature'])}.",
         "",
@@ -53,13 +96,26 @@ def report_markdown(results: Mapping[str, Mapping[str, Any]], setup: Mapping[str
         "",
         "Success: every goal domain's offered entity fits the goal, bookings made with the goal's values "
         "(a reference the environment issued), requested attributes given. Turns: utterances, user and agent. "
-        "Discriminating: questions the verifiable judge rates as asking for a goal constraint the user has not "
-        "stated yet (and nothing already stated).",
+        "Questions: clarification questions (the clarify rate). Needless questions (over-asking): questions that "
+        "ask about a goal constraint the user has already stated, or asked when the user had already stated every "
+        "constraint of the goal (nothing was left to ask). Discriminating: questions the verifiable judge rates as "
+        "asking for a goal constraint the user has not stated yet (and nothing already stated).",
         "",
         "## Success per domain (%)",
         "",
         domain_table(results),
     ]
+    if method:
+        parts += [
+            "",
+            "## Significant differences",
+            "",
+            f"Paired bootstrap over goals (the same {method['resamples']} goal resamples for every model): two-sided "
+            f"p-value of each difference, Holm-adjusted over the {len(results) * (len(results) - 1) // 2} model pairs "
+            f"of each metric; significant when below {method['alpha']}.",
+            "",
+            *[f"- {line}" for line in significance_lines(statistics)],
+        ]
     if notes:
         parts += ["", "## Notes", "", *[f"- {n}" for n in notes]]
     return "\n".join(parts) + "\n"
@@ -73,9 +129,18 @@ def plot_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def pattern_notes(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _verdict(statistics: Mapping[str, Any] | None, metric: str, a: str, b: str) -> str:
+    """`` (significant, p = ...)`` / `` (not significant, ...)`` for models ``a`` and ``b``."""
+    for row in (statistics or {}).get("comparisons", {}).get(metric, []):
+        if {row["a"], row["b"]} == {a, b}:
+            return f" ({'significant' if row['significant'] else 'not significant'}, {_p(row['p_holm'], statistics)})"
+    return ""
+
+
+def pattern_notes(results: Mapping[str, Mapping[str, Any]], statistics: Mapping[str, Any] | None = None) -> list[str]:
     """What the table says about SpeakRL's pattern (clarification-trained models succeed
-    more often than the base model; GRPO not worse than SFT), computed, not asserted."""
+    more often than the base model; GRPO not worse than SFT), computed, not asserted; with
+    ``statistics``, whether each difference is significant (:func:`significance_lines`)."""
     notes = []
     if results and all(r["success"]["mean"] == 0.0 for r in results.values()):
         notes.append("No model completed a goal in any run (success 0 for every model): the comparison rests on "
@@ -85,9 +150,10 @@ def pattern_notes(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
         for name in ("sft", "dpo", "kto", "grpo"):
             if name in results:
                 delta = results[name]["success"]["mean"] - base
-                notes.append(f"{name} vs base: success {delta * 100:+.1f} points, questions/dialogue "
-                             f"{results[name]['clarifications_per_dialogue']['mean']:.2f} vs {results['base']['clarifications_per_dialogue']['mean']:.2f}")
+                notes.append(f"{name} vs base: success {delta * 100:+.1f} points{_verdict(statistics, 'success', name, 'base')}, "
+                             f"questions/dialogue {results[name]['clarifications_per_dialogue']['mean']:.2f} vs "
+                             f"{results['base']['clarifications_per_dialogue']['mean']:.2f}")
     if "grpo" in results and "sft" in results:
         delta = results["grpo"]["success"]["mean"] - results["sft"]["success"]["mean"]
-        notes.append(f"grpo vs sft: success {delta * 100:+.1f} points")
+        notes.append(f"grpo vs sft: success {delta * 100:+.1f} points{_verdict(statistics, 'success', 'grpo', 'sft')}")
     return notes

@@ -10,11 +10,12 @@ Each role of the pipeline picks its own backend::
         api_key_env: OPENAI_API_KEY      # the *name* of the variable; never the key itself
         max_concurrency: 8
         sampling: {temperature: 0.0, max_tokens: 256}
-      teacher:
-        backend: hf
-        model_path: models/teacher
       synthesizer:
         backend: rules
+
+Only the roles some code path calls are accepted (:data:`ROLE_BACKENDS`), each with the
+backends that code supports: a method that calls a new role (an extractor, a grader, a
+teacher) adds it there, with its code; until then the configuration refuses it.
 
 ``backends_from_dict(section)`` turns such a section into ``{role: BackendConfig}``. The library
 never reads params.yaml itself: the caller hands over the already-parsed mapping, and ``where``
@@ -32,19 +33,20 @@ from urllib.parse import urlsplit
 from pipelines.errors import ConfigError
 from pipelines.secrets import refuse_secrets
 
-ROLES: tuple[str, ...] = (
-    "synthesizer",
-    "user_simulator",
-    "judge",
-    "extractor",
-    "grader",
-    "prompt_proposer",
-    "teacher",
+BACKEND_KINDS: tuple[str, ...] = ("rules", "openai", "hf")
+
+#: Every role a code path uses, with the backends that code accepts. ``hf`` (a local
+#: transformers model, :class:`pipelines.llm.hf.HFBackend`) is no role's backend yet: the
+#: evaluated policies load their models through ``evaluate.models``, not through a role.
+ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "synthesizer": ("rules", "openai"),  # SpeakER synthesis (stages/speaker.py)
+    "user_simulator": ("rules", "openai"),  # rules: the agenda simulator; openai: goal_llm / guide_llm
+    "judge": ("rules", "openai"),  # rules: the verifiable judge; openai: the LLM clarification judge
     # The policy under evaluation when it sits behind an endpoint (the openai agent); its
     # calls are accounted apart from the helper roles above.
-    "agent",
-)
-BACKEND_KINDS: tuple[str, ...] = ("rules", "openai", "hf")
+    "agent": ("openai",),
+})
+ROLES: tuple[str, ...] = tuple(ROLE_BACKENDS)
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("auto", "prompt")
 
 T = TypeVar("T")
@@ -311,7 +313,7 @@ class BackendConfig:
 
     def __post_init__(self) -> None:
         _choice(self.role, ROLES, "role")
-        _choice(self.kind, BACKEND_KINDS, f"{self.role}.backend")
+        _choice(self.kind, ROLE_BACKENDS[self.role], f"{self.role}.backend")
         if (self.kind == "openai") != (self.client is not None):
             raise ConfigError(f"{self.role}: a client configuration is required for, and only for, backend 'openai'")
         if (self.kind == "hf") != (self.hf is not None):
@@ -323,7 +325,7 @@ class BackendConfig:
         ``sampling``; keys that do not belong to the chosen backend are errors, not ignored."""
         where = where or role
         if role not in ROLES:
-            raise ConfigError(f"{where}: unknown role {role!r}; roles: {list(ROLES)}")
+            raise ConfigError(f"{where}: {_unknown_role(role)}")
         section = _check_mapping(section, where)
         # Anywhere in the section (sampling.extra_body too), before any of it reaches a cache
         # key or a record; the message names the place, not the value.
@@ -331,6 +333,11 @@ class BackendConfig:
         if "backend" not in section:
             raise ConfigError(f"{where}: missing required key 'backend' (one of {list(BACKEND_KINDS)})")
         kind = _choice(section["backend"], BACKEND_KINDS, f"{where}.backend")
+        if kind not in ROLE_BACKENDS[role]:
+            raise ConfigError(
+                f"{where}.backend: {kind!r} is not supported for role {role!r} (no code path runs it); "
+                f"expected one of {list(ROLE_BACKENDS[role])}"
+            )
         sampling = SamplingParams.from_dict(section.get("sampling", {}), f"{where}.sampling")
         rest = {k: v for k, v in section.items() if k not in ("backend", "sampling")}
         if kind == "rules":
@@ -341,8 +348,16 @@ class BackendConfig:
         return cls(role=role, kind="hf", sampling=sampling, hf=HFConfig.from_dict(rest, where))
 
 
+def _unknown_role(role: str) -> str:
+    return (f"unknown role {role!r}: no code path uses it (a method that calls a role adds it to "
+            f"pipelines/llm/config.py ROLE_BACKENDS); roles: {list(ROLES)}")
+
+
 def backends_from_dict(section: Any, where: str = "llm") -> dict[str, BackendConfig]:
-    """``{role: BackendConfig}`` for every role named in the section; unknown roles are errors."""
+    """``{role: BackendConfig}`` for every role named in the section; a role no code path
+    uses, or a backend its code does not support, is an error."""
     section = _check_mapping(section, where)
-    _check_keys(section, set(ROLES), where)
+    for role in section:
+        if role not in ROLES:
+            raise ConfigError(f"{where}.{role}: {_unknown_role(role)}")
     return {role: BackendConfig.from_dict(role, sub, f"{where}.{role}") for role, sub in section.items()}

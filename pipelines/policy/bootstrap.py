@@ -80,8 +80,9 @@ class BootstrapResult:
     tokenizer: "PreTrainedTokenizerFast"
     model: "Qwen2ForCausalLM"
     training: TrainResult
-    metrics: dict[str, Any]
+    metrics: dict[str, Any]  # a function of the inputs: no clock readings
     samples: list[dict[str, Any]]  # a few evaluation prompts' last message, gold and reply
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase (machine-dependent)
 
 
 def tokenizer_texts(chats: Sequence[Chat], system_prompt: str = COMPACT_SYSTEM_PROMPT) -> list[str]:
@@ -173,14 +174,13 @@ def bootstrap_policy(
         "held_out_loss": round(held_out_loss, 4),
         "generation": generation_metrics,
         "opening": opening_metrics,
-        "timing": timings,
     }
     tokenizer.model_max_length = config.architecture.max_position_embeddings  # saved with it
     samples = [
         {"last_message": prompt[-1]["content"][:300], "gold": gold, "reply": g.text, "finished": g.finished}
         for (prompt, gold), g in list(zip(prompts, generations))[:5]
     ]
-    return BootstrapResult(tokenizer, model, training, metrics, samples)
+    return BootstrapResult(tokenizer, model, training, metrics, samples, timings)
 
 
 def evaluation_prompts(

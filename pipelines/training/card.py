@@ -33,11 +33,11 @@ def _number(value: Any) -> str:
 def model_card(
     config: TrainConfig,
     report: Mapping[str, Any],
-    runtime_s: float | None = None,
     examples: Mapping[str, list[tuple[str, str]]] | None = None,
 ) -> str:
     """Markdown: what was trained from what, on which data version, with which settings,
-    and the held-out metrics before and after. ``examples``: (prompt tail, generation)
+    and the held-out metrics before and after; no wall times (the card is hashed with the
+    model by DVC; they go to ``reports/timings/``). ``examples``: (prompt tail, generation)
     pairs per source."""
     before = flatten(report.get("eval", {}).get("before", {}))
     after = flatten(report.get("eval", {}).get("after", {}))
@@ -76,7 +76,6 @@ def model_card(
         "## Training",
         "",
         f"{train.get('steps')} steps ({train.get('stopped_by')}), final loss {_number(train.get('final_loss'))}"
-        + (f", {runtime_s:.0f} s of training" if runtime_s is not None else "")
         + f" on {report.get('device', {}).get('accelerator', '?')}.",
         "",
         "## Held-out metrics",

@@ -38,7 +38,7 @@ def specs(small_corpus, n=3):
 
 def test_every_step_is_one_request_with_its_own_seed(small_corpus, database):
     with FakeOpenAIServer() as server:
-        agent = OpenAIAgent(client_for(server), SpeakRLFormat(), role="teacher")
+        agent = OpenAIAgent(client_for(server), SpeakRLFormat(), role="agent")
         episodes = run_episodes_sync(specs(small_corpus), agent, talkative_user(), database, CONFIG)
         bodies = server.stats.bodies
 
@@ -54,7 +54,7 @@ def test_every_step_is_one_request_with_its_own_seed(small_corpus, database):
 
 def test_a_failed_call_is_retried_then_the_turn_fails(small_corpus, database):
     with FakeOpenAIServer(FaultPlan(rate=1.0, kinds=("echo_auth_401",))) as server:
-        agent = OpenAIAgent(client_for(server), SpeakRLFormat(), role="teacher")
+        agent = OpenAIAgent(client_for(server), SpeakRLFormat(), role="agent")
         [episode] = run_episodes_sync(specs(small_corpus, 1), agent, talkative_user(), database, CONFIG)
         requests = server.stats.requests
 
@@ -79,7 +79,7 @@ def tool_calling_user() -> ScriptedSimulator:
 def test_function_calling_runs_tool_calls_and_continues(small_corpus, database):
     first_tool = TOOL_SCHEMAS[0]["function"]["name"]
     with FakeOpenAIServer() as server:
-        agent = OpenAIAgent(client_for(server), FunctionCallingFormat(), role="teacher")
+        agent = OpenAIAgent(client_for(server), FunctionCallingFormat(), role="agent")
         episodes = run_episodes_sync(specs(small_corpus, 2), agent, tool_calling_user(), database, CONFIG)
         bodies = server.stats.bodies
         tool_requests = server.stats.tool_requests

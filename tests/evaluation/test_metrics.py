@@ -7,7 +7,17 @@ import pytest
 from pipelines.env.tools import Database
 from pipelines.episodes import EpisodeSpec, ReplayAgent, SpeakRLFormat, run_episodes_sync
 from pipelines.episodes.records import EpisodeEvent
-from pipelines.evaluation.metrics import EpisodeScore, avg_at_k, clarification_verdicts, goal_slot_values, mean_std, score_episode
+from pipelines.evaluation.metrics import (
+    NOTHING_OPEN,
+    EpisodeScore,
+    avg_at_k,
+    bootstrap_summary,
+    clarification_checks,
+    clarification_verdicts,
+    goal_slot_values,
+    mean_std,
+    score_episode,
+)
 from pipelines.simulators.agenda import AgendaSimulator
 
 
@@ -77,3 +87,84 @@ def test_clarification_verdicts_follow_what_the_user_has_said(gold_episodes):
     assert clarification_verdicts(asked_known, goal) == [0.0]
     irrelevant = replace(episode, events=(event(0, "user", "I want a restaurant."), event(1, "clarify", "Do you like the weather today?")))
     assert clarification_verdicts(irrelevant, goal) == [0.0]
+
+
+def test_over_asking_is_a_question_about_something_said_or_when_nothing_was_left_to_ask(gold_episodes):
+    episodes, goals = gold_episodes
+    episode = next(e for e in episodes if goals[e.dialogue_id].get("restaurant") is not None and "area" in goals[e.dialogue_id].get("restaurant").info)
+    goal = goals[episode.dialogue_id]
+    area = goal.get("restaurant").info["area"]
+    # Everything the goal constrains, said in its own words: nothing is left to ask.
+    everything = " ".join(v for values in goal_slot_values(goal).values() for v in values)
+
+    def event(i: int, kind: str, text: str) -> EpisodeEvent:
+        return EpisodeEvent(episode.episode_id, i, i, kind, "user" if kind == "user" else "agent", text=text)
+
+    from dataclasses import replace
+
+    def checks(*events):
+        played = replace(episode, events=tuple(event(i, k, t) for i, (k, t) in enumerate(events)))
+        return [(c.score, c.needless, c.reason) for c in clarification_checks(played, goal)]
+
+    question = "Which part of town do you prefer?"
+    assert checks(("user", "I want a restaurant."), ("clarify", question)) == [(1.0, False, "targets_discriminating_slot")]
+    assert checks(("user", f"A restaurant in the {area} please."), ("clarify", question)) == [(0.0, True, "asks_known_slot")]
+    assert checks(("user", f"I need {everything}."), ("clarify", "Anything else I should know?")) == [(0.0, True, NOTHING_OPEN)]
+    # Not asking at all is never over-asking; an off-goal question is counted as not discriminating only.
+    assert checks(("user", f"I need {everything}.")) == []
+    assert checks(("user", "I want a restaurant."), ("clarify", "Do you like the weather today?")) == [(0.0, False, "irrelevant")]
+
+    asked_twice = replace(episode, events=(
+        event(0, "user", f"A restaurant in the {area} please."), event(1, "clarify", question), event(2, "clarify", question),
+    ), n_clarifications=2)
+    score = score_episode(asked_twice, goal)
+    assert (score.n_clarifications, score.n_over_asking, score.n_discriminating) == (2, 2, 0)
+    summary = avg_at_k([score])
+    assert summary["over_asking_per_dialogue"]["mean"] == 2.0 and summary["over_asking_share"]["mean"] == 1.0
+
+
+def _goal_scores(goal_success: dict[str, list[bool]], questions: int = 0) -> list[EpisodeScore]:
+    """One score per (goal, seed): ``goal_success[goal][seed]``."""
+    return [
+        EpisodeScore(
+            episode_id=f"{goal}/{seed}", dialogue_id=goal, seed=seed, success=ok, n_turns=10 + seed, ended_by="user_end",
+            domains={"hotel": ok}, inform=(int(ok), 1), book=(0, 0), request=(0, 0), n_clarifications=questions,
+            n_discriminating=0, n_malformed=0, n_agent_fallbacks=0, n_over_asking=questions,
+        )
+        for goal, flags in goal_success.items() for seed, ok in enumerate(flags)
+    ]
+
+
+def test_bootstrap_intervals_bracket_the_mean_and_are_reproducible():
+    goals = [f"g{i:03d}" for i in range(60)]
+    # Goal i succeeds in (i mod 4) of 3 seeds (capped): a spread of per-goal rates.
+    scores = _goal_scores({g: [s < (i % 4) for s in range(3)] for i, g in enumerate(goals)})
+    results, statistics = bootstrap_summary({"m": scores}, resamples=500, seed=3)
+    success = results["m"]["success"]
+    low, high = success["ci95_low"], success["ci95_high"]
+    assert low < success["mean"] < high and 0.0 <= low and high <= 1.0
+    assert high - low < 0.3  # 60 goals: a few tens of points at most
+    assert results["m"]["book_rate"] is None  # nothing to book anywhere: no interval either
+    assert results["m"]["domain_success"]["hotel"]["ci95_low"] == low and results["m"]["domain_success"]["hotel"]["ci95_high"] == high
+    again, _ = bootstrap_summary({"m": scores}, resamples=500, seed=3)
+    assert again == results
+    other, _ = bootstrap_summary({"m": scores}, resamples=500, seed=4)
+    assert (other["m"]["success"]["ci95_low"], other["m"]["success"]["ci95_high"]) != (low, high)  # the seed is what makes it reproducible
+    assert statistics["method"]["unit"] == "goal" and statistics["method"]["goals"] == 60
+
+
+def test_paired_comparisons_find_a_real_difference_and_not_a_null_one():
+    goals = [f"g{i:03d}" for i in range(100)]
+    weak = _goal_scores({g: [i % 5 == 0] * 3 for i, g in enumerate(goals)})  # 20 % of goals
+    strong = _goal_scores({g: [i % 5 < 3] * 3 for i, g in enumerate(goals)}, questions=1)  # 60 %, and asks once
+    twin = _goal_scores({g: [i % 5 == 0] * 3 for i, g in enumerate(goals)})
+    results, statistics = bootstrap_summary({"weak": weak, "strong": strong, "twin": twin}, resamples=1000, seed=0)
+    rows = {(r["a"], r["b"]): r for r in statistics["comparisons"]["success"]}
+    assert rows[("weak", "strong")]["significant"] and rows[("weak", "strong")]["difference"] == pytest.approx(-0.4)
+    assert rows[("weak", "strong")]["ci95"][1] < 0
+    assert not rows[("weak", "twin")]["significant"] and rows[("weak", "twin")]["p"] == 1.0
+    assert rows[("weak", "twin")]["p_holm"] >= rows[("weak", "twin")]["p"]
+    over = {(r["a"], r["b"]): r for r in statistics["comparisons"]["over_asking_per_dialogue"]}
+    assert over[("strong", "twin")]["significant"] and over[("strong", "twin")]["difference"] == 1.0
+    with pytest.raises(ValueError, match="same goals"):
+        bootstrap_summary({"weak": weak, "fewer": weak[:-3]})

@@ -68,7 +68,7 @@ def test_the_stage_is_a_completed_prefect_flow_run_with_the_table_as_artifact(ev
     assert "| first |" in markdown and "| second |" in markdown and "Success (%)" in markdown
 
 
-def test_reports_episodes_and_sql(evaluated):
+def test_reports_episodes_and_sql(evaluated, timings_dir):
     root, report = evaluated
     metrics = json.loads((root / "reports" / "eval.json").read_text())
     assert metrics == json.loads(json.dumps(report))
@@ -79,8 +79,23 @@ def test_reports_episodes_and_sql(evaluated):
     # The same weights, greedy: the two entries play the same dialogues.
     assert metrics["models"]["first"]["turns"] == metrics["models"]["second"]["turns"]
     assert metrics["setup"]["goals"] == 2 and metrics["setup"]["max_exchanges"] == 3
+    # Intervals over goals on every rate, paired tests between the models, and no clock readings
+    # (speeds are in reports/timings/evaluate.json, which DVC does not hash).
+    from tests.test_timings import timing_keys
+
+    assert timing_keys(metrics) == []
+    for result in metrics["models"].values():
+        low, high = result["success"]["ci95_low"], result["success"]["ci95_high"]
+        assert low <= result["success"]["mean"] <= high
+        assert result["over_asking_per_dialogue"]["mean"] <= result["clarifications_per_dialogue"]["mean"]
+    same = metrics["statistics"]["comparisons"]["success"]
+    assert [(r["a"], r["b"], r["significant"]) for r in same] == [("first", "second", False)]
+    timings = json.loads((timings_dir / "evaluate.json").read_text())
+    assert set(timings["models"]) == {"first", "second"} and timings["models"]["first"]["episodes"] == 4
     markdown = (root / "reports" / "eval.md").read_text()
     assert markdown.startswith("# Simulated collaborative evaluation") and "Avg@2" in markdown
+    assert "Needless questions / dialogue" in markdown and "## Significant differences" in markdown
+    assert "Success (%): no significant difference (1 pair)" in markdown
     plot = (root / "reports" / "eval_plot.csv").read_text().splitlines()
     assert plot[0] == "method,success,success_std,turns,turns_std" and len(plot) == 3
 

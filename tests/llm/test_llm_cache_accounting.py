@@ -70,7 +70,7 @@ def test_accounting_is_exact_under_threads():
         for _ in range(1000):
             accounting.record_request("judge")
             accounting.record_retry("judge", "timeout")
-            accounting.record_tokens("grader", 2, 3, 0.001)
+            accounting.record_tokens("synthesizer", 2, 3, 0.001)
 
     threads = [threading.Thread(target=work) for _ in range(8)]
     for thread in threads:
@@ -81,7 +81,7 @@ def test_accounting_is_exact_under_threads():
     report = accounting.as_dict()
     assert report["roles"]["judge"]["requests"] == 8000
     assert report["roles"]["judge"]["retries_by_reason"] == {"timeout": 8000}
-    assert report["roles"]["grader"]["prompt_tokens"] == 16000
+    assert report["roles"]["synthesizer"]["prompt_tokens"] == 16000
     assert report["total"]["completion_tokens"] == 24000
     assert report["total"]["cost"] == 8.0
     assert accounting.role("nobody").requests == 0

@@ -76,14 +76,14 @@ def test_a_call_failing_after_max_retries_returns_an_explicit_failure(make_serve
     timeout_s = 0.3 if kind == "timeout" else 2.0
     client = LLMClient(fast_config(server.base_url, max_retries=2, timeout_s=timeout_s))
 
-    result = client.complete_sync(user("hello"), "grader", SamplingParams(), seed=1)
+    result = client.complete_sync(user("hello"), "synthesizer", SamplingParams(), seed=1)
 
     reason = FAULT_TO_REASON[kind]
     assert isinstance(result, Failure)
-    assert (result.role, result.reason, result.attempts) == ("grader", reason, 3)
+    assert (result.role, result.reason, result.attempts) == ("synthesizer", reason, 3)
     assert result.last_error
     assert server.stats.requests == 3
-    usage = client.accounting.role("grader")
+    usage = client.accounting.role("synthesizer")
     assert dict(usage.retries) == {reason: 2} and dict(usage.failures) == {reason: 1}
     with pytest.raises(LLMFailure) as raised:
         unwrap(result)
@@ -246,7 +246,7 @@ def test_failures_are_not_cached(make_server, tmp_path):
 def test_schema_replies_are_validated_and_parsed(server):
     client = LLMClient(fast_config(server.base_url))
 
-    result = client.complete_sync(user("a hotel?"), "extractor", SamplingParams(), seed=3, response_schema=SCHEMA)
+    result = client.complete_sync(user("a hotel?"), "synthesizer", SamplingParams(), seed=3, response_schema=SCHEMA)
 
     completion = result.unwrap()
     assert completion.parsed == (json.loads(completion.text),) and completion.parsed[0]["seed"] == 3
@@ -258,7 +258,7 @@ def test_schema_replies_are_validated_and_parsed(server):
 def test_invalid_replies_are_repaired_and_counted(make_server):
     clean = make_server()
     faulty = make_server(FaultPlan(rate=0.25, kinds=("invalid_content", "wrong_schema")))
-    requests = requests_for(PROMPTS[:8], role="extractor", response_schema=SCHEMA)
+    requests = requests_for(PROMPTS[:8], role="synthesizer", response_schema=SCHEMA)
 
     expected = LLMClient(fast_config(clean.base_url)).complete_many_sync(requests)
     client = LLMClient(fast_config(faulty.base_url, repair_retries=1))
@@ -267,7 +267,7 @@ def test_invalid_replies_are_repaired_and_counted(make_server):
     assert [r.unwrap().parsed for r in results] == [r.unwrap().parsed for r in expected]
     injected = sum(faulty.stats.faults.values())
     assert injected == 2
-    usage = client.accounting.role("extractor")
+    usage = client.accounting.role("synthesizer")
     assert usage.repairs == sum(r.repairs for r in results) == injected
     assert usage.requests == len(requests) + injected and not usage.retries and not usage.failures
     # A repair request shows the model its invalid reply and what is wrong with it.
@@ -285,12 +285,12 @@ def test_persistently_invalid_output_fails_after_the_repairs(make_server, tmp_pa
     cache = ResponseCache(tmp_path / "cache")
     client = LLMClient(fast_config(server.base_url, repair_retries=2), cache=cache)
 
-    result = client.complete_sync(user("a"), "extractor", SamplingParams(), seed=0, response_schema=SCHEMA)
+    result = client.complete_sync(user("a"), "synthesizer", SamplingParams(), seed=0, response_schema=SCHEMA)
 
     assert isinstance(result, Failure)
     assert (result.reason, result.attempts) == ("invalid_output", 3)
     assert result.last_error.endswith("answer: 42 is not of type 'string'")
-    usage = client.accounting.role("extractor")
+    usage = client.accounting.role("synthesizer")
     assert usage.repairs == 2 and dict(usage.failures) == {"invalid_output": 1}
     assert not list(tmp_path.rglob("*.json")), "a failure must not be cached"
 
@@ -479,17 +479,17 @@ def test_tokens_and_cost_are_accounted_per_role(server):
     client = LLMClient(fast_config(server.base_url, price_in_per_1k=1.0, price_out_per_1k=2.0))
 
     judge = client.complete_sync(user("one two three"), "judge", SamplingParams(), seed=0).unwrap()
-    grader = client.complete_sync(user("four five"), "grader", SamplingParams(), seed=0).unwrap()
+    synthesizer = client.complete_sync(user("four five"), "synthesizer", SamplingParams(), seed=0).unwrap()
 
     report = client.accounting.as_dict()
-    for completion, prompt_tokens in ((judge, 3), (grader, 2)):
+    for completion, prompt_tokens in ((judge, 3), (synthesizer, 2)):
         role = report["roles"][completion.role]
         completion_tokens = len(completion.text.split())  # the fake server counts words
         assert (role["prompt_tokens"], role["completion_tokens"]) == (prompt_tokens, completion_tokens)
         assert completion.usage.cost == pytest.approx((prompt_tokens * 1.0 + completion_tokens * 2.0) / 1000)
         assert role["cost"] == pytest.approx(completion.usage.cost)
     assert report["total"]["requests"] == 2 and report["total"]["cost"] == pytest.approx(
-        judge.usage.cost + grader.usage.cost
+        judge.usage.cost + synthesizer.usage.cost
     )
 
 

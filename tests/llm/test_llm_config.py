@@ -17,7 +17,6 @@ SECTION = {
         "price_in_per_1k": 0.15,
         "sampling": {"temperature": 0.2, "max_tokens": 64, "stop": "###", "extra_body": {"top_k": 20}},
     },
-    "teacher": {"backend": "hf", "model_path": "models/teacher", "batch_size": 4},
     "synthesizer": {"backend": "rules"},
 }
 
@@ -36,21 +35,19 @@ def test_a_full_section_is_read_into_dataclasses():
     )
     assert judge.sampling.stop == ("###",) and dict(judge.sampling.extra_body) == {"top_k": 20}
     assert judge.sampling.request_fields() == {"temperature": 0.2, "max_tokens": 64, "stop": ["###"]}
-    assert backends["teacher"] == BackendConfig(
-        role="teacher", kind="hf", hf=HFConfig(model_path="models/teacher", batch_size=4)
-    )
     assert backends["synthesizer"].kind == "rules" and backends["synthesizer"].client is None
 
 
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({"jduge": {"backend": "rules"}}, r"llm: unknown key\(s\) \['jduge'\]"),
+        ({"jduge": {"backend": "rules"}}, r"llm.jduge: unknown role 'jduge': no code path uses it"),
         ({"judge": {"backend": "gpt"}}, r"llm.judge.backend: expected one of \['rules', 'openai', 'hf'\]"),
         ({"judge": {}}, r"llm.judge: missing required key 'backend'"),
         ({"judge": {"backend": "openai", "model": "m"}}, r"llm.judge: missing required key 'base_url'"),
         ({"judge": {"backend": "rules", "model": "m"}}, r"llm.judge \(backend 'rules'\): unknown key\(s\) \['model'\]"),
-        ({"teacher": {"backend": "hf"}}, r"llm.teacher: missing required key 'model_path'"),
+        ({"judge": {"backend": "hf", "model_path": "m"}}, r"llm.judge.backend: 'hf' is not supported for role 'judge' \(no code path runs it\)"),
+        ({"agent": {"backend": "rules"}}, r"llm.agent.backend: 'rules' is not supported for role 'agent'"),
         (
             {"judge": {"backend": "openai", "base_url": "http://h/v1", "model": "m", "max_concurrency": 0}},
             r"llm.judge.max_concurrency: must be >= 1, got 0",
@@ -100,3 +97,28 @@ def test_sampling_is_immutable_and_json_ready():
     with pytest.raises(TypeError):
         sampling.extra_body["top_k"] = 6  # type: ignore[index]
     assert sampling.as_dict()["extra_body"] == {"top_k": 5}
+
+
+@pytest.mark.parametrize("role", ["extractor", "grader", "prompt_proposer", "teacher"])
+def test_roles_without_a_code_path_are_refused_with_the_registry_named(role):
+    # Each method adds its role to ROLE_BACKENDS with the code that calls it; until then the
+    # configuration must not offer it.
+    with pytest.raises(ConfigError, match=rf"llm.roles.{role}: unknown role '{role}': no code path uses it .*ROLE_BACKENDS"):
+        backends_from_dict({role: {"backend": "rules"}}, "llm.roles")
+    with pytest.raises(ConfigError, match="role"):
+        BackendConfig(role=role, kind="rules")
+
+
+def test_params_yaml_offers_only_roles_that_code_uses():
+    import yaml
+    from pathlib import Path
+
+    from pipelines.llm.config import ROLE_BACKENDS
+
+    params = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text(encoding="utf-8"))
+    backends = backends_from_dict(params["llm"]["roles"], "params.yaml llm.roles")
+    assert set(backends) <= set(ROLE_BACKENDS)
+    # The hf loader exists (pipelines/llm/hf.py) but no role runs on it yet.
+    assert all("hf" not in kinds for kinds in ROLE_BACKENDS.values())
+    with pytest.raises(ConfigError, match="hf"):
+        BackendConfig(role="judge", kind="hf", hf=HFConfig(model_path="x"))

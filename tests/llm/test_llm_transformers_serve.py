@@ -104,8 +104,8 @@ def test_unparseable_output_is_repaired_then_fails(serve, tiny_model_dir):
     client = LLMClient(config(serve, tiny_model_dir, repair_retries=1))
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
-    result = client.complete_sync(user("answer in JSON"), "extractor", GREEDY, seed=0, response_schema=schema)
+    result = client.complete_sync(user("answer in JSON"), "synthesizer", GREEDY, seed=0, response_schema=schema)
 
     assert isinstance(result, Failure) and (result.reason, result.attempts) == ("invalid_output", 2)
-    usage = client.accounting.role("extractor")
+    usage = client.accounting.role("synthesizer")
     assert usage.repairs == 1 and dict(usage.failures) == {"invalid_output": 1}

@@ -44,7 +44,7 @@ def test_the_stage_writes_a_loadable_model_its_card_and_metrics(stage, small_cor
     written = json.loads(Path(params["metrics"]).read_text(encoding="utf-8"))
     assert written == metrics
     assert metrics["training"]["steps"] == 6 and metrics["vocab_size"] <= 1000
-    assert metrics["parameters"] > 0 and metrics["wall_seconds"] > 0
+    assert metrics["parameters"] > 0
     assert metrics["held_out_loss"] > 0 and metrics["data"]["train_windows"] > 0
     assert metrics["generation"]["prompts"] == metrics["opening"]["prompts"] == 6
     assert 0 <= metrics["generation"]["format_valid_share"] <= 1
