@@ -5,8 +5,8 @@ run each (:mod:`flows.train`).
 
 params.yaml ``train``:
 
-* ``holdout``: ``{key, fraction, salt}``, shared by every method so that the same
-  dialogues are held out everywhere (:class:`pipelines.training.config.HoldoutSpec`);
+* ``holdout``: ``{key, split_column, split, fraction, salt}``, shared by every method so
+  that the same dialogues (the corpus val split) are held out everywhere (:class:`pipelines.training.config.HoldoutSpec`);
 * one section per method, ``sft`` / ``dpo`` / ``kto`` / ``grpo``, each with
   ``model`` (``{path: models/base}`` or ``{hub_id: ..., revision: ...}``, optional
   ``lora: {r, alpha, dropout, target_modules, merge}`` and ``quantization: {quant_type,

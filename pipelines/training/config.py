@@ -103,11 +103,16 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class HoldoutSpec:
-    """Rows whose ``key`` (a dialogue id) hashes below ``fraction`` are held out of every
-    training stage and used for the reports. The same key, fraction and salt everywhere
-    hold out the same dialogues in every stage and every dataset."""
+    """Which rows are held out of every training stage and used for the reports: those of
+    the corpus ``split`` (val), read from each row's ``split_column``. A row of the test
+    split is an error (the test split is for evaluation only). A source without the column
+    (a dataset with no corpus split) falls back to a hash: rows whose ``key`` (a dialogue id)
+    hashes below ``fraction`` (with ``salt``) are held out. Either way the same dialogues
+    are held out in every stage and every dataset."""
 
     key: str = "dialogue_id"
+    split_column: str = "split"
+    split: str = "val"
     fraction: float = 0.05
     salt: str = "askflow-holdout"
 
