@@ -148,7 +148,8 @@ def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: 
     conversational) at its decision point: the ``ask_needed`` column when the dataset has
     one, else a clarification point (eq. 8 as written).
 
-    >>> format_reward(["p", "p"], ["<think>ok</think><tool_call>{\"name\": \"q\", \"arguments\": {}}</tool_call>"] * 2, ask_needed=[True, False])
+    >>> act = '<think>ok</think><tool_call>{"name": "q", "arguments": {}}</tool_call>'
+    >>> format_reward(["p", "p"], [act, act], ask_needed=[True, False])
     [0.5, 1.0]
     """
     ask_needed = kwargs.get(ASK_NEEDED) or [True] * len(completions)
