@@ -194,6 +194,6 @@ def test_where_asking_is_not_needed_a_question_scores_zero_and_acting_scores_one
     logged = {}
     scores = reward(prompts=["p"] * 3, completions=[ask, ask, act], log_metric=logged.__setitem__, **columns)
     assert scores == [1.0, 0.0, 1.0]
-    assert [v.reason for v in reward.verdicts(["p"] * 3, [ask, ask, "<clarify"], **columns)] == [
+    assert [v.reason for v in reward.verdicts(["p"] * 3, [ask, ask, "<think>Hmm.</think>"], **columns)] == [
         "targets_discriminating_slot", "needless_question", "malformed"]
     assert logged["clarify_verifiable/over_asking"] == 0.5
