@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
+from pipelines.llm import BackendConfig
 from pipelines.training.config import (
     OBJECTIVES,
     DataSpec,
@@ -120,8 +121,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported setting type {hint}")
 
 
-def train_config(method: str, params: Mapping[str, Any]) -> TrainConfig:
-    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml."""
+def train_config(method: str, params: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml; the
+    ``judge`` role's backend from ``llm.roles.judge`` (for LLM-judged GRPO rewards)."""
     check_method(method)
     section = params.get(method)
     if not isinstance(section, Mapping):
@@ -146,7 +148,15 @@ def train_config(method: str, params: Mapping[str, Any]) -> TrainConfig:
         device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
         eval=from_params(EvalSpec, section.get("eval"), f"{where}.eval"),
         objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
+        judge=_judge(llm),
     )
+
+
+def _judge(llm: Mapping[str, Any] | None) -> BackendConfig | None:
+    roles = (llm or {}).get("roles") or {}
+    if "judge" not in roles:
+        return None
+    return BackendConfig.from_dict("judge", roles["judge"], "params.yaml llm.roles.judge")
 
 
 # --- Entry point -----------------------------------------------------------------------------
@@ -168,8 +178,8 @@ def configure_prefect(root: Path) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def run(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    config = train_config(method, params)
+def run(method: str, params: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    config = train_config(method, params, llm)
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
     from flows.train import flow_for
@@ -189,7 +199,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
-    run(args.method, read_params("train", args.params))
+    run(args.method, read_params("train", args.params), _llm_params(args.params))
+
+
+def _llm_params(path: str) -> dict[str, Any] | None:
+    try:
+        return read_params("llm", path)
+    except ConfigError:
+        return None  # a params file without an llm section: no judge role
 
 
 if __name__ == "__main__":

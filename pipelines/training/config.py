@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
 
@@ -222,8 +222,11 @@ class KTOObjective:
 
 @dataclass(frozen=True)
 class GRPOObjective:
-    """GRPO with SpeakRL's rewards (names of :data:`pipelines.rewards.REWARD_FUNCTIONS`,
-    with their weights; eq. 7 is format + clarification at weight 1 each). ``beta=0``: no
+    """GRPO with SpeakRL's rewards and their weights: registered names
+    (:data:`pipelines.rewards.REWARD_FUNCTIONS`; ``clarify_llm``, the Figure 6 LLM judge
+    through the ``judge`` role) or any reward callable by import path
+    (``package.module:name``; :func:`pipelines.rewards.resolve_reward`). Eq. 7 is format +
+    clarification at weight 1 each. ``beta=0``: no
     KL term and no reference model (SpeakRL Table 3 used 0.04).
     ``mask_truncated_completions``: completions cut at ``max_completion_length`` (a small
     model's repetition loops) are left out of the loss rather than teaching "shorter is
@@ -295,6 +298,9 @@ class TrainConfig:
     device: DeviceSpec = DeviceSpec()
     eval: EvalSpec = EvalSpec()
     objective: Objective | None = None
+    # The ``judge`` role's backend (a pipelines.llm.BackendConfig, from params.yaml
+    # llm.roles.judge): what LLM-judged GRPO rewards such as ``clarify_llm`` call.
+    judge: Any = None
 
     def resolved_objective(self) -> Objective:
         return self.objective if self.objective is not None else OBJECTIVES[self.method]()
@@ -306,7 +312,7 @@ def config_dict(config: Any) -> Any:
         return {f.name: config_dict(getattr(config, f.name)) for f in fields(config)}
     if isinstance(config, (tuple, list)):
         return [config_dict(item) for item in config]
-    if isinstance(config, dict):
+    if isinstance(config, Mapping):
         return {str(k): config_dict(v) for k, v in config.items()}
     return config
 

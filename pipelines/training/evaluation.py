@@ -233,6 +233,7 @@ def evaluate_heldout(
     sources: Sequence[SourceRows],
     spec: EvalSpec,
     objective: Objective,
+    judge: Any = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
     """Metrics per held-out source (``{source: {"preference" | "labeled" | "generation" |
     "rewards": {...}}}``) and the generated texts per source."""
@@ -264,7 +265,7 @@ def evaluate_heldout(
             references = [completion_text(r[reference_column]) for r in repeated] if reference_column else None
             metrics["generation"] = generation_metrics(texts, references)
             if isinstance(objective, GRPOObjective):
-                functions, weights = reward_functions(objective)
+                functions, weights = reward_functions(objective, judge)
                 names = [reward_name(f) for f in functions]
                 metrics["rewards"] = reward_metrics([r["prompt"] for r in repeated], texts, repeated, functions, weights, names)
         results[source.name] = metrics
