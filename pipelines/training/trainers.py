@@ -99,12 +99,12 @@ def build_trainer(
         "peft_config": peft_config,
         "callbacks": list(callbacks),
     }
-    trainer = _trainer(config.resolved_objective(), training_arguments(config, device, output_dir), shared, device)
+    trainer = _trainer(config.resolved_objective(), training_arguments(config, device, output_dir), shared, device, config.judge)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
 
-def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSettings) -> Any:
+def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSettings, judge: Any = None) -> Any:
     """The objective's TRL config (``common``: the TrainingArguments every method shares)
     and trainer (``shared``: the arguments every trainer takes)."""
     if isinstance(objective, SFTObjective):
@@ -135,7 +135,7 @@ def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], dev
     if isinstance(objective, GRPOObjective):
         from trl import GRPOConfig, GRPOTrainer
 
-        functions, weights = reward_functions(objective, config.judge)
+        functions, weights = reward_functions(objective, judge)
         args = GRPOConfig(
             **common,
             num_generations=objective.num_generations,
