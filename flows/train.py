@@ -167,7 +167,7 @@ def evaluate(config: TrainConfig, model: Any, tokenizer: Any, prepared: list[Sou
     from pipelines.training.report import flatten
 
     started = time.monotonic()
-    metrics, generations = evaluate_heldout(model, tokenizer, prepared, config.eval, config.resolved_objective())
+    metrics, generations = evaluate_heldout(model, tokenizer, prepared, config.eval, config.resolved_objective(), config.judge)
     headline = {k: round(v, 4) for k, v in flatten(metrics).items() if isinstance(v, float)}
     get_run_logger().info("%s: held-out metrics %s: %s [%.1f s]", config.method, when, headline, time.monotonic() - started)
     return metrics, generations
@@ -257,7 +257,7 @@ def curve_columns(config: TrainConfig) -> tuple[str, ...]:
     if isinstance(objective, GRPOObjective):
         from pipelines.training.trainers import reward_functions, reward_name
 
-        names = [reward_name(f) for f in reward_functions(objective)[0]]
+        names = [reward_name(f) for f in reward_functions(objective, config.judge)[0]]
         columns = (*columns, *(f"rewards/{name}/mean" for name in names))
         if objective.beta == 0:
             columns = tuple(c for c in columns if c != "kl")

@@ -6,13 +6,15 @@ params.yaml ``speaker``:
 * ``synthesizer``: the backend, ``{backend: rules}`` (offline default) or ``{backend: openai,
   base_url, model, ..., sampling: {...}}`` (any OpenAI-compatible endpoint; see
   :class:`pipelines.llm.ClientConfig`);
-* ``seed``, ``max_clarifications``, ``dedup: {threshold, ngram}``;
+* ``seed``, ``max_clarifications``, ``dedup: {threshold, ngram}``, ``act_points`` (act-here
+  decision points per dialogue for the GRPO and DPO data);
 * ``output`` (directory of the Parquet files), ``metrics`` (JSON), ``cache_dir`` (LLM
   response cache; a re-run with unchanged inputs sends no request);
 * ``max_llm_failure_rate`` (default 0.05): more failed LLM calls than this (the model's own
   invalid output aside) is an outage, and the stage exits non-zero without publishing.
 
-Nothing is written unless every table passes its expectation suite (which requires rows).
+Only train and val seeds are synthesized; nothing is written unless every table passes its
+expectation suite (which requires rows) and no table holds a test-split dialogue id (the leak check).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipelines.artifacts.leakage import check_no_test_dialogues
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
@@ -31,7 +34,7 @@ from pipelines.speaker.tables import SPECS, speaker_tables
 from stages.io import main_wrapper, publish, read_params, write_json_atomic, write_timings
 from stages.multiwoz_dir import load_multiwoz
 
-_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "output", "metrics", "cache_dir", "max_llm_failure_rate"}
+_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "output", "metrics", "cache_dir", "max_llm_failure_rate"}
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 
 
@@ -46,6 +49,7 @@ def speaker_config(params: Mapping[str, Any]) -> SpeakerConfig:
             max_clarifications=params.get("max_clarifications", defaults.max_clarifications),
             dedup_threshold=float(dedup.get("threshold", defaults.dedup_threshold)),
             dedup_ngram=dedup.get("ngram", defaults.dedup_ngram),
+            act_points=params.get("act_points", defaults.act_points),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"params.yaml speaker: {exc}") from None
@@ -82,6 +86,10 @@ def run(params: dict) -> dict:
     result = run_speaker(corpus.dialogues, database, synthesizer, config)
     check_failure_rate(accounting, max_failure_rate, "speaker")
     tables = speaker_tables(result)
+    test_ids = {dialogue_id for dialogue_id, split in corpus.splits.items() if split == "test"}
+    check_no_test_dialogues(
+        {str(output / f"{name}.parquet"): table.column("dialogue_id").to_pylist() for name, table in tables.items()}, test_ids
+    )
     synthesized = time.perf_counter()
     publish({output / f"{name}.parquet": (table, SPECS[name]) for name, table in tables.items()})
 

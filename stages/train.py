@@ -5,8 +5,8 @@ run each (:mod:`flows.train`).
 
 params.yaml ``train``:
 
-* ``holdout``: ``{key, fraction, salt}``, shared by every method so that the same
-  dialogues are held out everywhere (:class:`pipelines.training.config.HoldoutSpec`);
+* ``holdout``: ``{key, split_column, split, fraction, salt}``, shared by every method so
+  that the same dialogues (the corpus val split) are held out everywhere (:class:`pipelines.training.config.HoldoutSpec`);
 * one section per method, ``sft`` / ``dpo`` / ``kto`` / ``grpo``, each with
   ``model`` (``{path: models/base}`` or ``{hub_id: ..., revision: ...}``, optional
   ``lora: {r, alpha, dropout, target_modules, merge}`` and ``quantization: {quant_type,
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
+from pipelines.llm import BackendConfig
 from pipelines.training.config import (
     OBJECTIVES,
     DataSpec,
@@ -54,8 +55,9 @@ from stages.io import from_params, main_wrapper, read_params
 _SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
 
 
-def train_config(method: str, params: Mapping[str, Any]) -> TrainConfig:
-    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml."""
+def train_config(method: str, params: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml; the
+    ``judge`` role's backend from ``llm.roles.judge`` (for LLM-judged GRPO rewards)."""
     check_method(method)
     section = params.get(method)
     if not isinstance(section, Mapping):
@@ -80,7 +82,15 @@ def train_config(method: str, params: Mapping[str, Any]) -> TrainConfig:
         device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
         eval=from_params(EvalSpec, section.get("eval"), f"{where}.eval"),
         objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
+        judge=_judge(llm),
     )
+
+
+def _judge(llm: Mapping[str, Any] | None) -> BackendConfig | None:
+    roles = (llm or {}).get("roles") or {}
+    if "judge" not in roles:
+        return None
+    return BackendConfig.from_dict("judge", roles["judge"], "params.yaml llm.roles.judge")
 
 
 # --- Entry point -----------------------------------------------------------------------------
@@ -102,8 +112,8 @@ def configure_prefect(root: Path) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def run(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    config = train_config(method, params)
+def run(method: str, params: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    config = train_config(method, params, llm)
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
     from flows.local_api import local_prefect_api
@@ -127,7 +137,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
-    run(args.method, read_params("train", args.params))
+    run(args.method, read_params("train", args.params), _llm_params(args.params))
+
+
+def _llm_params(path: str) -> dict[str, Any] | None:
+    try:
+        return read_params("llm", path)
+    except ConfigError:
+        return None  # a params file without an llm section: no judge role
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ TRL's ``reward_weights`` combines them; eq. 7 is weights (1, 1)::
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Mapping
 
 from pipelines.errors import ConfigError
@@ -57,6 +58,46 @@ REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = frozen_dict(
 )
 
 
+#: Rewards that need an LLM client in the ``judge`` role, by name: name -> factory(client).
+JUDGE_REWARDS: Mapping[str, Callable[[LLMClient], Callable[..., list]]] = frozen_dict(
+    {"clarify_llm": lambda client: ClarifyReward(LLMJudge(client, role="judge"))}
+)
+
+
+def resolve_reward(name: str, judge: LLMClient | None = None) -> Callable[..., list]:
+    """The reward callable a GRPO run names in params: a registered name
+    (:data:`REWARD_FUNCTIONS`; :data:`JUDGE_REWARDS` over ``judge``, the client of the
+    ``judge`` role), or any reward callable by import path, ``package.module:name`` or
+    ``package.module.name`` (the rewards other methods add). ConfigError otherwise.
+
+    >>> resolve_reward("format") is format_reward
+    True
+    >>> resolve_reward("pipelines.rewards.format:format_reward") is format_reward
+    True
+    >>> resolve_reward("clarify_llm")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: grpo reward 'clarify_llm' needs the judge role: set llm.roles.judge to an openai backend
+    """
+    if name in REWARD_FUNCTIONS:
+        return REWARD_FUNCTIONS[name]
+    if name in JUDGE_REWARDS:
+        if judge is None:
+            raise ConfigError(f"grpo reward {name!r} needs the judge role: set llm.roles.judge to an openai backend")
+        return JUDGE_REWARDS[name](judge)
+    module_name, _, attribute = name.rpartition(":") if ":" in name else name.rpartition(".")
+    known = ", ".join([*REWARD_FUNCTIONS, *JUDGE_REWARDS])
+    if not module_name:
+        raise ConfigError(f"grpo reward {name!r} is unknown; rewards: {known}, or an import path package.module:callable")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"grpo reward {name!r}: cannot import it ({exc}); rewards: {known}") from None
+    if not callable(function):
+        raise ConfigError(f"grpo reward {name!r} is not callable: {function!r}")
+    return function
+
+
 def build_clarify_reward(kind: str, client: LLMClient | None = None) -> ClarifyReward:
     """The clarification reward with the ``kind`` of judge, one of :data:`CLARIFY_JUDGES`:
     ``"verifiable"`` (``client`` is not used) or ``"llm"`` (an :class:`LLMJudge` with its
@@ -81,6 +122,7 @@ __all__ = [
     "DISCRIMINATING_SLOTS",
     "FULL_CREDIT",
     "JUDGE_PROMPT_TEMPLATE",
+    "JUDGE_REWARDS",
     "Judge",
     "JudgeError",
     "JudgeStats",
@@ -103,4 +145,5 @@ __all__ = [
     "render_conversation",
     "render_judge_prompt",
     "render_speakrl_prompt",
+    "resolve_reward",
 ]

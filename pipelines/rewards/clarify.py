@@ -10,6 +10,12 @@ judge's business, behind one small interface (:class:`Judge`):
 * :class:`~pipelines.rewards.llm_judge.LLMJudge`: the paper's LLM-as-judge with the
   Figure 6 rubric.
 
+At a decision point where asking is not needed (the dataset column ``ask_needed`` false:
+an act-here point, where the user has said enough), the judge is not consulted either: a
+question there is over-asking and scores 0 (``needless_question``), an output that acts
+scores 1 (``acted``), an output the grammar rejects 0 (``malformed``). So the reward says
+when to ask as well as what to ask, and an always-ask policy no longer scores best.
+
 A judge may be unable to score a question (the LLM call failed, its reply could not be
 read): the reward is then ``None`` for that sample, which TRL leaves out of the
 advantage computation, never a silent 0 that would teach the policy something false.
@@ -23,12 +29,21 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pipelines.errors import AskflowError
+from pipelines.episodes.formats import END, RESPOND, TOOL_CALL, Malformed, SpeakRLFormat
 from pipelines.rewards.format import clarification_question, completion_text
+
+_PARSER = SpeakRLFormat()
 
 logger = logging.getLogger(__name__)
 
 #: The reason of the 0 given to an output without a clarification question.
 NO_QUESTION = "no_question"
+#: Where asking is not needed: a question (0), an action (1), an unreadable output (0).
+NEEDLESS_QUESTION = "needless_question"
+ACTED = "acted"
+MALFORMED = "malformed"
+#: The dataset column saying whether asking is right at a decision point.
+ASK_NEEDED = "ask_needed"
 
 
 class JudgeError(AskflowError):
@@ -89,13 +104,18 @@ class ClarifyReward:
         """One verdict per completion: what ``__call__`` returns, with the reasons."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        questions = [clarification_question(completion_text(c)) for c in completions]
-        asked = [i for i, question in enumerate(questions) if question is not None]
+        texts = [completion_text(c) for c in completions]
+        questions = [clarification_question(t) for t in texts]
+        needed = kwargs.get(ASK_NEEDED) or [True] * len(completions)
+        verdicts = [Verdict(0.0, NO_QUESTION)] * len(completions)
+        for i, text in enumerate(texts):
+            if needed[i] is False:
+                verdicts[i] = _act_here_verdict(text, questions[i])
+        asked = [i for i, question in enumerate(questions) if question is not None and needed[i] is not False]
         columns = [column for column in self.judge.columns if column in kwargs]
         clarifications = [
             Clarification(questions[i], prompts[i], {column: kwargs[column][i] for column in columns}) for i in asked
         ]
-        verdicts = [Verdict(0.0, NO_QUESTION)] * len(completions)
         if clarifications:
             judged = self.judge.judge(clarifications)
             if len(judged) != len(clarifications):
@@ -119,9 +139,22 @@ class ClarifyReward:
         if unscored:
             logger.warning("%s: %d question(s) got no score: %s", self.__name__, sum(unscored.values()), dict(unscored))
         if log_metric is not None and verdicts:
-            log_metric(f"{self.__name__}/asked", sum(v.reason != NO_QUESTION for v in verdicts) / len(verdicts))
+            log_metric(f"{self.__name__}/asked", sum(v.reason not in (NO_QUESTION, ACTED, MALFORMED) for v in verdicts) / len(verdicts))
+            act_here = [v for v in verdicts if v.reason in (NEEDLESS_QUESTION, ACTED, MALFORMED)]
+            if act_here:  # the share of act-here samples that asked anyway
+                log_metric(f"{self.__name__}/over_asking", sum(v.reason == NEEDLESS_QUESTION for v in act_here) / len(act_here))
             log_metric(f"{self.__name__}/unscored", float(sum(unscored.values())))
             for reason, count in unscored.items():
                 log_metric(f"{self.__name__}/unscored/{reason}", float(count))
         if log_extra is not None:
             log_extra(f"{self.__name__}_reason", [v.reason for v in verdicts])
+
+
+def _act_here_verdict(text: str, question: str | None) -> Verdict:
+    """The verdict where asking is not needed (module docstring)."""
+    if question is not None:
+        return Verdict(0.0, NEEDLESS_QUESTION)
+    parsed = _PARSER.parse(text)
+    if isinstance(parsed, Malformed) or not any(a.kind in (TOOL_CALL, RESPOND, END) for a in parsed):
+        return Verdict(0.0, MALFORMED)
+    return Verdict(1.0, ACTED)

@@ -8,23 +8,37 @@ vice versa. That grammar is: an optional ``<think>`` first, then exactly one of
 or a plain response (optionally ending in ``<end>``), or a bare ``<end>``; nothing but
 whitespace around the tags.
 
-An output has two parts: the reasoning (``<think>``) and the action. Eq. 8 asks for the
-structured tokens "in the proper order and syntactic form"; not every decision point needs
-a clarification, so any action the grammar allows completes the pair. The score is
+An output has two parts: the reasoning (``<think>``) and the action. Eq. 8 gives full
+credit when the structured tokens "appear correctly in valid order", and the paper gives
+partial credit "when the model produces only one of the required fields (e.g., emits
+``<think>`` but omits ``<clarify>``)". The required pair depends on the decision point
+(the dataset column ``ask_needed``, :data:`ASK_NEEDED`):
+
+* ``ask_needed`` true (or no such column: every decision point of the paper's GRPO data is
+  a clarification point): the pair is ``<think>`` + ``<clarify>``, eq. 8 as written;
+* ``ask_needed`` false (an act-here point, askflow's addition): the pair is ``<think>`` +
+  an action that is not a question (``<tool_call>``, a response, ``<end>``);
+* ``None`` (:func:`format_score` without a decision point, e.g. held-out SFT decisions of
+  every kind): ``<think>`` + any action the grammar allows.
 
 ==========  =================================================================================
-1.0         a non-empty ``<think>`` followed by one action: ``<clarify>``, ``<tool_call>``,
-            a plain response (``<end>`` allowed at its end) or a bare ``<end>``
-0.5         exactly one valid tagged part alone: a non-empty ``<think>`` with nothing after
-            it, or a ``<clarify>`` / ``<tool_call>`` without a ``<think>``
+1.0         a non-empty ``<think>`` followed by the required action
+0.5         only one of the required fields: a non-empty ``<think>`` alone or followed by
+            another action (think, but no clarify), or the required tagged action
+            (``<clarify>`` / ``<tool_call>``) without a ``<think>``
 0.0         anything else: an output the grammar rejects (unclosed, nested, duplicated or
             misordered tags, an empty ``<clarify>``, invalid tool-call JSON, text outside
-            the tags, several actions), an empty ``<think>``, or an output without a single
+            the tags, several actions), an empty ``<think>``, a tagged action that is not
+            the required one without a ``<think>``, or an output without a single
             structured token (a plain response alone, a bare ``<end>``)
 ==========  =================================================================================
 
-A plain response alone earns nothing although the grammar accepts it: it uses none of the
-tokens eq. 8 rewards, and it is what an untrained model writes anyway. An empty
+Where askflow deviates from eq. 8, and why: the paper trains on clarification points only,
+so its pair is always think + clarify; askflow also trains on act-here points, where a
+question is the wrong output, and there the pair is think + act. Rewarding think + clarify
+everywhere would pay for over-asking twice (format and clarification rewards). A plain
+response alone earns nothing although the grammar accepts it: it uses none of the tokens
+eq. 8 rewards, and it is what an untrained model writes anyway. An empty
 ``<think></think>`` is grammatical but earns nothing either, so that the reasoning part
 cannot be satisfied by the tags alone.
 """
@@ -38,6 +52,7 @@ from pipelines.episodes.formats import (
     CLARIFY,
     END,
     END_TOKEN,
+    RESPOND,
     THINK,
     TOOL_CALL,
     Malformed,
@@ -46,6 +61,9 @@ from pipelines.episodes.formats import (
 
 FULL_CREDIT = 1.0
 PARTIAL_CREDIT = 0.5
+#: The dataset column saying whether asking is right at a decision point (bool).
+ASK_NEEDED = "ask_needed"
+_ACTS = frozenset({TOOL_CALL, RESPOND, END})
 
 # Stateless apart from the tool schemas (which the parser does not consult): one instance
 # serves every call.
@@ -89,14 +107,24 @@ def _kinds(parsed: Any) -> tuple[str, ...]:
     return () if isinstance(parsed, Malformed) else tuple(action.kind for action in parsed)
 
 
-def format_score(text: str) -> float:
-    """The format reward of one output text (see the module docstring)."""
+def format_score(text: str, ask_needed: bool | None = None) -> float:
+    """The format reward of one output text at a decision point where asking is right
+    (``ask_needed`` true), wrong (false) or not stated (None); see the module docstring.
+
+    >>> think, ask = "<think>Two hotels fit.</think>", "<clarify>Which area?</clarify>"
+    >>> format_score(think + ask, True), format_score(think + ask, False), format_score(ask, True)
+    (1.0, 0.5, 0.5)
+    """
+    required = {True: frozenset({CLARIFY}), False: _ACTS, None: _ACTS | {CLARIFY}}[ask_needed]
     parsed = _PARSER.parse(text)
     if not isinstance(parsed, Malformed):
         first = parsed[0]
         if first.kind == THINK:  # the grammar guarantees that an action follows it
-            return FULL_CREDIT if first.text else 0.0
-        return PARTIAL_CREDIT if _kinds(parsed) in ((CLARIFY,), (TOOL_CALL,)) else 0.0
+            if not first.text:
+                return 0.0
+            return FULL_CREDIT if parsed[1].kind in required else PARTIAL_CREDIT
+        kinds = _kinds(parsed)
+        return PARTIAL_CREDIT if kinds in ((CLARIFY,), (TOOL_CALL,)) and kinds[0] in required else 0.0
     # A think alone is not an output the grammar accepts (an action must follow it). Ask the
     # parser about the text completed by the smallest action there is, a bare <end>: it
     # parses as exactly (think, end) when, and only when, the text is one well-formed think.
@@ -117,5 +145,12 @@ def clarification_question(text: str) -> str | None:
 
 def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """TRL reward function: :func:`format_score` of each completion (plain or
-    conversational). ``prompts`` and the dataset columns in ``kwargs`` are not needed."""
-    return [format_score(completion_text(completion)) for completion in completions]
+    conversational) at its decision point: the ``ask_needed`` column when the dataset has
+    one, else a clarification point (eq. 8 as written).
+
+    >>> act = '<think>ok</think><tool_call>{"name": "q", "arguments": {}}</tool_call>'
+    >>> format_reward(["p", "p"], [act, act], ask_needed=[True, False])
+    [0.5, 1.0]
+    """
+    ask_needed = kwargs.get(ASK_NEEDED) or [True] * len(completions)
+    return [format_score(completion_text(c), None if a is None else bool(a)) for c, a in zip(completions, ask_needed)]

@@ -16,6 +16,12 @@ preference pairs out. Records in, records out; the stage does the I/O.
    when the negative *fails* on replay and had the same tool calls and observations as the
    positive up to the decision, so that chosen (the clarification) and rejected (the
    acting output) answer the same state. Every dropped pair has a recorded reason.
+7. **Act-here points** (:mod:`pipelines.speaker.act`): up to ``act_points`` tool calls per
+   kept dialogue where the user has said enough, for the GRPO and DPO data, so that asking
+   where it is not needed is penalised.
+
+Only seeds of ``splits`` (train and val) are synthesized: the test split is for evaluation
+alone, and the training stages hold out the val split.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pipelines.env.tools import Database
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed
 from pipelines.llm.client import FAILURE_REASONS
 from pipelines.records import Dialogue
+from pipelines.speaker.act import ActPoint, act_points
 from pipelines.speaker.ambiguity import AmbiguityPoint, find_ambiguity_points
 from pipelines.speaker.dedup import near_duplicates
 from pipelines.speaker.synthesis import NO_CLARIFICATION, SeedTask, Synthesizer, write_rules
@@ -65,8 +72,14 @@ class SpeakerConfig:
     max_clarifications: int = 3
     dedup_threshold: float = 0.8
     dedup_ngram: int = 3
+    act_points: int = 1  # act-here decision points per kept dialogue, at most
+    splits: tuple[str, ...] = ("train", "val")  # the seed splits synthesized; never test
 
     def __post_init__(self) -> None:
+        if isinstance(self.act_points, bool) or not isinstance(self.act_points, int) or self.act_points < 0:
+            raise ValueError(f"act_points must be an integer >= 0, got {self.act_points!r}")
+        if "test" in self.splits:
+            raise ValueError("splits must not include test: the test split is for evaluation only")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if isinstance(self.max_clarifications, bool) or not isinstance(self.max_clarifications, int) or self.max_clarifications < 1:
@@ -106,6 +119,7 @@ class SeedOutcome:
     drop_detail: str | None = None
     pairs: list[PreferencePair] = field(default_factory=list)
     pair_drops: Counter = field(default_factory=Counter)
+    acts: list[ActPoint] = field(default_factory=list)
 
     @property
     def kept(self) -> bool:
@@ -138,9 +152,11 @@ class SpeakerResult:
         per_dialogue = Counter(len(o.trajectory.clarifications) for o in kept)
         pairs = [pair for o in kept for pair in o.pairs]
         pair_drops = sum((o.pair_drops for o in kept), Counter())
+        acts = [a for o in kept for a in o.acts]
         return {
             "backend": self.backend,
             "seeds": len(self.outcomes),
+            "seeds_by_split": _counts(o.dialogue.split for o in self.outcomes),
             "ambiguity_points": {
                 "total": len(points),
                 "by_type": _counts(p.type for p in points),
@@ -171,6 +187,16 @@ class SpeakerResult:
                 "pairs": len(pairs),
                 "pairs_by_type": _counts(p.point.type for p in pairs),
                 "dropped_by_reason": dict(sorted(pair_drops.items())),
+                "act_here_pairs": len(acts),
+            },
+            # Decision points where acting is right (GRPO rows with ask_needed false, DPO pairs
+            # preferring the action over a needless question).
+            "act_here": {
+                "points": len(acts),
+                "by_domain": _counts(a.domain for a in acts),
+                "grpo_rows": len(acts),
+                "dpo_pairs": len(acts),
+                "clarify_points": len(clarified),
             },
         }
 
@@ -195,7 +221,7 @@ def clarification_questions(trajectory: Trajectory) -> list[str]:
 
 
 def run_speaker(dialogues: Sequence[Dialogue], database: Database, synthesizer: Synthesizer, config: SpeakerConfig) -> SpeakerResult:
-    outcomes = [_analyse(dialogue, database, config) for dialogue in dialogues]
+    outcomes = [_analyse(dialogue, database, config) for dialogue in dialogues if dialogue.split in config.splits]
     planned = [o for o in outcomes if o.plan is not None]
     tasks = [SeedTask(o.dialogue, o.points, o.plan) for o in planned]
     for outcome, synthesis in zip(planned, synthesizer.synthesize(tasks)):
@@ -208,6 +234,8 @@ def run_speaker(dialogues: Sequence[Dialogue], database: Database, synthesizer: 
     result.duplicates_removed = _redundancy_filter(result.kept, config)
     for outcome in result.kept:
         _preference_pairs(outcome, database, config.seed)
+        rng = random.Random(f"speaker-act:{config.seed}:{outcome.dialogue.dialogue_id}")
+        outcome.acts = act_points(outcome.trajectory, rng, config.act_points)
     return result
 
 

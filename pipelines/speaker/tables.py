@@ -12,9 +12,16 @@ Training sets in TRL's conversational formats, messages as ``list<struct<role, c
     plus the columns the rewards read (:mod:`pipelines.rewards.verifiable`):
     ``discriminating_slots``, ``candidate_values`` (JSON slot -> values),
     ``known_slots``, and ``goal`` (JSON). ``reference`` is the synthesized output there.
+    Act-here rows (:mod:`pipelines.speaker.act`) have ``ask_needed`` false, no ambiguity
+    type and no discriminating slot: the synthesized tool call is the reference, and a
+    question there is over-asking.
 ``speaker_dpo``
     One row per SpeakER-DPO pair: ``prompt`` (system message and conversation), ``chosen``
-    (the clarification) and ``rejected`` (acting on a guess).
+    (the clarification) and ``rejected`` (acting on a guess); at act-here points
+    (``ask_needed`` false) ``chosen`` is the tool call and ``rejected`` a needless question.
+
+Every training table has the seed's corpus ``split`` (train or val; never test): the
+training stages hold out the val split.
 
 ``speaker_dialogues`` is for inspection (DuckDB): one row per seed with its outcome,
 drop reason, ambiguity points and the synthesized dialogue as JSON.
@@ -34,6 +41,8 @@ from pipelines.rewards.prompts import render_conversation, render_speakrl_prompt
 from pipelines.speaker.ambiguity import AMBIGUITY_TYPES
 from pipelines.speaker.pipeline import DROP_REASONS, SeedOutcome, SpeakerResult
 from pipelines.speaker.trajectory import AGENT_KINDS, ChatTurn, goal_json, system_message, visible_conversation
+
+TRAINING_SPLITS: tuple[str, ...] = ("train", "val")
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False), pa.field("content", pa.string(), nullable=False)])
 MESSAGES = pa.list_(MESSAGE)
@@ -83,6 +92,7 @@ SPEAKER_SFT = ArtifactSpec(
     description="SFT (TRL prompt-completion, conversational): every agent decision of a kept dialogue.",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),
+        _required("split", pa.string()),
         _required("step", pa.int32()),
         _required("kind", pa.string()),
         ("ambiguity_type", pa.string()),  # clarify rows: the ambiguity resolved
@@ -90,49 +100,61 @@ SPEAKER_SFT = ArtifactSpec(
         _required("completion", MESSAGES),
     ]),
     keys=("dialogue_id", "step"),
-    expectations=(in_set("kind", AGENT_KINDS), in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None)),
+    expectations=(
+        in_set("kind", AGENT_KINDS), in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None), in_set("split", TRAINING_SPLITS),
+    ),
     references=(Reference("dialogue_id", "speaker_dialogues", "dialogue_id"),),
 )
 
 SPEAKER_GRPO = ArtifactSpec(
     name="speaker_grpo",
     min_rows=1,
-    description="GRPO prompts (SpeakRL Table 1) at clarification decisions, with the columns the rewards read.",
+    description="GRPO prompts (SpeakRL Table 1) at clarification and act-here decisions, with the columns the rewards read.",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),
+        _required("split", pa.string()),
         _required("step", pa.int32()),
         _required("prompt", MESSAGES),
-        _required("ambiguity_type", pa.string()),
+        _required("ask_needed", pa.bool_()),  # false at act-here points: a question is over-asking
+        ("ambiguity_type", pa.string()),  # null at act-here points
         _required("domain", pa.string()),
         _required("discriminating_slots", _STRINGS),
         _required("candidate_values", pa.string()),  # JSON {slot: [values]}
         _required("known_slots", _STRINGS),
         _required("goal", pa.string()),  # JSON {domain: {info, book, reqt, ...}}
-        _required("reference", pa.string()),  # the synthesized clarification output
+        _required("reference", pa.string()),  # the synthesized output at that point
     ]),
     keys=("dialogue_id", "step"),
-    expectations=(in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None), length_between("candidate_values", 3)),
+    expectations=(
+        in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None), length_between("candidate_values", 2),
+        in_set("split", TRAINING_SPLITS),
+    ),
     references=(Reference("dialogue_id", "speaker_dialogues", "dialogue_id"),),
 )
 
 SPEAKER_DPO = ArtifactSpec(
     name="speaker_dpo",
     min_rows=1,
-    description="SpeakER-DPO (TRL preference, conversational): clarifying (chosen) vs acting on a guess (rejected).",
+    description="SpeakER-DPO (TRL preference, conversational): clarifying vs acting on a guess, and acting vs a needless question.",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),
+        _required("split", pa.string()),
         _required("step", pa.int32()),
-        _required("ambiguity_type", pa.string()),
+        _required("ask_needed", pa.bool_()),  # false: chosen acts, rejected asks needlessly
+        ("ambiguity_type", pa.string()),  # null at act-here points
         _required("domain", pa.string()),
         _required("prompt", MESSAGES),
         _required("chosen", MESSAGES),
         _required("rejected", MESSAGES),
-        _required("negative_failure", _STRINGS),  # why the negative trajectory failed the goal
+        _required("negative_failure", _STRINGS),  # why the negative trajectory failed the goal (empty at act-here points)
     ]),
     keys=("dialogue_id", "step"),
-    expectations=(in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None)),
+    expectations=(in_set("ambiguity_type", AMBIGUITY_TYPES), between("step", 0, None), in_set("split", TRAINING_SPLITS)),
     references=(Reference("dialogue_id", "speaker_dialogues", "dialogue_id"),),
 )
+
+#: The splits a training table may hold: the test split is for evaluation only.
+TRAINING_SPECS: tuple[str, ...] = ("speaker_sft", "speaker_grpo", "speaker_dpo")
 
 SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (SPEAKER_DIALOGUES, SPEAKER_SFT, SPEAKER_GRPO, SPEAKER_DPO)}
 
@@ -149,10 +171,15 @@ def speaker_tables(result: SpeakerResult, task_prompt: str = DEFAULT_TASK_PROMPT
             _append(rows["speaker_sft"], row)
         for row in _grpo_rows(outcome):
             _append(rows["speaker_grpo"], row)
+        split = outcome.dialogue.split
+        for row in _act_grpo_rows(outcome):
+            _append(rows["speaker_grpo"], row)
         for pair in outcome.pairs:
             _append(rows["speaker_dpo"], {
                 "dialogue_id": pair.dialogue_id,
+                "split": split,
                 "step": pair.step,
+                "ask_needed": True,
                 "ambiguity_type": pair.point.type,
                 "domain": pair.point.domain,
                 "prompt": [system, *(t.message for t in pair.prompt)],
@@ -160,6 +187,22 @@ def speaker_tables(result: SpeakerResult, task_prompt: str = DEFAULT_TASK_PROMPT
                 "rejected": [pair.rejected.message],
                 "negative_failure": list(pair.negative_reasons),
             })
+        messages = outcome.trajectory.messages()
+        for act in outcome.acts:
+            _append(rows["speaker_dpo"], {
+                "dialogue_id": act.dialogue_id,
+                "split": split,
+                "step": act.step,
+                "ask_needed": False,
+                "ambiguity_type": None,
+                "domain": act.domain,
+                "prompt": [system, *messages[: act.index]],
+                "chosen": [messages[act.index]],
+                "rejected": [{"role": "assistant", "content": act.needless}],
+                "negative_failure": [],
+            })
+    for name in TRAINING_SPECS:
+        rows[name] = _sorted(rows[name])
     return {name: pa.Table.from_pydict(columns, schema=SPECS[name].schema) for name, columns in rows.items()}
 
 
@@ -209,6 +252,7 @@ def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str
     for step, index, turn in _agent_turns(trajectory.turns):
         yield {
             "dialogue_id": trajectory.dialogue_id,
+            "split": outcome.dialogue.split,
             "step": step,
             "kind": turn.kind,
             "ambiguity_type": turn.point.type if turn.point else None,
@@ -227,8 +271,10 @@ def _grpo_rows(outcome: SeedOutcome) -> Iterable[dict[str, Any]]:
         conversation = render_conversation(visible_conversation(trajectory.turns[:index]))
         yield {
             "dialogue_id": trajectory.dialogue_id,
+            "split": outcome.dialogue.split,
             "step": step,
             "prompt": [{"role": "user", "content": render_speakrl_prompt(conversation)}],
+            "ask_needed": True,
             "ambiguity_type": point.type,
             "domain": point.domain,
             "discriminating_slots": list(point.slots),
@@ -237,3 +283,32 @@ def _grpo_rows(outcome: SeedOutcome) -> Iterable[dict[str, Any]]:
             "goal": goal,
             "reference": turn.content,
         }
+
+
+
+def _act_grpo_rows(outcome: SeedOutcome) -> Iterable[dict[str, Any]]:
+    """GRPO rows at act-here points: nothing discriminates, the user's slots are known."""
+    trajectory = outcome.trajectory
+    goal = goal_json(outcome.dialogue.goal)
+    for act in outcome.acts:
+        conversation = render_conversation(visible_conversation(trajectory.turns[: act.index]))
+        yield {
+            "dialogue_id": trajectory.dialogue_id,
+            "split": outcome.dialogue.split,
+            "step": act.step,
+            "prompt": [{"role": "user", "content": render_speakrl_prompt(conversation)}],
+            "ask_needed": False,
+            "ambiguity_type": None,
+            "domain": act.domain,
+            "discriminating_slots": [],
+            "candidate_values": "{}",
+            "known_slots": list(act.known),
+            "goal": goal,
+            "reference": trajectory.turns[act.index].content,
+        }
+
+
+def _sorted(columns: dict[str, list]) -> dict[str, list]:
+    """Rows in (dialogue, step) order: act-here rows among the clarification rows."""
+    order = sorted(range(len(columns["dialogue_id"])), key=lambda i: (columns["dialogue_id"][i], columns["step"][i]))
+    return {name: [values[i] for i in order] for name, values in columns.items()}

@@ -70,8 +70,9 @@ def model_card(
         "|---|---|---|---|---|",
         data,
         "",
-        f"Held out: dialogues whose `{config.data.holdout.key}` hashes below {config.data.holdout.fraction} "
-        "(the same dialogues in every stage).",
+        f"Held out: the corpus `{config.data.holdout.split}` split (column `{config.data.holdout.split_column}`; "
+        f"a source without it: dialogues whose `{config.data.holdout.key}` hashes below {config.data.holdout.fraction}); "
+        "the same dialogues in every stage. Test-split dialogues are never trained on.",
         "",
         "## Training",
         "",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
 
@@ -103,11 +103,16 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class HoldoutSpec:
-    """Rows whose ``key`` (a dialogue id) hashes below ``fraction`` are held out of every
-    training stage and used for the reports. The same key, fraction and salt everywhere
-    hold out the same dialogues in every stage and every dataset."""
+    """Which rows are held out of every training stage and used for the reports: those of
+    the corpus ``split`` (val), read from each row's ``split_column``. A row of the test
+    split is an error (the test split is for evaluation only). A source without the column
+    (a dataset with no corpus split) falls back to a hash: rows whose ``key`` (a dialogue id)
+    hashes below ``fraction`` (with ``salt``) are held out. Either way the same dialogues
+    are held out in every stage and every dataset."""
 
     key: str = "dialogue_id"
+    split_column: str = "split"
+    split: str = "val"
     fraction: float = 0.05
     salt: str = "askflow-holdout"
 
@@ -217,8 +222,11 @@ class KTOObjective:
 
 @dataclass(frozen=True)
 class GRPOObjective:
-    """GRPO with SpeakRL's rewards (names of :data:`pipelines.rewards.REWARD_FUNCTIONS`,
-    with their weights; eq. 7 is format + clarification at weight 1 each). ``beta=0``: no
+    """GRPO with SpeakRL's rewards and their weights: registered names
+    (:data:`pipelines.rewards.REWARD_FUNCTIONS`; ``clarify_llm``, the Figure 6 LLM judge
+    through the ``judge`` role) or any reward callable by import path
+    (``package.module:name``; :func:`pipelines.rewards.resolve_reward`). Eq. 7 is format +
+    clarification at weight 1 each. ``beta=0``: no
     KL term and no reference model (SpeakRL Table 3 used 0.04).
     ``mask_truncated_completions``: completions cut at ``max_completion_length`` (a small
     model's repetition loops) are left out of the loss rather than teaching "shorter is
@@ -290,6 +298,9 @@ class TrainConfig:
     device: DeviceSpec = DeviceSpec()
     eval: EvalSpec = EvalSpec()
     objective: Objective | None = None
+    # The ``judge`` role's backend (a pipelines.llm.BackendConfig, from params.yaml
+    # llm.roles.judge): what LLM-judged GRPO rewards such as ``clarify_llm`` call.
+    judge: Any = None
 
     def resolved_objective(self) -> Objective:
         return self.objective if self.objective is not None else OBJECTIVES[self.method]()
@@ -301,7 +312,7 @@ def config_dict(config: Any) -> Any:
         return {f.name: config_dict(getattr(config, f.name)) for f in fields(config)}
     if isinstance(config, (tuple, list)):
         return [config_dict(item) for item in config]
-    if isinstance(config, dict):
+    if isinstance(config, Mapping):
         return {str(k): config_dict(v) for k, v in config.items()}
     return config
 

@@ -20,11 +20,13 @@ grpo        ``prompt`` + the columns the rewards read (:mod:`pipelines.rewards`)
 Hold-out
 --------
 
-A row is held out when the hash of its key (the dialogue id) falls below
-``HoldoutSpec.fraction``: the same dialogues are held out of every stage and every
-dataset, so an evaluation prompt was never trained on by an earlier post-training stage
-either. (The bootstrap pretraining reads the corpus' train split, gold turns without
-clarifications: it may have seen the seed of a held-out dialogue.)
+A row is held out when its corpus split (``HoldoutSpec.split_column``) is the val split,
+trained on when it is train; a test-split row stops the stage with a DataError (the test
+split is for evaluation only, :func:`held_out`). The same dialogues are held out of every
+stage and every dataset, so an evaluation prompt was never trained on by an earlier
+post-training stage either, nor by the bootstrap pretraining, which reads the train split.
+A source without a split column (a dataset that has none) holds out the rows whose key
+hashes below ``HoldoutSpec.fraction``.
 
 Fitting
 -------
@@ -48,7 +50,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, DataError
 from pipelines.rewards import REWARD_FUNCTIONS
 from pipelines.rewards.prompts import SPEAKER_LABELS, SPEAKRL_PROMPT_TEMPLATE
 from pipelines.training.config import DataSpec, GRPOObjective, HoldoutSpec, SourceSpec, ToolResultsSpec
@@ -127,7 +129,34 @@ def holdout_score(key: Any, salt: str) -> float:
 
 
 def is_held_out(key: Any, spec: HoldoutSpec) -> bool:
+    """The hash hold-out, for rows without a corpus split."""
     return holdout_score(key, spec.salt) < spec.fraction
+
+
+TEST_SPLIT = "test"
+
+
+def held_out(row: Row, spec: HoldoutSpec, source: str = "training data") -> bool:
+    """Whether a row is held out: its split is ``spec.split`` (val); without a split, the
+    hash of its key. A test-split row raises DataError: it must never reach training.
+
+    >>> spec = HoldoutSpec()
+    >>> held_out({"dialogue_id": "a", "split": "val"}, spec), held_out({"dialogue_id": "a", "split": "train"}, spec)
+    (True, False)
+    >>> held_out({"dialogue_id": "a", "split": "test"}, spec)
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.DataError: training data, record 'a', field 'split': a test-split dialogue in a training dataset; the test split is for evaluation only
+    """
+    split = row.get(spec.split_column)
+    if split is None:
+        return is_held_out(row[spec.key], spec)
+    if split == TEST_SPLIT:
+        raise DataError(
+            source, "a test-split dialogue in a training dataset; the test split is for evaluation only",
+            record=str(row.get(spec.key)), field=spec.split_column,
+        )
+    return split == spec.split
 
 
 # --- Prompt fitting --------------------------------------------------------------------------
@@ -365,7 +394,7 @@ def _prepare_windows(
 ) -> list[Row]:
     """Training windows of the dialogues not held out, in seeded dialogue order, up to
     ``source.max_rows`` windows."""
-    chats = dialogue_chats((r for r in rows if not is_held_out(r[spec.holdout.key], spec.holdout)), spec.holdout.key)
+    chats = dialogue_chats((r for r in rows if not held_out(r, spec.holdout, source.path)), spec.holdout.key)
     order = sorted(chats, key=str)
     random.Random(spec.seed).shuffle(order)
     whole = replace(spec, max_history_messages=None)
@@ -411,7 +440,7 @@ def prepare_source(
         rows, stats["no_prompt"] = join_prompts(rows, prompt_rows, spec.holdout.key)
     train_rows, heldout_rows = [], []
     for row in rows:
-        (heldout_rows if is_held_out(row[spec.holdout.key], spec.holdout) else train_rows).append(row)
+        (heldout_rows if held_out(row, spec.holdout, source.path) else train_rows).append(row)
     random.Random(spec.seed).shuffle(train_rows)
     heldout_rows.sort(key=lambda r: holdout_score(f"{r[spec.holdout.key]}/{r.get('step', '')}", spec.holdout.salt))
     stats["heldout_rows"] = len(heldout_rows)
@@ -499,6 +528,7 @@ __all__ = [
     "compact",
     "drop_oldest_rendered_turn",
     "fit_prompt",
+    "held_out",
     "holdout_score",
     "is_held_out",
     "prepare_source",

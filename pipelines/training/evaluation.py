@@ -4,12 +4,16 @@
 * :func:`generation_metrics` - how those completions score: the format reward
   (``well_formed``: full credit, a ``<think>`` followed by one action), the decision they
   take (``clarify_rate``) and, where the reference completion is known, whether it is the
-  reference's decision (``decision_match``).
+  reference's decision (``decision_match``). Where the rows say whether asking is needed
+  (``ask_needed``), ``over_asking`` is the share of act-here prompts answered with a
+  question (asking where none was needed) and ``clarify_rate_when_needed`` the share of
+  clarification prompts answered with one: an always-ask policy scores 1 on both.
 * :func:`reward_metrics` - the mean of each training reward and of their weighted total,
   as GRPO sees them.
 * :func:`preference_metrics` - the log-probability margin of chosen over rejected
   completions (``margin``: mean of ``log p(chosen) - log p(rejected)``; ``accuracy``: the
-  share of pairs with a positive margin). DPO must raise it; it is measured the same way
+  share of pairs with a positive margin; ``accuracy_ask`` / ``accuracy_act`` on the pairs
+  at clarification and at act-here points). DPO must raise it; it is measured the same way
   before and after training. For unpaired data (``label`` rows) :func:`labeled_metrics`
   gives the mean log-probability of desirable and of undesirable completions.
 
@@ -98,8 +102,16 @@ def decision(text: str) -> str | None:
     return kinds[0] if kinds else None
 
 
-def generation_metrics(texts: Sequence[str], references: Sequence[str] | None = None) -> dict[str, float]:
-    """Format and decision statistics of generated texts (module docstring)."""
+def generation_metrics(
+    texts: Sequence[str], references: Sequence[str] | None = None, ask_needed: Sequence[bool | None] | None = None
+) -> dict[str, float]:
+    """Format and decision statistics of generated texts (module docstring).
+
+    >>> ask, act = "<think>a</think><clarify>Which area?</clarify>", "<think>b</think>Here it is."
+    >>> m = generation_metrics([ask, ask, act], ask_needed=[True, False, False])
+    >>> m["clarify_rate"], m["over_asking"], m["clarify_rate_when_needed"]
+    (0.6666666666666666, 0.5, 1.0)
+    """
     if not texts:
         return {}
     scores = [format_score(t) for t in texts]
@@ -112,6 +124,14 @@ def generation_metrics(texts: Sequence[str], references: Sequence[str] | None = 
     }
     if references is not None:
         metrics["decision_match"] = fmean(d is not None and d == decision(r) for d, r in zip(decisions, references))
+    if ask_needed is not None:
+        act_here = [d == "clarify" for d, needed in zip(decisions, ask_needed) if needed is False]
+        needed = [d == "clarify" for d, n in zip(decisions, ask_needed) if n is True]
+        if act_here:
+            metrics["over_asking"] = fmean(act_here)
+            metrics["n_act_here"] = len(act_here)
+        if needed:
+            metrics["clarify_rate_when_needed"] = fmean(needed)
     return metrics
 
 
@@ -189,6 +209,7 @@ def preference_metrics(
     rejected: Sequence[Messages],
     *,
     batch_size: int = 16,
+    ask_needed: Sequence[bool | None] | None = None,
 ) -> dict[str, float]:
     """The chosen-over-rejected log-probability margin on pairs (module docstring)."""
     if not prompts:
@@ -202,7 +223,21 @@ def preference_metrics(
         "accuracy": fmean(m > 0 for m in margins),
         "logp_chosen": fmean(good),
         "logp_rejected": fmean(bad),
+        **_accuracy_by_point(margins, ask_needed),
     }
+
+
+def _accuracy_by_point(margins: Sequence[float], ask_needed: Sequence[bool | None] | None) -> dict[str, float]:
+    """Pair accuracy at clarification points and at act-here points, where rows say which."""
+    if ask_needed is None:
+        return {}
+    out: dict[str, float] = {}
+    for name, flag in (("ask", True), ("act", False)):
+        chosen = [m > 0 for m, needed in zip(margins, ask_needed) if needed is flag]
+        if chosen:
+            out[f"accuracy_{name}"] = fmean(chosen)
+            out[f"n_pairs_{name}"] = len(chosen)
+    return out
 
 
 def labeled_metrics(
@@ -233,6 +268,7 @@ def evaluate_heldout(
     sources: Sequence[SourceRows],
     spec: EvalSpec,
     objective: Objective,
+    judge: Any = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
     """Metrics per held-out source (``{source: {"preference" | "labeled" | "generation" |
     "rewards": {...}}}``) and the generated texts per source."""
@@ -247,7 +283,7 @@ def evaluate_heldout(
         if source.layout == PAIRS:
             metrics["preference"] = preference_metrics(
                 model, tokenizer, prompts, [r["chosen"] for r in rows], [r["rejected"] for r in rows],
-                batch_size=spec.batch_size,
+                batch_size=spec.batch_size, ask_needed=_ask_needed(rows),
             )
         if source.layout == LABELED:
             metrics["labeled"] = labeled_metrics(model, tokenizer, rows, batch_size=spec.batch_size)
@@ -262,13 +298,20 @@ def evaluate_heldout(
             generations[source.name] = texts[::copies]
             reference_column = {COMPLETION: "completion", PAIRS: "chosen"}.get(source.layout)
             references = [completion_text(r[reference_column]) for r in repeated] if reference_column else None
-            metrics["generation"] = generation_metrics(texts, references)
+            metrics["generation"] = generation_metrics(texts, references, _ask_needed(repeated))
             if isinstance(objective, GRPOObjective):
-                functions, weights = reward_functions(objective)
+                functions, weights = reward_functions(objective, judge)
                 names = [reward_name(f) for f in functions]
                 metrics["rewards"] = reward_metrics([r["prompt"] for r in repeated], texts, repeated, functions, weights, names)
         results[source.name] = metrics
     return results, generations
+
+
+def _ask_needed(rows: Sequence[Mapping[str, Any]]) -> list[bool | None] | None:
+    """The rows' ``ask_needed`` column, or None when they have none."""
+    if not any("ask_needed" in row for row in rows):
+        return None
+    return [row.get("ask_needed") for row in rows]
 
 
 __all__ = [

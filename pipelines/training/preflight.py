@@ -121,7 +121,7 @@ def preflight(config: TrainConfig, machine: Machine | None = None) -> DeviceSett
         raise ConfigError(f"{config.method}: objective must be a {expected.__name__}, got {type(config.objective).__name__}")
     check_numbers(config)
     if isinstance(config.resolved_objective(), GRPOObjective):
-        reward_functions(config.resolved_objective())
+        reward_functions(config.resolved_objective(), config.judge)
     check_model(config)
     check_data(config)
     return resolve_device(config.device, config.model, config.method, machine or Machine.detect())

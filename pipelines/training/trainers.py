@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from pipelines.errors import ConfigError
-from pipelines.rewards import REWARD_FUNCTIONS
+from pipelines.rewards import resolve_reward
 from pipelines.training.config import DPOObjective, GRPOObjective, KTOObjective, SFTObjective, TrainConfig
 from pipelines.training.device import DeviceSettings
 
@@ -48,13 +48,24 @@ def training_arguments(config: TrainConfig, device: DeviceSettings, output_dir: 
     }
 
 
-def reward_functions(objective: GRPOObjective) -> tuple[list[Callable[..., list]], list[float]]:
-    """The configured reward callables and their weights; ConfigError for an unknown name."""
+def judge_client(judge: Any) -> Any:
+    """The LLM client of the ``judge`` role (a :class:`pipelines.llm.BackendConfig`), or None
+    when the role has no LLM backend."""
+    if judge is None or judge.kind != "openai":
+        return None
+    from pipelines.llm import LLMClient
+
+    return LLMClient(judge.client)
+
+
+def reward_functions(objective: GRPOObjective, judge: Any = None) -> tuple[list[Callable[..., list]], list[float]]:
+    """The configured reward callables (:func:`pipelines.rewards.resolve_reward`: registered
+    names or import paths; LLM-judged rewards over the ``judge`` role's backend) and their
+    weights; ConfigError for a name that resolves to nothing."""
     functions, weights = [], []
+    client = judge_client(judge)
     for name, weight in objective.rewards:
-        if name not in REWARD_FUNCTIONS:
-            raise ConfigError(f"grpo reward {name!r} is unknown; rewards: {', '.join(REWARD_FUNCTIONS)}")
-        functions.append(REWARD_FUNCTIONS[name])
+        functions.append(resolve_reward(name, client))
         weights.append(float(weight))
     if not functions:
         raise ConfigError("grpo needs at least one reward")
@@ -88,12 +99,12 @@ def build_trainer(
         "peft_config": peft_config,
         "callbacks": list(callbacks),
     }
-    trainer = _trainer(config.resolved_objective(), training_arguments(config, device, output_dir), shared, device)
+    trainer = _trainer(config.resolved_objective(), training_arguments(config, device, output_dir), shared, device, config.judge)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
 
-def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSettings) -> Any:
+def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSettings, judge: Any = None) -> Any:
     """The objective's TRL config (``common``: the TrainingArguments every method shares)
     and trainer (``shared``: the arguments every trainer takes)."""
     if isinstance(objective, SFTObjective):
@@ -124,7 +135,7 @@ def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], dev
     if isinstance(objective, GRPOObjective):
         from trl import GRPOConfig, GRPOTrainer
 
-        functions, weights = reward_functions(objective)
+        functions, weights = reward_functions(objective, judge)
         args = GRPOConfig(
             **common,
             num_generations=objective.num_generations,
@@ -142,4 +153,4 @@ def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], dev
     raise ConfigError(f"no trainer for objective {type(objective).__name__}")
 
 
-__all__ = ["build_trainer", "reward_functions", "reward_name", "training_arguments"]
+__all__ = ["build_trainer", "judge_client", "reward_functions", "reward_name", "training_arguments"]

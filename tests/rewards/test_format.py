@@ -92,11 +92,33 @@ def test_structured_tool_calls_are_scored_as_the_text_the_model_wrote():
         "content": THINK,
         "tool_calls": [{"type": "function", "function": {"name": "query_hotel", "arguments": {"area": "north"}}}],
     }
-    assert format_reward(prompts=["p"], completions=[[message]]) == [FULL_CREDIT]
+    act = {"ask_needed": [False]}  # a tool call is the required action at an act-here point
+    assert format_reward(prompts=["p"], completions=[[message]], **act) == [FULL_CREDIT]
     as_string = dict(message, tool_calls=[{"type": "function", "function": {"name": "query_hotel", "arguments": '{"area": "north"}'}}])
-    assert format_reward(prompts=["p"], completions=[[as_string]]) == [FULL_CREDIT]
+    assert format_reward(prompts=["p"], completions=[[as_string]], **act) == [FULL_CREDIT]
     two_calls = dict(message, tool_calls=message["tool_calls"] * 2)
-    assert format_reward(prompts=["p"], completions=[[two_calls]]) == [0.0]  # one action per output
+    assert format_reward(prompts=["p"], completions=[[two_calls]], **act) == [0.0]  # one action per output
+    # Without the column every row is a clarification point (eq. 8 as written): think, no clarify.
+    assert format_reward(prompts=["p"], completions=[[message]]) == [PARTIAL_CREDIT]
+
+
+PAIR_CASES = [
+    # (output, score where asking is right, score where acting is right)
+    (THINK + CLARIFY, FULL_CREDIT, PARTIAL_CREDIT),
+    (f"{THINK}\n{TOOL_CALL}", PARTIAL_CREDIT, FULL_CREDIT),
+    (THINK + "The Acorn is in the north. <end>", PARTIAL_CREDIT, FULL_CREDIT),
+    (THINK, PARTIAL_CREDIT, PARTIAL_CREDIT),
+    (CLARIFY, PARTIAL_CREDIT, 0.0),
+    (TOOL_CALL, 0.0, PARTIAL_CREDIT),
+    ("Which area?", 0.0, 0.0),
+    (CLARIFY + THINK, 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("text, ask, act", PAIR_CASES)
+def test_eq8_pair_is_think_and_clarify_where_asking_is_right_and_think_and_act_where_it_is_not(text, ask, act):
+    assert format_score(text, True) == ask and format_score(text, False) == act
+    assert format_reward(prompts=["p", "p"], completions=[text, text], ask_needed=[True, False]) == [ask, act]
 
 
 def test_completion_text_takes_the_first_assistant_message():

@@ -180,3 +180,20 @@ def test_registry_instance_is_shareable():
     assert reward.__name__ == "clarify_verifiable"
     copy = pickle.loads(pickle.dumps(reward))  # TRL may ship reward functions to workers
     assert copy(prompts=["p"], completions=[ask("Which area?")], discriminating_slots=[["area"]]) == [1.0]
+
+
+def test_where_asking_is_not_needed_a_question_scores_zero_and_acting_scores_one():
+    """Act-here rows (ask_needed false): the judge is not consulted; over-asking is penalised."""
+    from pipelines.rewards import ClarifyReward, VerifiableJudge
+
+    reward = ClarifyReward(VerifiableJudge())
+    ask = "<think>Unsure.</think><clarify>Which area of town would you like?</clarify>"
+    act = '<think>All set.</think><tool_call>{"name": "query_hotel", "arguments": {"area": "north"}}</tool_call>'
+    columns = {"discriminating_slots": [["area"], [], []], "candidate_values": ['{"area": ["north", "south"]}', "{}", "{}"],
+               "known_slots": [[], ["area"], ["area"]], "ask_needed": [True, False, False]}
+    logged = {}
+    scores = reward(prompts=["p"] * 3, completions=[ask, ask, act], log_metric=logged.__setitem__, **columns)
+    assert scores == [1.0, 0.0, 1.0]
+    assert [v.reason for v in reward.verdicts(["p"] * 3, [ask, ask, "<think>Hmm.</think>"], **columns)] == [
+        "targets_discriminating_slot", "needless_question", "malformed"]
+    assert logged["clarify_verifiable/over_asking"] == 0.5

@@ -34,7 +34,9 @@ def serve(tmp_path_factory):
 def test_openai_synthesizer_drops_invalid_replies_and_rerun_uses_the_cache(serve, tmp_path):
     server, model = serve
     corpus = tmp_path / "corpus"
-    write_multiwoz(generate_corpus(N_SEEDS, seed=21), corpus)
+    generated = generate_corpus(N_SEEDS, seed=21)
+    write_multiwoz(generated, corpus)
+    training_seeds = N_SEEDS - len(generated["splits"]["test"])  # the test split is never synthesized
     synthesizer = {
         "backend": "openai",
         "base_url": server.base_url,

@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.artifacts.validate import validate
 from pipelines.episodes.formats import CLARIFY, THINK, TOOL_CALL, Malformed, SpeakRLFormat
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, DataError
 from pipelines.rewards.verifiable import VerifiableJudge
 from pipelines.speaker.synthesis import env_seed
 from pipelines.speaker.tables import SPECS
@@ -87,11 +87,19 @@ def test_sft_completions_and_dpo_outputs_parse_with_the_runner_parser(stage_run)
         assert row["prompt"][0]["role"] == "system" and row["prompt"][-1]["role"] == "user"
         system = system or row["prompt"][0]["content"]
         assert row["prompt"][0]["content"] == system
+    kinds = set()
     for row in _table(params, "speaker_dpo").to_pylist():
         chosen, rejected = _parsed(row["chosen"][0]["content"]), _parsed(row["rejected"][0]["content"])
-        assert [a.kind for a in chosen] == [THINK, CLARIFY]
-        assert CLARIFY not in [a.kind for a in rejected] and rejected[0].kind == THINK
-        assert row["prompt"][0]["content"] == system and row["negative_failure"]
+        kinds.add(row["ask_needed"])
+        if row["ask_needed"]:
+            assert [a.kind for a in chosen] == [THINK, CLARIFY]
+            assert CLARIFY not in [a.kind for a in rejected] and rejected[0].kind == THINK
+            assert row["negative_failure"] and row["ambiguity_type"] is not None
+        else:  # act here: the tool call over a needless question
+            assert [a.kind for a in chosen] == [THINK, TOOL_CALL] and [a.kind for a in rejected] == [THINK, CLARIFY]
+            assert row["negative_failure"] == [] and row["ambiguity_type"] is None
+        assert row["prompt"][0]["content"] == system
+    assert kinds == {True, False}
 
 
 def test_grpo_rows_give_the_rewards_what_they_read(stage_run):
@@ -102,11 +110,43 @@ def test_grpo_rows_give_the_rewards_what_they_read(stage_run):
         (message,) = row["prompt"]
         assert message["role"] == "user" and message["content"].rstrip().endswith("Agent:")
         assert "<think>" in message["content"] and "User:" in message["content"]
+        columns = {k: row[k] for k in ("discriminating_slots", "candidate_values", "known_slots")}
+        if not row["ask_needed"]:
+            # Act here: the reference acts, nothing discriminates, the user's slots are known.
+            assert [a.kind for a in _parsed(row["reference"])] == [THINK, TOOL_CALL]
+            assert row["discriminating_slots"] == [] and row["known_slots"] and row["ambiguity_type"] is None
+            continue
         question = next(a.text for a in _parsed(row["reference"]) if a.kind == CLARIFY)
-        verdict = judge.verdict(question, {k: row[k] for k in ("discriminating_slots", "candidate_values", "known_slots")})
+        verdict = judge.verdict(question, columns)
         assert verdict.score == 1.0, (question, row["discriminating_slots"], row["known_slots"], verdict.reason)
         assert set(json.loads(row["candidate_values"])) == set(row["discriminating_slots"])
         assert json.loads(row["goal"])
+    assert {row["ask_needed"] for row in rows} == {True, False}
+
+
+def test_act_here_points_are_counted_and_their_needless_question_re_asks_a_known_slot(stage_run):
+    params, metrics = stage_run
+    dpo = [row for row in _table(params, "speaker_dpo").to_pylist() if not row["ask_needed"]]
+    grpo = [row for row in _table(params, "speaker_grpo").to_pylist() if not row["ask_needed"]]
+    assert metrics["act_here"]["dpo_pairs"] == len(dpo) > 0 and metrics["act_here"]["grpo_rows"] == len(grpo) > 0
+    known = {(r["dialogue_id"], r["step"]): r["known_slots"] for r in grpo}
+    judge = VerifiableJudge()
+    for row in dpo:
+        question = next(a.text for a in _parsed(row["rejected"][0]["content"]) if a.kind == CLARIFY)
+        columns = {"discriminating_slots": [], "known_slots": known[(row["dialogue_id"], row["step"])]}
+        assert judge.verdict(question, columns).reason == "asks_known_slot", question
+
+
+def test_no_training_artifact_holds_a_test_split_dialogue(stage_run):
+    params, _ = stage_run
+    source = Path(params["source"])
+    test_ids = set((source / "testListFile.json").read_text().split())
+    assert test_ids
+    for name in ARTIFACTS:
+        table = _table(params, name)
+        assert not set(table.column("dialogue_id").to_pylist()) & test_ids, name
+        if "split" in table.column_names:
+            assert set(table.column("split").to_pylist()) <= {"train", "val"}, name
 
 
 def test_clarifications_are_grounded_in_the_tool_results(rules_result):
@@ -144,3 +184,23 @@ def test_rerunning_the_stage_reproduces_its_outputs(stage_run, tmp_path):
 def test_bad_params_are_config_errors(speaker_corpus_dir, tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
         run(stage_params(speaker_corpus_dir, tmp_path, **override))
+
+
+def test_the_stage_fails_loudly_when_a_test_dialogue_reaches_a_training_table(stage_run, tmp_path, monkeypatch):
+    """Fault injection: a loader that loses the split (every seed read as train) lets test
+    seeds through the synthesis filter; the leak check stops the stage before publishing."""
+    import dataclasses
+
+    import stages.speaker as stage
+
+    real = stage.run_speaker
+
+    def split_lost(dialogues, *args):
+        return real([dataclasses.replace(d, split="train") for d in dialogues], *args)
+
+    monkeypatch.setattr(stage, "run_speaker", split_lost)
+    params, _ = stage_run
+    again = stage_params(Path(params["source"]), tmp_path / "leaky")
+    with pytest.raises(DataError, match="test-split dialogue"):
+        run(again)
+    assert not Path(again["output"]).exists() and not Path(again["metrics"]).exists()

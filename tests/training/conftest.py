@@ -28,6 +28,7 @@ SYSTEM = {"role": "system", "content": "You are a travel agent."}
 AREAS = ("north", "south", "east", "west", "centre")
 CLARIFY = "<think>Several hotels match; the area is unknown.</think>\n<clarify>Which area would you like: the {a} or the {b}?</clarify>"
 GUESS = "<think>I'll pick one.</think>\nThe {a} lodge is a good choice. Shall I book it?"
+NEEDLESS = "<think>Let me double-check the area.</think>\n<clarify>Which area of town would you like?</clarify>"
 SEARCH = '<think>Searching.</think>\n<tool_call>\n{{"name": "query_hotel", "arguments": {{"area": "{a}"}}}}\n</tool_call>'
 
 
@@ -38,21 +39,32 @@ def _dialogues(n: int) -> Iterator[tuple[str, str, str, str]]:
 
 
 def tiny_tables(n: int = 40) -> dict[str, pa.Table]:
-    """speaker_sft / speaker_grpo / speaker_dpo shaped tables (only the columns training reads)."""
+    """speaker_sft / speaker_grpo / speaker_dpo shaped tables (only the columns training reads):
+    every fifth dialogue in the val split; step 0 asks, step 1 acts (an act-here point in the
+    GRPO and DPO data)."""
     sft, grpo, dpo = [], [], []
-    for dialogue_id, a, b, request in _dialogues(n):
+    for i, (dialogue_id, a, b, request) in enumerate(_dialogues(n)):
+        split = "val" if i % 5 == 0 else "train"
         prompt = [SYSTEM, {"role": "user", "content": request}]
-        sft.append({"dialogue_id": dialogue_id, "step": 0, "prompt": prompt,
+        answered = [*prompt, {"role": "assistant", "content": CLARIFY.format(a=a, b=b)}, {"role": "user", "content": f"The {a}."}]
+        sft.append({"dialogue_id": dialogue_id, "split": split, "step": 0, "prompt": prompt,
                     "completion": [{"role": "assistant", "content": CLARIFY.format(a=a, b=b)}]})
-        sft.append({"dialogue_id": dialogue_id, "step": 1,
-                    "prompt": [*prompt, {"role": "assistant", "content": CLARIFY.format(a=a, b=b)}, {"role": "user", "content": f"The {a}."}],
+        sft.append({"dialogue_id": dialogue_id, "split": split, "step": 1, "prompt": answered,
                     "completion": [{"role": "assistant", "content": SEARCH.format(a=a)}]})
-        grpo.append({"dialogue_id": dialogue_id, "step": 0, "prompt": [{"role": "user", "content": f"User: {request}\nAgent:"}],
+        grpo.append({"dialogue_id": dialogue_id, "split": split, "step": 0, "ask_needed": True,
+                     "prompt": [{"role": "user", "content": f"User: {request}\nAgent:"}],
                      "discriminating_slots": ["area"], "candidate_values": json.dumps({"area": [a, b]}),
                      "known_slots": [], "reference": CLARIFY.format(a=a, b=b)})
-        dpo.append({"dialogue_id": dialogue_id, "step": 0, "prompt": prompt,
+        grpo.append({"dialogue_id": dialogue_id, "split": split, "step": 1, "ask_needed": False,
+                     "prompt": [{"role": "user", "content": f"User: {request}\nAgent: Which area?\nUser: The {a}.\nAgent:"}],
+                     "discriminating_slots": [], "candidate_values": "{}",
+                     "known_slots": ["area"], "reference": SEARCH.format(a=a)})
+        dpo.append({"dialogue_id": dialogue_id, "split": split, "step": 0, "ask_needed": True, "prompt": prompt,
                     "chosen": [{"role": "assistant", "content": CLARIFY.format(a=a, b=b)}],
                     "rejected": [{"role": "assistant", "content": GUESS.format(a=a)}]})
+        dpo.append({"dialogue_id": dialogue_id, "split": split, "step": 1, "ask_needed": False, "prompt": answered,
+                    "chosen": [{"role": "assistant", "content": SEARCH.format(a=a)}],
+                    "rejected": [{"role": "assistant", "content": NEEDLESS}]})
     # Typed as the artifacts are (training validates its inputs with their suites), over the
     # columns given here.
     rows = {"speaker_sft": sft, "speaker_grpo": grpo, "speaker_dpo": dpo}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, DataError
 from pipelines.rewards.prompts import render_speakrl_prompt
 from pipelines.training.config import DataSpec, GRPOObjective, HoldoutSpec, SourceSpec
 from pipelines.training.data import (
@@ -53,8 +53,22 @@ def test_the_holdout_is_by_dialogue_stable_and_the_same_in_every_dataset():
         prepared = prepare_source(table.to_pylist(), table.column_names, SourceSpec(f"{name}.parquet"), method, SPEC, chars, 10_000)
         splits[name] = ({r["dialogue_id"] for r in prepared.train}, {r["dialogue_id"] for r in prepared.heldout})
     train_ids, heldout_ids = splits["speaker_sft"]
-    assert heldout_ids and not train_ids & heldout_ids
+    # The corpus val split is held out (every fifth tiny dialogue), not a hash.
+    val_ids = {r["dialogue_id"] for r in tables["speaker_sft"].to_pylist() if r["split"] == "val"}
+    assert heldout_ids == val_ids and not train_ids & heldout_ids
     assert all(split == (train_ids, heldout_ids) for split in splits.values())
+
+
+def test_a_test_split_row_stops_training_and_a_source_without_splits_is_hashed():
+    table = tiny_tables(10)["speaker_sft"]
+    rows = table.to_pylist()
+    rows[3] = {**rows[3], "split": "test"}
+    with pytest.raises(DataError, match=r"speaker_sft.parquet, record 'D001.json', field 'split': a test-split dialogue"):
+        prepare_source(rows, table.column_names, SourceSpec("speaker_sft.parquet"), "sft", SPEC, chars, 10_000)
+    unsplit = [{k: v for k, v in r.items() if k != "split"} for r in table.to_pylist()]
+    columns = [c for c in table.column_names if c != "split"]
+    prepared = prepare_source(unsplit, columns, SourceSpec("speaker_sft.parquet"), "sft", SPEC, chars, 10_000)
+    assert {r["dialogue_id"] for r in prepared.heldout} == {r["dialogue_id"] for r in unsplit if is_held_out(r["dialogue_id"], SPEC.holdout)}
 
 
 def test_left_truncation_drops_the_oldest_history_and_never_the_completion():
@@ -122,12 +136,13 @@ def test_prompts_can_come_from_another_table_at_the_same_decision_point():
     grpo, sft = tables["speaker_grpo"], tables["speaker_sft"]
     rows, missing = join_prompts(grpo.to_pylist(), sft.to_pylist(), "dialogue_id")
     assert missing == 0 and len(rows) == grpo.num_rows
-    assert rows[3]["prompt"] == sft.to_pylist()[6]["prompt"]  # dialogue 3, step 0
-    assert rows[3]["discriminating_slots"] == ["area"]
+    assert rows[6]["prompt"] == sft.to_pylist()[6]["prompt"]  # dialogue 3, step 0
+    assert rows[6]["discriminating_slots"] == ["area"]
 
     only_step_1 = [r for r in sft.to_pylist() if r["step"] == 1]
     prepared = prepare_source(grpo.to_pylist(), grpo.column_names, SourceSpec("g.parquet"), "grpo", SPEC, chars, 10_000, prompt_rows=only_step_1)
-    assert prepared.stats["no_prompt"] == 10 and not prepared.train and not prepared.heldout
+    assert prepared.stats["no_prompt"] == 10  # the step-0 rows; the act-here rows (step 1) join
+    assert {r["step"] for r in prepared.train + prepared.heldout} == {1}
 
 
 def test_dialogue_windows_make_every_assistant_message_a_target_once():

@@ -33,7 +33,12 @@ def test_reward_metrics_are_the_training_rewards():
     functions = [REWARD_FUNCTIONS["format"], REWARD_FUNCTIONS["clarify_verifiable"]]
     rows = [{"prompt": [], "discriminating_slots": ["area"], "candidate_values": json.dumps({"area": ["north", "centre"]}), "known_slots": []}] * 2
     metrics = reward_metrics([[], []], [CLARIFY, CALL], rows, functions, [1.0, 0.5], ["format_reward", "clarify_verifiable"])
-    assert metrics == {"reward/format_reward": 1.0, "reward/clarify_verifiable": 0.5, "reward/total": (1.5 + 1.0) / 2}
+    # Both rows are clarification points: the call earns eq. 8's partial credit (think, no clarify).
+    assert metrics == {"reward/format_reward": 0.75, "reward/clarify_verifiable": 0.5, "reward/total": (1.5 + 0.5) / 2}
+    # At act-here points the call is the right output and the question is over-asking.
+    act_here = [{**row, "ask_needed": False, "discriminating_slots": [], "known_slots": ["area"]} for row in rows]
+    metrics = reward_metrics([[], []], [CLARIFY, CALL], act_here, functions, [1.0, 0.5], ["format_reward", "clarify_verifiable"])
+    assert metrics == {"reward/format_reward": 0.75, "reward/clarify_verifiable": 0.5, "reward/total": (0.5 + 1.5) / 2}
 
 
 def test_preference_margin_is_antisymmetric(tiny_model_dir, single_torch_thread):

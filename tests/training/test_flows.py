@@ -59,8 +59,10 @@ def test_flow_completes_as_a_prefect_flow_run_and_writes_its_outputs(trained, me
 def test_each_method_reports_what_it_should_move(trained):
     after = {m: json.loads(open(c.output.metrics).read())["eval"]["after"] for m, (c, _, _) in trained.items()}
     assert {"n", "well_formed", "format_reward", "decision_match"} <= set(after["sft"]["speaker_sft"]["generation"])
-    assert {"margin", "accuracy"} <= set(after["dpo"]["speaker_dpo"]["preference"])
+    assert {"margin", "accuracy", "accuracy_ask", "accuracy_act"} <= set(after["dpo"]["speaker_dpo"]["preference"])
     assert {"margin", "accuracy"} <= set(after["kto"]["speaker_dpo"]["preference"])
+    # Over-asking (questions at act-here points) beside the clarify rate.
+    assert {"clarify_rate", "over_asking", "clarify_rate_when_needed"} <= set(after["grpo"]["speaker_grpo"]["generation"])
     rewards = after["grpo"]["speaker_grpo"]["rewards"]
     assert {"reward/format_reward", "reward/clarify_verifiable", "reward/total"} <= set(rewards)
 
