@@ -179,7 +179,7 @@ def test_a_locked_repository_is_retried_and_a_failing_stage_is_not():
     from flows.retrain import ReproFailed, _retry_when_locked
 
     locked = ReproFailed(["dvc", "repro"], Path("/p"), 1, ["ERROR: Unable to acquire lock. Most likely another DVC process is running"])
-    failed = ReproFailed(["dvc", "repro"], Path("/p"), 1, ["error: params.yaml corpus.n_dialogues must be >= 1"])
+    failed = ReproFailed(["dvc", "repro"], Path("/p"), 1, ["error: params.yaml corpus.n_dialogues: expected an integer >= 1, got 0"])
     # The state Prefect's task engine hands to a retry condition: Failed(data=<the exception>).
     assert _retry_when_locked(None, None, Failed(data=locked)) is True
     assert _retry_when_locked(None, None, Failed(data=failed)) is False
@@ -272,5 +272,5 @@ def test_a_failing_stage_fails_the_flow_run_with_dvc_output(prefect_api_url, pro
     state = retrain(project_dir=str(project), targets=["corpus"], return_state=True)
     assert state.is_failed()
     assert "`dvc repro corpus` failed with exit status" in state.message
-    assert "error: params.yaml corpus.n_dialogues must be >= 1" in state.message
+    assert "error: params.yaml corpus.n_dialogues: expected an integer >= 1, got 0" in state.message
     assert not (project / "reports" / "retrain").exists()

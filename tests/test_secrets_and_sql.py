@@ -87,12 +87,12 @@ def test_evaluate_checks_every_llm_role_even_unused_ones(tmp_path, capsys):
     assert "llm.roles.judge.sampling.extra_body.nested.api_key: looks like a secret" in err
     assert FAKE_KEY not in err
 
-    def typo_in_grader(params):
-        params["llm"]["roles"]["grader"] = {"backend": "rules", "modle": "x"}
+    def typo_in_judge(params):
+        params["llm"]["roles"]["judge"] = {"backend": "rules", "modle": "x"}
 
     with pytest.raises(SystemExit):
-        main(["--params", str(_params_with(tmp_path, typo_in_grader))])
-    assert "llm.roles.grader (backend 'rules'): unknown key(s) ['modle']" in capsys.readouterr().err
+        main(["--params", str(_params_with(tmp_path, typo_in_judge))])
+    assert "llm.roles.judge (backend 'rules'): unknown key(s) ['modle']" in capsys.readouterr().err
 
 
 def test_llm_is_a_declared_param_of_evaluate():

@@ -39,7 +39,7 @@ def test_flow_completes_as_a_prefect_flow_run_and_writes_its_outputs(trained, me
     names = [t.name.rsplit("-", 1)[0] for t in task_runs]
     assert names == [
         "preflight", "load-tokenizer", "load-datasets", "build-dataset", "load-model", "evaluate",
-        "build-trainer", "train", "evaluate", "save-model", "write-reports",
+        "build-trainer", "train", "evaluate", "save-model", "write-reports", "write-timings",
     ]
 
     model_dir = config.output.model_dir
