@@ -183,7 +183,7 @@ def test_a_locked_repository_is_retried_and_a_failing_stage_is_not():
     # The state Prefect's task engine hands to a retry condition: Failed(data=<the exception>).
     assert _retry_when_locked(None, None, Failed(data=locked)) is True
     assert _retry_when_locked(None, None, Failed(data=failed)) is False
-    assert str(failed).endswith("last lines of its output:\nerror: params.yaml corpus.n_dialogues must be >= 1")
+    assert str(failed).endswith("last lines of its output:\nerror: params.yaml corpus.n_dialogues: expected an integer >= 1, got 0")
 
 
 # --- Real runs -------------------------------------------------------------------------------
