@@ -171,39 +171,32 @@ def speaker_tables(result: SpeakerResult, task_prompt: str = DEFAULT_TASK_PROMPT
             _append(rows["speaker_sft"], row)
         for row in _grpo_rows(outcome):
             _append(rows["speaker_grpo"], row)
-        split = outcome.dialogue.split
         for row in _act_grpo_rows(outcome):
             _append(rows["speaker_grpo"], row)
-        for pair in outcome.pairs:
-            _append(rows["speaker_dpo"], {
-                "dialogue_id": pair.dialogue_id,
-                "split": split,
-                "step": pair.step,
-                "ask_needed": True,
-                "ambiguity_type": pair.point.type,
-                "domain": pair.point.domain,
-                "prompt": [system, *(t.message for t in pair.prompt)],
-                "chosen": [pair.chosen.message],
-                "rejected": [pair.rejected.message],
-                "negative_failure": list(pair.negative_reasons),
-            })
-        messages = outcome.trajectory.messages()
-        for act in outcome.acts:
-            _append(rows["speaker_dpo"], {
-                "dialogue_id": act.dialogue_id,
-                "split": split,
-                "step": act.step,
-                "ask_needed": False,
-                "ambiguity_type": None,
-                "domain": act.domain,
-                "prompt": [system, *messages[: act.index]],
-                "chosen": [messages[act.index]],
-                "rejected": [{"role": "assistant", "content": act.needless}],
-                "negative_failure": [],
-            })
+        for row in _dpo_rows(outcome, system):
+            _append(rows["speaker_dpo"], row)
     for name in TRAINING_SPECS:
         rows[name] = _sorted(rows[name])
     return {name: pa.Table.from_pydict(columns, schema=SPECS[name].schema) for name, columns in rows.items()}
+
+
+def _dpo_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str, Any]]:
+    """Clarification pairs (chosen: the question) then act-here pairs (chosen: the action,
+    rejected: a needless question)."""
+    split = outcome.dialogue.split
+
+    def row(dialogue_id, step, ask_needed, ambiguity_type, domain, prompt, chosen, rejected, failures):
+        return {"dialogue_id": dialogue_id, "split": split, "step": step, "ask_needed": ask_needed,
+                "ambiguity_type": ambiguity_type, "domain": domain, "prompt": [system, *prompt],
+                "chosen": [chosen], "rejected": [rejected], "negative_failure": list(failures)}
+
+    for pair in outcome.pairs:
+        yield row(pair.dialogue_id, pair.step, True, pair.point.type, pair.point.domain,
+                  [t.message for t in pair.prompt], pair.chosen.message, pair.rejected.message, pair.negative_reasons)
+    messages = outcome.trajectory.messages()
+    for act in outcome.acts:
+        yield row(act.dialogue_id, act.step, False, None, act.domain, messages[: act.index],
+                  messages[act.index], {"role": "assistant", "content": act.needless}, ())
 
 
 def _append(columns: dict[str, list], row: dict[str, Any]) -> None:
