@@ -134,14 +134,13 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
 def _joining_prompts(path: str, key: str, records: list[dict]) -> list[dict]:
     """The (key, step, prompt) rows of ``path`` that join ``records``, and only those: a
     table of chat prompts is hundreds of MB as Python objects."""
-    from stages.io import read_artifact, read_parquet
+    from stages.io import read_artifact
 
-    read_artifact(path)  # its suite, once, before its prompts are used
+    table = read_artifact(path)  # validated by its suite before its prompts are used
     wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
-    index = read_parquet(path, columns=[key, JOIN_COLUMN])
-    pairs = zip(index[key].to_pylist(), index[JOIN_COLUMN].to_pylist())
+    pairs = zip(table[key].to_pylist(), table[JOIN_COLUMN].to_pylist())
     take = [i for i, pair in enumerate(pairs) if pair in wanted]
-    return read_parquet(path, columns=[key, JOIN_COLUMN, "prompt"]).take(take).to_pylist()
+    return table.select([key, JOIN_COLUMN, "prompt"]).take(take).to_pylist()
 
 
 @task(name="build-dataset", **_TASK)

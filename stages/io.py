@@ -132,8 +132,9 @@ def read_artifact(path: Path | str, spec: ArtifactSpec | None = None) -> pa.Tabl
     return table
 
 
-def read_params(section: str, path: Path | str = "params.yaml") -> dict[str, Any]:
-    """One top-level section of params.yaml, as a dict (a copy: stages may change it)."""
+def read_params(section: str, path: Path | str = "params.yaml", *, required: bool = True) -> dict[str, Any] | None:
+    """One top-level section of params.yaml, as a dict (a copy: stages may change it); None
+    for an absent section that is not ``required``."""
     try:
         text = read_text(path)
     except DataError as error:
@@ -144,6 +145,8 @@ def read_params(section: str, path: Path | str = "params.yaml") -> dict[str, Any
         raise ConfigError(f"{path}: invalid YAML: {error}") from None
     if not isinstance(params, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    if section not in params and not required:
+        return None
     if section not in params:
         raise ConfigError(f"{path}: no section {section!r} (sections: {', '.join(map(str, params)) or 'none'})")
     values = params[section]

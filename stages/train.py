@@ -137,14 +137,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
-    run(args.method, read_params("train", args.params), _llm_params(args.params))
-
-
-def _llm_params(path: str) -> dict[str, Any] | None:
-    try:
-        return read_params("llm", path)
-    except ConfigError:
-        return None  # a params file without an llm section: no judge role
+    # A params file without an llm section has no judge role; a bad one is an error.
+    run(args.method, read_params("train", args.params), read_params("llm", args.params, required=False))
 
 
 if __name__ == "__main__":

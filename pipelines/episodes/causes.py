@@ -48,7 +48,6 @@ _MISMATCH = re.compile(r"^(?P<domain>\w+): (?P<who>.+?) (?:has|with) (?P<slot>[\
 _REQUESTED = re.compile(r"^requested (?P<slot>[\w ]+?)(?: \((?P<value>.*)\))? was never given$")
 _BOOKED_WITH = re.compile(r"^booked (?P<who>.+?) with (?P<slot>people|day|time|stay) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
 _SEMI_SLOTS = frozenset({"day", "departure", "destination", "leaveAt", "arriveBy", "area", "pricerange", "food", "type", "stars", "internet", "parking"})
-_REFERENCE_WORDS = re.compile(r"\b(?:reference|ref|confirmation)\b", re.I)
 _TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
 
 

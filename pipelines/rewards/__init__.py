@@ -60,7 +60,7 @@ REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = frozen_dict(
 
 #: Rewards that need an LLM client in the ``judge`` role, by name: name -> factory(client).
 JUDGE_REWARDS: Mapping[str, Callable[[LLMClient], Callable[..., list]]] = frozen_dict(
-    {"clarify_llm": lambda client: ClarifyReward(LLMJudge(client, role="judge"))}
+    {"clarify_llm": lambda client: build_clarify_reward("llm", client)}
 )
 
 

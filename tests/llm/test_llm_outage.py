@@ -36,8 +36,8 @@ def test_an_outage_does_not_serialise_schema_calls_behind_the_probe(make_server)
 
     assert all(not r.ok and r.reason == "server_error" for r in results)
     assert server.stats.requests == 16 * 2
-    # One probe call goes first; the other 15 then run side by side up to the bound (before: 1).
-    assert server.stats.max_in_flight == 8
+    # One probe call goes first; the other 15 then run side by side within the bound (before: 1).
+    assert 1 < server.stats.max_in_flight <= 8
     assert client.supports_response_format is None, "an outage says nothing about the feature"
 
 
@@ -64,7 +64,7 @@ def test_an_unsupported_response_format_is_still_probed_once(make_server):
 
     assert all(r.ok for r in results)
     assert server.stats.response_format_rejections == 1 and server.stats.requests == 13
-    assert server.stats.max_in_flight == 8
+    assert 1 < server.stats.max_in_flight <= 8
 
 
 def test_a_cache_hit_returns_exactly_what_the_live_call_returned(make_server, tmp_path):
