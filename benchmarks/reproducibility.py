@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,9 +32,9 @@ def clone(repo: Path, rev: str, target: Path) -> None:
     subprocess.run(["git", "checkout", "--quiet", rev], cwd=target, check=True)
 
 
-def repro(project: Path, stages: list[str]) -> float:
-    """Runs ``dvc repro`` in a clone; the seconds it took. Outputs already in the lock file
-    are not in the clone's cache, so every named stage (and its upstream) runs."""
+def repro(project: Path, stages: list[str]) -> tuple[float, list[str]]:
+    """Runs ``dvc repro`` in a clone: (seconds it took, stages that ran). Outputs already in
+    the lock file are not in the clone's cache, so every named stage (and its upstream) runs."""
     env = dict(os.environ, PYTHONPATH=str(project))
     env.pop("VIRTUAL_ENV", None)
     started = time.perf_counter()
@@ -41,7 +42,8 @@ def repro(project: Path, stages: list[str]) -> float:
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
         raise SystemExit(f"dvc repro failed in {project} (exit {result.returncode})")
-    return time.perf_counter() - started
+    ran = re.findall(r"^Running stage '([^']+)'", result.stdout, flags=re.MULTILINE)
+    return time.perf_counter() - started, ran
 
 
 def out_hashes(project: Path) -> dict[str, dict[str, str]]:
@@ -78,15 +80,16 @@ def main() -> int:
     rev = subprocess.run(["git", "rev-parse", args.rev], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
     root = Path(tempfile.mkdtemp(prefix="askflow-repro-"))
-    hashes, seconds = [], []
+    hashes, seconds, runs = [], [], []
     for name in ("a", "b"):
         project = root / name
         clone(repo, rev, project)
-        seconds.append(repro(project, args.stages))
+        took, ran = repro(project, args.stages)
+        seconds.append(took)
+        runs.append(ran)
         hashes.append(out_hashes(project))
-    ran = args.stages or sorted(set(hashes[0]) | set(hashes[1]))
-    # Upstream stages ran too: compare every stage the two lock files know.
-    ran = sorted(set(ran) | (set(hashes[0]) & set(hashes[1])))
+    # Only the stages that ran in both clones: the others keep the committed lock entries.
+    ran = [stage for stage in runs[0] if stage in runs[1]]
     differ = compare(hashes[0], hashes[1], ran)
 
     print(f"revision {rev[:12]}; dvc repro {' '.join(args.stages) or '(all)'}: {seconds[0]:.0f} s and {seconds[1]:.0f} s")

@@ -41,6 +41,7 @@ from typing import Any, Mapping, Sequence
 from pipelines.errors import ConfigError
 from pipelines.training.config import (
     OBJECTIVES,
+    POLICY_DIRS,
     DataSpec,
     DeviceSpec,
     EvalSpec,
@@ -120,12 +121,50 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported setting type {hint}")
 
 
-def train_config(method: str, params: Mapping[str, Any]) -> TrainConfig:
-    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml."""
+_POLICY_KEYS = {"use", "dir", "lora", "optim"}
+
+
+def check_policy(policy: Mapping[str, Any]) -> str:
+    """params.yaml ``policy``: ``use`` (``base``, ``smollm2`` or a hub id) and ``dir``, the
+    local directory it reads (DVC's dependency; ``models/base`` for a hub id). Returns ``use``."""
+    unknown = sorted(set(policy) - _POLICY_KEYS)
+    if unknown:
+        raise ConfigError(f"params.yaml policy: unknown key(s) {unknown}; allowed: {sorted(_POLICY_KEYS)}")
+    use = str(policy.get("use", "base"))
+    expected = POLICY_DIRS.get(use, POLICY_DIRS["base"])
+    if policy.get("dir", expected) != expected:
+        raise ConfigError(f"params.yaml policy.dir: {policy.get('dir')!r} does not go with use: {use!r}; set dir: {expected}")
+    return use
+
+
+def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's params with the policy switch applied: other than ``base``, SFT starts
+    from the policy, every method without its own ``lora`` gets ``policy.lora`` and
+    ``policy.optim`` overrides the method's optim keys (e.g. a LoRA learning rate)."""
+    use = check_policy(policy)
+    section = dict(section)
+    if use == "base":
+        return section
+    model = dict(section.get("model") or {})
+    if method == "sft":
+        model = {key: value for key, value in model.items() if key not in ("path", "hub_id", "revision")}
+        model.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"path": None, "hub_id": use})
+    if "lora" not in model and policy.get("lora") is not None:
+        model["lora"] = policy["lora"]
+    section["model"] = model
+    section["optim"] = {**(section.get("optim") or {}), **(policy.get("optim") or {})}
+    return section
+
+
+def train_config(method: str, params: Mapping[str, Any], policy: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml and
+    its ``policy`` switch (None: the method's own model)."""
     check_method(method)
     section = params.get(method)
     if not isinstance(section, Mapping):
         raise ConfigError(f"params.yaml train.{method}: missing (or not a mapping)")
+    if policy:
+        section = apply_policy(section, method, policy)
     unknown = sorted(set(section) - _SECTIONS)
     if unknown:
         raise ConfigError(f"params.yaml train.{method}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS)}")
@@ -168,8 +207,8 @@ def configure_prefect(root: Path) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def run(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    config = train_config(method, params)
+def run(method: str, params: Mapping[str, Any], policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    config = train_config(method, params, policy)
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
     from flows.train import flow_for
@@ -181,6 +220,16 @@ def run(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return report
 
 
+def _policy_params(path: str) -> dict[str, Any] | None:
+    """params.yaml ``policy``, None when the file has no such section."""
+    try:
+        return read_params("policy", path)
+    except ConfigError as error:
+        if "no section 'policy'" in str(error):
+            return None
+        raise
+
+
 @main_wrapper
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.train", description=__doc__.split("\n\n")[0])
@@ -189,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
-    run(args.method, read_params("train", args.params))
+    run(args.method, read_params("train", args.params), _policy_params(args.params))
 
 
 if __name__ == "__main__":
