@@ -6,8 +6,8 @@ Clones the repository (committed state at ``--rev``) twice into temporary direct
 ``dvc repro [STAGE ...]`` in each (every stage when none is named; upstream stages run too),
 and compares the output hashes that each clone's ``dvc.lock`` records, stage by stage.
 Prints one line per stage (``match`` / ``DIFFER`` with the differing outputs) and the
-seconds each run took; exits 1 when any stage differs. Metrics declared ``cache: false``
-are not hashed by DVC and are not compared (timings live there).
+seconds each run took; exits 1 when any stage differs. ``dvc.lock`` hashes metrics files
+too, ``cache: false`` or not: a timing in a declared metrics file makes its stage differ.
 
 The runs are sequential, never in parallel: on a shared machine two at once would only
 measure the load. Run from the repository root with the project's venv first on PATH.
@@ -47,8 +47,7 @@ def repro(project: Path, stages: list[str]) -> tuple[float, list[str]]:
 
 
 def out_hashes(project: Path) -> dict[str, dict[str, str]]:
-    """stage -> {output path: md5} from the clone's dvc.lock (outs only: metrics with
-    ``cache: false`` are recorded without a hash)."""
+    """stage -> {output path: md5} from the clone's dvc.lock (metrics files included)."""
     lock = yaml.safe_load((project / "dvc.lock").read_text())
     hashes = {}
     for stage, entry in (lock.get("stages") or {}).items():
