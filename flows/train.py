@@ -274,6 +274,11 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
     tokenizer = load_tokenizer(config)
     prepared = load_datasets(config, tokenizer)
     dataset = build_dataset(config, prepared)
+    # Seeded before the model exists: TRL wraps it in a LoRA adapter (random A matrices)
+    # before the Trainer seeds itself, so the adapter's start must not hang on RNG history.
+    from transformers import set_seed
+
+    set_seed(config.optim.seed)
     model = load_model(config, device)
 
     before = evaluate(config, model, tokenizer, prepared, "before")[0] if config.eval.before else None

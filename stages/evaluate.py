@@ -28,8 +28,9 @@ from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from stages.io import main_wrapper, read_params
-from stages.train import configure_prefect, from_params
+from pipelines.training.config import POLICY_DIRS
+from stages.io import from_params, main_wrapper, read_params
+from stages.train import check_policy, configure_prefect
 
 
 def eval_config(params: Mapping[str, Any]) -> EvalConfig:
@@ -60,8 +61,25 @@ def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -
     return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm"))
 
 
-def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, batched: bool | None = None) -> dict[str, Any]:
-    config = eval_config(params)
+def with_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``evaluate`` params whose ``base`` model (the starting policy) is the one params.yaml
+    ``policy.use`` names: ``base`` keeps it, ``smollm2`` or a hub id replaces it."""
+    params = dict(params)
+    use = check_policy(policy) if policy else "base"
+    models = dict(params.get("models") or {})
+    if use != "base" and "base" in models:
+        entry = {key: value for key, value in dict(models["base"]).items() if key not in ("path", "hub_id", "revision")}
+        entry.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"hub_id": use})
+        models["base"] = entry
+        params["models"] = models
+    return params
+
+
+def run(
+    params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, batched: bool | None = None,
+    policy: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    config = eval_config(with_policy(params, policy))
     if batched is not None:
         config = dataclasses.replace(config, batched=batched)
     from flows.evaluate import check_inputs
@@ -94,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # stage, so every role of it (used or not) reaches dvc.lock once the stage succeeds.
     llm = read_params("llm", args.params)
     check_llm_roles(llm, f"{args.params} llm")
-    run(evaluate_params, llm, batched=False if args.one_at_a_time else None)
+    run(evaluate_params, llm, batched=False if args.one_at_a_time else None,
+        policy=read_params("policy", args.params, required=False))
 
 
 def check_llm_roles(llm: Mapping[str, Any], where: str) -> None:

@@ -41,6 +41,7 @@ from pipelines.errors import ConfigError
 from pipelines.llm import BackendConfig
 from pipelines.training.config import (
     OBJECTIVES,
+    POLICY_DIRS,
     DataSpec,
     DeviceSpec,
     EvalSpec,
@@ -55,13 +56,52 @@ from stages.io import from_params, main_wrapper, read_params
 _SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
 
 
-def train_config(method: str, params: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> TrainConfig:
-    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml; the
-    ``judge`` role's backend from ``llm.roles.judge`` (for LLM-judged GRPO rewards)."""
+_POLICY_KEYS = {"use", "dir", "lora", "optim"}
+
+
+def check_policy(policy: Mapping[str, Any]) -> str:
+    """params.yaml ``policy``: ``use`` (``base``, ``smollm2`` or a hub id) and ``dir``, the
+    local directory it reads (DVC's dependency; ``models/base`` for a hub id). Returns ``use``."""
+    unknown = sorted(set(policy) - _POLICY_KEYS)
+    if unknown:
+        raise ConfigError(f"params.yaml policy: unknown key(s) {unknown}; allowed: {sorted(_POLICY_KEYS)}")
+    use = str(policy.get("use", "base"))
+    expected = POLICY_DIRS.get(use, POLICY_DIRS["base"])
+    if policy.get("dir", expected) != expected:
+        raise ConfigError(f"params.yaml policy.dir: {policy.get('dir')!r} does not go with use: {use!r}; set dir: {expected}")
+    return use
+
+
+def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's params with the policy switch applied: other than ``base``, SFT starts
+    from the policy, every method without its own ``lora`` gets ``policy.lora`` and
+    ``policy.optim`` overrides the method's optim keys (e.g. a LoRA learning rate)."""
+    use = check_policy(policy)
+    section = dict(section)
+    if use == "base":
+        return section
+    model = dict(section.get("model") or {})
+    if method == "sft":
+        model = {key: value for key, value in model.items() if key not in ("path", "hub_id", "revision")}
+        model.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"path": None, "hub_id": use})
+    if "lora" not in model and policy.get("lora") is not None:
+        model["lora"] = policy["lora"]
+    section["model"] = model
+    section["optim"] = {**(section.get("optim") or {}), **(policy.get("optim") or {})}
+    return section
+
+
+def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
+                 policy: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml, its
+    ``policy`` switch (None: the method's own model) and the ``judge`` role's backend from
+    ``llm.roles.judge`` (for LLM-judged GRPO rewards)."""
     check_method(method)
     section = params.get(method)
     if not isinstance(section, Mapping):
         raise ConfigError(f"params.yaml train.{method}: missing (or not a mapping)")
+    if policy:
+        section = apply_policy(section, method, policy)
     unknown = sorted(set(section) - _SECTIONS)
     if unknown:
         raise ConfigError(f"params.yaml train.{method}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS)}")
@@ -112,8 +152,9 @@ def configure_prefect(root: Path) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def run(method: str, params: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    config = train_config(method, params, llm)
+def run(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
+        policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    config = train_config(method, params, llm=llm, policy=policy)
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
     from flows.local_api import local_prefect_api
@@ -137,8 +178,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
-    # A params file without an llm section has no judge role; a bad one is an error.
-    run(args.method, read_params("train", args.params), read_params("llm", args.params, required=False))
+    # A params file without an llm (or policy) section has no judge role (or switch); a bad one is an error.
+    run(args.method, read_params("train", args.params), llm=read_params("llm", args.params, required=False),
+        policy=read_params("policy", args.params, required=False))
 
 
 if __name__ == "__main__":

@@ -168,6 +168,7 @@ def bootstrap_policy(
             "tokens_seen": training.tokens,
             "epochs": round(training.tokens / n_tokens, 4),
             "stopped_early": training.stopped_early,
+            "complete": not training.stopped_early,  # a user-set max_seconds ended it before `steps`
             "final_train_loss": round(training.final_loss(), 4),
             "first_train_loss": round(training.losses[0], 4),
         },

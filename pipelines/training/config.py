@@ -328,7 +328,9 @@ __all__ = [
     "LoraSpec",
     "METHODS",
     "ModelSpec",
+    "policy_model",
     "OBJECTIVES",
+    "POLICY_DIRS",
     "Objective",
     "OptimSpec",
     "OutputSpec",
@@ -339,3 +341,28 @@ __all__ = [
     "TrainConfig",
     "config_dict",
 ]
+
+
+# --- Policy switch ---------------------------------------------------------------------------
+
+# The local starting policies by name; any other name is a hub model id.
+POLICY_DIRS: dict[str, str] = {"base": "models/base", "smollm2": "models/smollm2"}
+
+
+def policy_model(use: str, lora: LoraSpec | None = None) -> ModelSpec:
+    """The starting model a policy name stands for: ``base`` (the embedded tiny policy,
+    trained whole), ``smollm2`` (SmolLM2-135M-Instruct from the ``smollm2`` stage) or a hub
+    id; ``lora`` applies to the latter two (a 135M model trained whole on a CPU is slow).
+
+    >>> policy_model("base").path
+    'models/base'
+    >>> policy_model("smollm2", LoraSpec(r=8)).lora.r
+    8
+    >>> policy_model("HuggingFaceTB/SmolLM2-360M-Instruct").hub_id
+    'HuggingFaceTB/SmolLM2-360M-Instruct'
+    """
+    if use == "base":
+        return ModelSpec(path=POLICY_DIRS["base"])
+    if use in POLICY_DIRS:
+        return ModelSpec(path=POLICY_DIRS[use], lora=lora)
+    return ModelSpec(path=None, hub_id=use, lora=lora)

@@ -95,6 +95,8 @@ def training_report(
             "steps": summary.steps,
             "max_steps": summary.max_steps,
             "stopped_by": summary.stopped_by,
+            # False only when a user-set time cap (optim.max_time_s) ended the run before max_steps.
+            "complete": summary.stopped_by != "time_budget",
             "epochs": _finite(summary.epochs),
             "mean_loss": _finite(summary.mean_loss),
             "final_loss": _finite(summary.final_loss),

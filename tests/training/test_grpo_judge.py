@@ -102,7 +102,7 @@ def test_clarify_llm_without_a_judge_role_and_unknown_rewards_are_config_errors(
 def test_the_train_stage_reads_the_judge_role_from_the_llm_section():
     params = {"holdout": {}, "grpo": {"data": {"sources": [{"path": "x.parquet"}]}, "objective": {"rewards": {"format": 1.0, "clarify_llm": 1.0}}}}
     llm = {"roles": {"judge": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}}}
-    config = train_config("grpo", params, llm)
+    config = train_config("grpo", params, llm=llm)
     assert config.judge.kind == "openai" and config.judge.client.base_url == "http://127.0.0.1:9/v1"
     assert dict(config.objective.rewards) == {"format": 1.0, "clarify_llm": 1.0}
     assert train_config("grpo", params).judge is None

