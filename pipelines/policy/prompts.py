@@ -7,10 +7,13 @@ compact prompt says the same things in a few hundred characters: the task, one l
 tool (``name(arg, optional?)``), and the SpeakRL output rules. Its tags and the
 ``<end>`` token are the format's own, so outputs parse with ``SpeakRLFormat().parse``.
 
-:func:`compact_messages` is how every training flow and every agent of the embedded policy
-builds its input: the compact system prompt, then the last ``max_history_messages``
-messages of the conversation. Pretraining (:mod:`pipelines.policy.pretrain_data`) uses it
-too, so a prompt built with it is in the distribution the base model was trained on.
+:func:`compact_history` is how every training flow (:func:`pipelines.training.data.compact`)
+and every evaluated policy (:class:`pipelines.evaluation.agent.PolicyPromptAgent`) builds
+its input, so that training and evaluation see one format: the compact system prompt, then
+the conversation with the agent's earlier reasoning dropped and tool results shortened,
+cut to the context by dropping the agent's older messages and tool results before any
+user turn. :func:`compact_messages` (the last ``max_history_messages`` messages) is what
+pretraining (:mod:`pipelines.policy.pretrain_data`) cuts its windows with.
 Usage with a SpeakER SFT row (prompt-completion)::
 
     prompt = compact_messages(row["prompt"], max_history_messages=6)
