@@ -1,6 +1,6 @@
 """Evaluation throughput: batched vs one-at-a-time play of the same model.
 
-    python benchmarks/eval.py [--model sft] [--goals 20] [--seeds 5] [--params params.yaml]
+    python benchmarks/eval.py [--model sft] [--goals 20] [--seeds 5] [--params params.yaml] [--no-episode-cache]
 
 Plays ``goals`` x ``seeds`` held-out episodes of the ``evaluate`` stage's setup (params.yaml
 ``evaluate``: the corpus's test split, its agenda simulator settings, the runner's limits, greedy
@@ -8,6 +8,8 @@ decoding, and the model's own prompt settings) twice with the named model: batch
 episode waiting for the agent in one batch per round) and one episode at a time. Prints
 dialogues per second for each, the speed-up, and whether both produced the same
 transcripts (they should: greedy rows in a batch compute what they compute alone).
+``--no-episode-cache`` re-prefills every episode's whole prompt each round (the hf agent's
+per-episode key/value cache off): run both ways to see what the cache buys.
 Run after ``dvc repro`` (it needs the corpus and the model).
 """
 
@@ -33,6 +35,7 @@ def main() -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--goals", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--no-episode-cache", action="store_true", help="re-prefill whole prompts every round")
     args = parser.parse_args()
 
     config = eval_config(read_params("evaluate", args.params))
@@ -43,8 +46,9 @@ def main() -> None:
     database = Database(corpus.entities, corpus.taxi_options)
     goals = held_out_goals(corpus.dialogues, config.split, args.goals)
     agent = load_policy(specs[args.model], get_format(config.agent_format), config.generation)
+    agent.inner.episode_cache = not args.no_episode_cache
     plan = dataclasses.replace(config.plan(), seeds=tuple(range(args.seeds)))
-    print(f"model {args.model} ({specs[args.model].name_or_path}): {len(goals)} goals x {args.seeds} seeds = {len(goals) * args.seeds} episodes per mode")
+    print(f"model {args.model} ({specs[args.model].name_or_path}): {len(goals)} goals x {args.seeds} seeds = {len(goals) * args.seeds} episodes per mode, episode cache {'off' if args.no_episode_cache else 'on'}")
 
     results = {}
     for batched in (True, False):

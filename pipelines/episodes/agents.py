@@ -119,6 +119,13 @@ class HFAgent:
     caching of serving engines). Rows that do not start with the prefix (no system
     message, a tokenizer that merges across it) are decoded without it.
 
+    ``episode_cache``: each episode's keys and values (its prompt and reply) are kept from
+    one call to the next, so a round prefills only what is new in the episode's prompt: the
+    part after the longest token prefix it shares with the last one (a prompt rewritten at
+    the front, e.g. history dropped to fit, shares less and prefills more; nothing is
+    assumed), from an earlier step of the episode only. Only the episodes of the latest call
+    are kept: a finished episode's cache goes with the next call.
+
     ``compact_share``: stopped rows leave a batch once they are this share of it (None:
     they stay until the last row stops).
     """
@@ -132,6 +139,7 @@ class HFAgent:
         name: str = "hf",
         seed: int = 0,
         prefix_cache: bool = True,
+        episode_cache: bool = True,
         compact_share: float | None = 0.125,
         use_generate: bool = False,
     ):
@@ -146,12 +154,15 @@ class HFAgent:
         self.name = name
         self.seed = seed
         self.prefix_cache = prefix_cache
+        self.episode_cache = episode_cache
         # Stop ids and the seed are the call's; the rest is checked here, once.
         self.decode_spec = DecodeSpec(
             sampling.max_tokens, frozenset(), temperature=sampling.temperature, top_p=sampling.top_p, compact_share=compact_share
         )
         self.use_generate = use_generate or bool(sampling.extra_body) or not supports_decoding(backend.model)
         self._prefixes: dict[tuple[int, ...], PrefixKV] = {}
+        # (episode id, seed) -> the (exchange, step, attempt) and keys and values of its last call
+        self._episodes: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] = {}
 
     async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
         if not contexts:
@@ -166,10 +177,12 @@ class HFAgent:
         # and the padding costs as much as real tokens in the prefill.
         order = sorted(range(len(contexts)), key=lambda i: len(prompts[i]))
         outputs: list[AgentOutput | None] = [None] * len(contexts)
+        kept: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] = {}
         for start in range(0, len(order), size):
             chunk = order[start : start + size]
-            for i, output in zip(chunk, self._generate([contexts[i] for i in chunk], [prompts[i] for i in chunk])):
+            for i, output in zip(chunk, self._generate([contexts[i] for i in chunk], [prompts[i] for i in chunk], kept)):
                 outputs[i] = output
+        self._episodes = kept
         return outputs  # type: ignore[return-value]
 
     def render(self, context: AgentContext) -> str:
@@ -183,8 +196,11 @@ class HFAgent:
             add_generation_prompt=True,
         )
 
-    def _generate(self, contexts: list[AgentContext], prompts: list[str]) -> list[AgentOutput]:
-        """One batch: the reply of every prompt, cut after its first stop token."""
+    def _generate(
+        self, contexts: list[AgentContext], prompts: list[str], kept: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] | None = None
+    ) -> list[AgentOutput]:
+        """One batch: the reply of every prompt, cut after its first stop token. With the
+        episode cache, each episode's keys and values go to ``kept`` for its next call."""
         started = perf_counter()
         tokenizer = self.backend.tokenizer
         # A rendered chat template already holds its special tokens.
@@ -197,7 +213,24 @@ class HFAgent:
             spec = replace(self.decode_spec, stop_ids=stop_ids, seed=seed)
             prefix = self._shared_prefix(contexts, rows) if self.prefix_cache else None
             stop_text = self._ends_with_stop_string if self.sampling.stop else None
-            new = decode(self.backend.model, rows, spec, pad_id=self.backend.pad_token_id, prefix=prefix, stop_text=stop_text)
+            if self.episode_cache:
+                prefixes = []
+                for context, row in zip(contexts, rows):
+                    position, last = self._episodes.get((context.episode_id, context.seed), (None, None))
+                    # Only an earlier step of the same run of the episode: a re-run starts afresh
+                    # (sampled replies then repeat, whatever was decoded before).
+                    earlier = last is not None and position < (context.exchange, context.step, context.attempt)
+                    common = last.common(row) if earlier else None
+                    longer = common is not None and (prefix is None or len(common.ids) > len(prefix.ids))
+                    prefixes.append(common if longer else prefix)
+                out: list[PrefixKV | None] = []
+                new = decode(
+                    self.backend.model, rows, spec, pad_id=self.backend.pad_token_id, prefixes=prefixes, stop_text=stop_text, kv_out=out
+                )
+                if kept is not None:
+                    kept.update(((c.episode_id, c.seed), ((c.exchange, c.step, c.attempt), kv)) for c, kv in zip(contexts, out) if kv is not None)
+            else:
+                new = decode(self.backend.model, rows, spec, pad_id=self.backend.pad_token_id, prefix=prefix, stop_text=stop_text)
         latency = perf_counter() - started
 
         outputs = []

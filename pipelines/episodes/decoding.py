@@ -68,6 +68,20 @@ class PrefixKV:
     ids: tuple[int, ...]
     layers: tuple[tuple["torch.Tensor", "torch.Tensor"], ...]
 
+    def common(self, row: Sequence[int]) -> "PrefixKV | None":
+        """The longest part of this prefix that ``row`` starts with and extends (a causal
+        model's keys and values of a prefix do not depend on what follows); None if empty."""
+        n = 0
+        for mine, theirs in zip(self.ids, row[: len(row) - 1]):
+            if mine != theirs:
+                break
+            n += 1
+        if n == 0:
+            return None
+        if n == len(self.ids):
+            return self
+        return PrefixKV(self.ids[:n], tuple((keys[:, :, :n], values[:, :, :n]) for keys, values in self.layers))
+
 
 def supports_decoding(model: Any) -> bool:
     """Whether :func:`decode` can run ``model``: a decoder-only model whose every layer
@@ -82,10 +96,8 @@ def supports_decoding(model: Any) -> bool:
     if getattr(config, "use_sliding_window", False) or getattr(config, "attention_chunk_size", None):
         return False
     parameters = _forward_parameters(model)
-    # transformers 5.2x renamed forward's ``past_key_values`` to ``cache`` and still maps the
-    # old name (deprecated, removed in 5.40); the loop passes ``past_key_values``.
-    takes_cache = "past_key_values" in parameters or "cache" in parameters
-    return takes_cache and {"position_ids", "attention_mask"} <= parameters
+    # transformers 5.2x renamed forward's ``past_key_values`` to ``cache`` (see _cache_name).
+    return bool({"past_key_values", "cache"} & parameters) and {"position_ids", "attention_mask"} <= parameters
 
 
 def prefix_kv(model: Any, ids: Sequence[int]) -> PrefixKV:
@@ -95,7 +107,7 @@ def prefix_kv(model: Any, ids: Sequence[int]) -> PrefixKV:
     device = next(model.parameters()).device
     cache = _buffer_cache(model, len(ids))
     with torch.inference_mode():
-        model(input_ids=torch.tensor([list(ids)], device=device), past_key_values=cache, use_cache=True, **_keep_last(model))
+        model(input_ids=torch.tensor([list(ids)], device=device), **{_cache_name(model): cache}, use_cache=True, **_keep_last(model))
     return PrefixKV(tuple(ids), tuple((layer.keys.clone(), layer.values.clone()) for layer in cache.layers))
 
 
@@ -106,28 +118,33 @@ def decode(
     *,
     pad_id: int,
     prefix: PrefixKV | None = None,
+    prefixes: Sequence[PrefixKV | None] | None = None,
     stop_text: Callable[[list[int]], bool] | None = None,
+    kv_out: list[PrefixKV | None] | None = None,
 ) -> list[list[int]]:
     """The new token ids of every row (each ends with its stop token when it stopped).
 
     ``prefix``: every row starts with ``prefix.ids`` (and is longer); its keys and values
-    are reused. ``stop_text``: whether a row's new ids so far end the reply (stop strings);
-    such a row stops after that token."""
+    are reused. ``prefixes``: the same per row (None: no prefix), e.g. each episode's own
+    cache from its previous round; only the rest of a row is prefilled. ``stop_text``:
+    whether a row's new ids so far end the reply (stop strings); such a row stops after that
+    token. ``kv_out``: filled with one :class:`PrefixKV` per row, the keys and values of the
+    row and of its new ids but the last (the ones fed to the model), for the row's next call."""
     import torch
 
     if not rows:
         return []
-    n = len(prefix.ids) if prefix is not None else 0
-    if prefix is not None and any(len(r) <= n or tuple(r[:n]) != prefix.ids for r in rows):
-        raise ValueError("every row must start with the prefix and extend it")
+    if prefixes is None:
+        prefixes = [prefix] * len(rows)
+    elif prefix is not None or len(prefixes) != len(rows):
+        raise ValueError("give prefix or one prefix per row, not both")
+    if any(p is not None and (len(r) <= len(p.ids) or tuple(r[: len(p.ids)]) != p.ids) for r, p in zip(rows, prefixes)):
+        raise ValueError("every row must start with its prefix and extend it")
     device = next(model.parameters()).device
-    # Slots in length order: rows of similar length prefill together (:func:`_prefill`).
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    # Slots in order of the length left to prefill: such rows prefill together (:func:`_prefill`).
+    cached = [len(p.ids) if p is not None else 0 for p in prefixes]
+    order = sorted(range(len(rows)), key=lambda i: (len(rows[i]) - cached[i], cached[i]))
     ordered = [rows[i] for i in order]
-    width = len(ordered[-1])
-    capacity = width + spec.max_new_tokens
-    lengths = torch.tensor([len(r) for r in ordered], device=device)
-    mask, _ = _layout(lengths, n, width, capacity)
     generator = None
     if spec.temperature > 0:
         generator = torch.Generator(device=device)
@@ -136,9 +153,24 @@ def decode(
     generated: list[list[int]] = [[] for _ in rows]
     live = order  # the row in each slot of the (shrinking) batch
     stopped: set[int] = set()  # slots whose row has stopped but is still in the batch
-    next_position = lengths.clone()
+    next_position = torch.tensor([len(r) for r in ordered], device=device)
+    if kv_out is not None:
+        kv_out[:] = [None] * len(rows)
     with torch.inference_mode():
-        cache, logits = _prefill(model, ordered, prefix, width, capacity, pad_id)
+        cache, logits, mask, width = _prefill(model, ordered, [prefixes[i] for i in order], spec.max_new_tokens, pad_id)
+
+        def keep_kv(slots: Sequence[int]) -> None:
+            # The row's own columns (masked ones are padding) up to its last fed token.
+            for slot in slots:
+                row = live[slot]
+                fed = width + len(generated[row]) - 1
+                columns = mask[slot, :fed].nonzero().squeeze(1)
+                layers = tuple(
+                    (layer.keys[slot : slot + 1, :, columns].clone(), layer.values[slot : slot + 1, :, columns].clone())
+                    for layer in cache.layers
+                )
+                kv_out[row] = PrefixKV(tuple(rows[row]) + tuple(generated[row][:-1]), layers)
+
         for step in range(spec.max_new_tokens):
             tokens = _pick(logits, spec, generator)
             for slot, token in enumerate(tokens.tolist()):
@@ -151,6 +183,8 @@ def decode(
             if len(stopped) == len(live) or step + 1 == spec.max_new_tokens:
                 break
             if stopped and spec.compact_share is not None and len(stopped) >= spec.compact_share * len(live):
+                if kv_out is not None:
+                    keep_kv(sorted(stopped))
                 keep = [slot for slot in range(len(live)) if slot not in stopped]
                 index = torch.tensor(keep, device=device)
                 for layer in cache.layers:
@@ -163,10 +197,12 @@ def decode(
                 input_ids=tokens.unsqueeze(1),
                 attention_mask=mask[:, : column + 1],
                 position_ids=next_position.unsqueeze(1),
-                past_key_values=cache,
                 use_cache=True,
+                **{_cache_name(model): cache},
             ).logits[:, -1, :]
             next_position += 1
+        if kv_out is not None:
+            keep_kv(range(len(live)))
     return generated
 
 
@@ -176,45 +212,65 @@ def decode(
 PREFILL_CALL_TOKENS = 128
 
 
-def _prefill(model: Any, rows: Sequence[Sequence[int]], prefix: PrefixKV | None, width: int, capacity: int, pad_id: int) -> tuple[Any, "torch.Tensor"]:
-    """The cache of ``rows`` (in length order) laid out ``[prefix][padding][rest]`` at
-    ``width``, and each row's next-token logits. Rows prefill in groups of similar length
-    (:func:`length_groups`), each group padded only to its own longest row; the groups'
-    keys and values are then placed in one cache, the padding columns zeroed and masked."""
+def _prefill(
+    model: Any, rows: Sequence[Sequence[int]], prefixes: Sequence[PrefixKV | None], max_new_tokens: int, pad_id: int
+) -> tuple[Any, "torch.Tensor", "torch.Tensor", int]:
+    """The cache of ``rows`` (in order of the length left to prefill), each row's
+    next-token logits, the attention mask over the cache's capacity, and the column where
+    generation starts.
+
+    Rows prefill in groups of similar remaining length (:func:`length_groups`). In a group
+    each row is laid out ``[padding][its prefix][padding][its rest]``: the prefixes
+    right-aligned in a block as wide as the group's longest, the rests right-aligned after
+    it, so only the rests are computed. The groups are then placed, right-aligned, in one
+    cache, the padding zeroed and masked; positions skip the padding, so every row computes
+    what it would alone."""
     import torch
 
-    n = len(prefix.ids) if prefix is not None else 0
     device = next(model.parameters()).device
+    cached = [len(p.ids) if p is not None else 0 for p in prefixes]
+    groups = length_groups([len(r) - c for r, c in zip(rows, cached)], PREFILL_CALL_TOKENS)
+    spans = [(max(cached[start:end]), len(rows[end - 1]) - cached[end - 1]) for start, end in groups]
+    width = max(c + r for c, r in spans)
+    capacity = width + max_new_tokens
     cache = _buffer_cache(model, capacity)
+    mask = torch.zeros(len(rows), capacity, dtype=torch.long, device=device)
     logits = []
-    for start, end in length_groups([len(r) - n for r in rows], PREFILL_CALL_TOKENS):
-        group = rows[start:end]
-        group_width = len(group[-1])
-        part = _buffer_cache(model, group_width)
-        if prefix is not None:
-            for layer, (keys, values) in zip(part.layers, prefix.layers):
-                layer.update(keys.expand(len(group), -1, -1, -1), values.expand(len(group), -1, -1, -1))
-        lengths = torch.tensor([len(r) for r in group], device=device)
-        mask, positions = _layout(lengths, n, group_width, group_width)
-        ids = torch.tensor([[pad_id] * (group_width - len(r)) + list(r[n:]) for r in group], device=device)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=part, use_cache=True, **_keep_last(model))
+    for (start, end), (prefix_width, rest_width) in zip(groups, spans):
+        group, group_prefixes, group_cached = rows[start:end], prefixes[start:end], cached[start:end]
+        part = _buffer_cache(model, prefix_width + rest_width)
+        if prefix_width:
+            for index, layer in enumerate(part.layers):
+                layer.update(*_prefix_block(group_prefixes, index, prefix_width))
+        rests = torch.tensor([len(r) - c for r, c in zip(group, group_cached)], device=device).unsqueeze(1)
+        lengths = torch.tensor(group_cached, device=device).unsqueeze(1)
+        columns = torch.arange(prefix_width + rest_width, device=device)
+        group_mask = (((columns < prefix_width) & (columns >= prefix_width - lengths)) | (columns >= prefix_width + rest_width - rests)).long()
+        positions = (columns[prefix_width:] - prefix_width - rest_width + rests + lengths).clamp(min=0)
+        ids = torch.tensor([[pad_id] * (rest_width - len(r) + c) + list(r[c:]) for r, c in zip(group, group_cached)], device=device)
+        out = model(input_ids=ids, attention_mask=group_mask, position_ids=positions, use_cache=True, **{_cache_name(model): part}, **_keep_last(model))
         logits.append(out.logits[:, -1, :])
+        offset = width - prefix_width - rest_width
+        mask[start:end, offset:width] = group_mask
         for layer, part_layer in zip(cache.layers, part.layers):
-            layer.place(part_layer, start, len(rows), n, width)
-    return cache, torch.cat(logits)
+            layer.place(part_layer, start, len(rows), offset, width)
+    return cache, torch.cat(logits), mask, width
 
 
-def _layout(lengths: "torch.Tensor", n: int, width: int, capacity: int) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """The attention mask over ``capacity`` columns of rows of ``lengths`` laid out
-    ``[prefix n][padding][rest]`` with the rest ending at ``width``, and the positions of
-    columns ``n..width`` (the padding's are 0; it is masked)."""
-    import torch
-
-    columns = torch.arange(capacity, device=lengths.device)
-    first_real = (width - lengths + n).unsqueeze(1)
-    mask = ((columns < n) | ((columns >= first_real) & (columns < width))).long()
-    positions = (columns[n:width] - width + lengths.unsqueeze(1)).clamp(min=0)
-    return mask, positions
+def _prefix_block(prefixes: Sequence[PrefixKV | None], layer: int, block: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Layer ``layer``'s keys and values of every row's prefix, right-aligned in ``block``
+    columns (zeros before; a row without a prefix is all zeros)."""
+    sample = next(p for p in prefixes if p is not None).layers[layer]
+    if all(p is prefixes[0] for p in prefixes) and len(prefixes[0].ids) == block:
+        # One shared prefix (the system prompt): a view, no copy.
+        return sample[0].expand(len(prefixes), -1, -1, -1), sample[1].expand(len(prefixes), -1, -1, -1)
+    keys, values = (t.new_zeros((len(prefixes), t.shape[1], block, t.shape[3])) for t in sample)
+    for row, p in enumerate(prefixes):
+        if p is not None:
+            n = len(p.ids)
+            keys[row, :, block - n :] = p.layers[layer][0][0]
+            values[row, :, block - n :] = p.layers[layer][1][0]
+    return keys, values
 
 
 def length_groups(lengths: Sequence[int], call_tokens: int) -> list[tuple[int, int]]:
@@ -263,6 +319,12 @@ def _forward_parameters(model: Any) -> frozenset[str]:
 def _signature_parameters(model_class: type) -> frozenset[str]:
     # Asked at every prefill: inspecting a signature costs more than the lookup.
     return frozenset(inspect.signature(model_class.forward).parameters)
+
+
+def _cache_name(model: Any) -> str:
+    """The forward's cache argument: ``cache`` since transformers 5 renamed it (the old
+    ``past_key_values`` is a deprecated alias), else ``past_key_values``."""
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
 
 
 def _keep_last(model: Any) -> dict[str, int]:
@@ -323,18 +385,17 @@ def _kv_buffer_class() -> type:
         def get_seq_length(self) -> int:
             return self.length
 
-        def place(self, part: "KVBuffer", start: int, batch: int, n: int, width: int) -> None:
-            """Copy ``part`` (rows laid out ``[prefix n][padding][rest]`` up to its length) into
-            rows ``start..`` of this ``batch``-row buffer, the rest ending at ``width``; the
-            padding between is zero (masked, but it must not be NaN)."""
+        def place(self, part: "KVBuffer", start: int, batch: int, offset: int, width: int) -> None:
+            """Copy ``part`` (every column up to its length) into rows ``start..`` of this
+            ``batch``-row buffer at columns ``offset..width``; the columns before are zero
+            (masked, but they must not be NaN)."""
             if not self.is_initialized:
                 self.lazy_initialization(part.keys[:1].expand(batch, -1, -1, -1), part.values[:1].expand(batch, -1, -1, -1))
                 self.key_buffer[:, :, :width].zero_()
                 self.value_buffer[:, :, :width].zero_()
-            end, rest = start + part.keys.shape[0], part.length - n
-            for mine, theirs in ((self.key_buffer, part.keys), (self.value_buffer, part.values)):
-                mine[start:end, :, :n] = theirs[:, :, :n]
-                mine[start:end, :, width - rest : width] = theirs[:, :, n:]
+            end = start + part.keys.shape[0]
+            self.key_buffer[start:end, :, offset:width] = part.keys
+            self.value_buffer[start:end, :, offset:width] = part.values
             self.length = width
             self._view()
 

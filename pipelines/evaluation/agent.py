@@ -22,8 +22,9 @@ class PromptSpec:
     """``compact``: the compact system prompt and fitted history (else the runner's
     messages as they are). ``max_prompt_tokens``: the longest prompt, history cut from
     the front to fit (the model's context minus the reply's room); None keeps all of it.
-    ``max_history_messages``: at most this many recent messages (None: as many as fit),
-    e.g. 1 for a model fine-tuned on prompts cut that short.
+    ``max_history_messages``: at most this many recent messages (None: as many as fit,
+    every user turn first, :func:`pipelines.policy.prompts.compact_history`), e.g. 1 for a
+    model fine-tuned on prompts cut that short.
     ``max_tool_results``: search results kept per ``<tool_response>`` (None: all)."""
 
     compact: bool = True
@@ -54,16 +55,18 @@ class PolicyPromptAgent:
     def messages(self, messages: Sequence[Any]) -> list[dict[str, Any]]:
         if not self.spec.compact:
             return [dict(m) for m in messages]
-        from pipelines.policy.prompts import compact_messages, compact_messages_within
+        from functools import partial
+
+        from pipelines.policy.prompts import compact_history, prompt_fits
         from pipelines.training.config import ToolResultsSpec
         from pipelines.training.data import shorten_tool_response
 
-        chat = [dict(m) for m in messages]
+        # The rewrite training prompts got (pipelines.training.data.compact), fitted here to
+        # the context instead of to a training window.
+        shorten = None
         if self.spec.max_tool_results is not None:
-            shorten = ToolResultsSpec(max_results=self.spec.max_tool_results)
-            chat = [{**m, "content": shorten_tool_response(m["content"], shorten)} if m["role"] != "system" and isinstance(m.get("content"), str) else m for m in chat]
-        if self.spec.max_history_messages is not None:
-            chat = compact_messages(chat, self.spec.max_history_messages)
-        if self.spec.max_prompt_tokens is None:
-            return compact_messages(chat, None)
-        return compact_messages_within(chat, self.tokenizer, self.spec.max_prompt_tokens)
+            shorten = partial(shorten_tool_response, spec=ToolResultsSpec(max_results=self.spec.max_tool_results))
+        fits = prompt_fits(self.tokenizer, self.spec.max_prompt_tokens) if self.spec.max_prompt_tokens is not None else None
+        chat = compact_history(messages, fits, shorten=shorten, max_history_messages=self.spec.max_history_messages)
+        # Not even the last message fits: the system prompt alone (the reply still has room).
+        return chat if chat is not None else compact_history(messages, shorten=shorten, max_history_messages=0)

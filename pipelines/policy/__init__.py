@@ -16,6 +16,6 @@ Torch and transformers are imported inside the functions that need them, so impo
 this package (e.g. for the prompts) stays cheap.
 """
 
-from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT, compact_messages, compact_messages_within, compact_system_prompt
+from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT, compact_history, compact_messages, compact_messages_within, compact_system_prompt
 
-__all__ = ["COMPACT_SYSTEM_PROMPT", "compact_messages", "compact_messages_within", "compact_system_prompt"]
+__all__ = ["COMPACT_SYSTEM_PROMPT", "compact_history", "compact_messages", "compact_messages_within", "compact_system_prompt"]

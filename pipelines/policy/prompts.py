@@ -7,10 +7,13 @@ compact prompt says the same things in a few hundred characters: the task, one l
 tool (``name(arg, optional?)``), and the SpeakRL output rules. Its tags and the
 ``<end>`` token are the format's own, so outputs parse with ``SpeakRLFormat().parse``.
 
-:func:`compact_messages` is how every training flow and every agent of the embedded policy
-builds its input: the compact system prompt, then the last ``max_history_messages``
-messages of the conversation. Pretraining (:mod:`pipelines.policy.pretrain_data`) uses it
-too, so a prompt built with it is in the distribution the base model was trained on.
+:func:`compact_history` is how every training flow (:func:`pipelines.training.data.compact`)
+and every evaluated policy (:class:`pipelines.evaluation.agent.PolicyPromptAgent`) builds
+its input, so that training and evaluation see one format: the compact system prompt, then
+the conversation with the agent's earlier reasoning dropped and tool results shortened,
+cut to the context by dropping the agent's older messages and tool results before any
+user turn. :func:`compact_messages` (the last ``max_history_messages`` messages) is what
+pretraining (:mod:`pipelines.policy.pretrain_data`) cuts its windows with.
 Usage with a SpeakER SFT row (prompt-completion)::
 
     prompt = compact_messages(row["prompt"], max_history_messages=6)
@@ -19,10 +22,11 @@ Usage with a SpeakER SFT row (prompt-completion)::
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import re
+from typing import Any, Callable, Mapping, Sequence
 
 from pipelines.env.tools import TOOL_SCHEMAS
-from pipelines.episodes.formats import END_TOKEN
+from pipelines.episodes.formats import END_TOKEN, FEEDBACK_TEMPLATE
 
 COMPACT_TASK = (
     "You are a Cambridge travel agent: find and book restaurants, hotels, attractions, trains and "
@@ -104,3 +108,115 @@ def compact_messages_within(
         else:
             high = middle - 1
     return compact_messages(messages, low, system_prompt=system_prompt)
+
+
+# --- Conversation history, compacted --------------------------------------------------------
+
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_TOOL_RESULT_PREFIXES = ("<tool_response>", "APIRETURN ")
+
+
+def is_tool_result(message: Mapping[str, Any]) -> bool:
+    """A tool's observation: a ``tool`` message, or a user message in which a text format
+    (SpeakRL's ``<tool_response>``, ReAct's ``APIRETURN``) brings a result back."""
+    content = message.get("content")
+    return message["role"] == "tool" or (
+        message["role"] == "user" and isinstance(content, str) and content.startswith(_TOOL_RESULT_PREFIXES)
+    )
+
+
+def is_user_turn(message: Mapping[str, Any]) -> bool:
+    """What the user said: a user message that is neither a tool result nor the format's
+    feedback on a malformed output."""
+    content = message.get("content")
+    feedback = FEEDBACK_TEMPLATE.split("{reason}")[0]
+    return message["role"] == "user" and not is_tool_result(message) and not (isinstance(content, str) and content.startswith(feedback))
+
+
+def compact_history(
+    messages: Sequence[Mapping[str, Any]],
+    fits: Callable[[list[dict[str, Any]]], bool] | None = None,
+    *,
+    shorten: Callable[[str], str] | None = None,
+    system_prompt: str | None = COMPACT_SYSTEM_PROMPT,
+    max_history_messages: int | None = None,
+) -> list[dict[str, Any]] | None:
+    """The conversation a policy sees, shared by training-data building and evaluation
+    prompting so that both see one format.
+
+    Every message is first rewritten on its own: the system message becomes
+    ``system_prompt`` (None keeps it), the agent's earlier ``<think>`` reasoning goes (the
+    reply it decided on stays), and tool results pass through ``shorten``. Being per
+    message, this keeps a growing episode's prompt append-only from one round to the next
+    (what the hf agent's per-episode key/value cache reuses). ``max_history_messages``
+    then keeps only that many recent messages (None: all).
+
+    If ``fits`` refuses the result, history goes oldest first until it fits: first the
+    agent's messages, tool results and format feedback (but not the latest tool result),
+    then user turns, then the latest tool result; never the system message nor the last
+    message. So every user turn stays whenever the agent's side can make room for them.
+    None when even the system message with the last message does not fit.
+
+    >>> chat = [{"role": "user", "content": "a boat trip"}, {"role": "assistant", "content": "<think>hm</think><clarify>when?</clarify>"},
+    ...         {"role": "user", "content": "at noon"}]
+    >>> [m["content"] for m in compact_history(chat, system_prompt="S")]
+    ['S', 'a boat trip', '<clarify>when?</clarify>', 'at noon']
+    """
+    if max_history_messages is not None and (
+        isinstance(max_history_messages, bool) or not isinstance(max_history_messages, int) or max_history_messages < 0
+    ):
+        raise ValueError(f"max_history_messages must be an integer >= 0 or None, got {max_history_messages!r}")
+    first = 1 if messages and messages[0]["role"] == "system" else 0
+    system = [] if system_prompt is None and not first else [{"role": "system", "content": system_prompt if system_prompt is not None else messages[0]["content"]}]
+    history = [_compact_message(m, shorten) for m in messages[first:]]
+    if any(m["role"] == "system" for m in history):
+        raise ValueError("only the first message may be a system message")
+    if max_history_messages is not None:
+        history = history[-max_history_messages:] if max_history_messages else []
+    chat = [*system, *history]
+    if fits is None or fits(chat):
+        return chat
+    if not history or not fits([*system, history[-1]]):
+        return None
+    # Drop order: the agent's side oldest first, then user turns oldest first.
+    last_tool = max((i for i, m in enumerate(history) if is_tool_result(m)), default=None)
+    keep = {len(history) - 1, last_tool}
+    agent_side = [i for i, m in enumerate(history) if i not in keep and not is_user_turn(m)]
+    users = [i for i, m in enumerate(history) if i not in keep and is_user_turn(m)]
+    order = agent_side + users + ([last_tool] if last_tool not in (None, len(history) - 1) else [])
+
+    def without(k: int) -> list[dict[str, Any]]:
+        dropped = set(order[:k])
+        return [*system, *(m for i, m in enumerate(history) if i not in dropped)]
+
+    # More dropped never renders longer: bisect for the fewest drops that fit.
+    low, high = 0, len(order)  # without(low) does not fit, without(high) does
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(without(middle)):
+            high = middle
+        else:
+            low = middle
+    return without(high)
+
+
+def _compact_message(message: Mapping[str, Any], shorten: Callable[[str], str] | None) -> dict[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, str):
+        return dict(message)
+    if message["role"] == "assistant":
+        content = _THINK.sub("", content)
+    elif shorten is not None and is_tool_result(message):
+        content = shorten(content)
+    return {**message, "content": content}
+
+
+def prompt_fits(tokenizer: Any, max_prompt_tokens: int) -> Callable[[list[dict[str, Any]]], bool]:
+    """Whether a chat, rendered by ``tokenizer``'s chat template with the generation prompt,
+    is at most ``max_prompt_tokens`` tokens."""
+
+    def fits(chat: list[dict[str, Any]]) -> bool:
+        encoded = tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True, return_dict=True)
+        return len(encoded["input_ids"]) <= max_prompt_tokens
+
+    return fits

@@ -31,12 +31,14 @@ hashes below ``HoldoutSpec.fraction``.
 Fitting
 -------
 
-A small model has a short context. Each prompt gets the policy's compact system prompt
-and its last ``max_history_messages`` messages (:func:`pipelines.policy.prompts.compact_messages`),
-optionally with shortened tool observations (:func:`shorten_tool_response`);
-if prompt and completion still exceed ``max_length`` tokens, the oldest history is
-dropped, one message at a time, and inside a single SpeakRL Table 1 message one rendered
-turn at a time. The completion is never cut; an example that cannot fit is dropped and
+A small model has a short context. Each prompt is rewritten by
+:func:`pipelines.policy.prompts.compact_history`, the function evaluation prompts go
+through too: the policy's compact system prompt, the agent's earlier reasoning dropped,
+tool observations shortened (:func:`shorten_tool_response`), at most
+``max_history_messages`` messages (None: the whole conversation). If prompt and
+completion still exceed ``max_length`` tokens, the agent's older messages and tool
+results go first, oldest first, then the oldest user turns, and inside a single SpeakRL
+Table 1 message one rendered turn at a time. The completion is never cut; an example that cannot fit is dropped and
 counted. For GRPO the completion is yet to be generated: ``max_completion_length`` tokens
 are reserved for it.
 """
@@ -225,9 +227,11 @@ def fit_prompt(
 ) -> Messages | None:
     """``prompt`` cut from the left until it fits in ``max_length`` tokens with the longest
     of ``completions`` (or, with no completion, with ``reserve`` tokens left for one); None
-    when it cannot. The system message and the last message are never dropped; only the
-    oldest turns of a last Table 1 message are. The fewest units are dropped (a binary
-    search: a handful of tokenizations per example)."""
+    when it cannot. History goes in :func:`~pipelines.policy.prompts.compact_history`'s
+    order (the agent's side before user turns); the system message and the last message are
+    never dropped, only the oldest turns of a last Table 1 message when it alone is too
+    long. The fewest units are dropped (a binary search: a handful of tokenizations per
+    example)."""
 
     def fits(messages: Messages | None) -> bool:
         if messages is None:
@@ -239,6 +243,15 @@ def fit_prompt(
     prompt = [dict(m) for m in prompt]
     if fits(prompt):
         return prompt
+    from pipelines.policy.prompts import compact_history
+
+    # History goes in compact_history's order (every user turn as long as the agent's side
+    # can make room); only when the last message alone is too long are its turns cut.
+    kept = compact_history(prompt, fits, system_prompt=None)
+    if kept is not None:
+        return kept
+    first = 1 if prompt and prompt[0]["role"] == "system" else 0
+    prompt = [*prompt[:first], *prompt[-1:]] if len(prompt) > first else prompt
     most = _droppable_units(prompt)
     if not fits(_without_oldest(prompt, most)):
         return None
@@ -274,21 +287,17 @@ def shorten_tool_response(content: str, spec: ToolResultsSpec) -> str:
 
 
 def compact(prompt: Messages, spec: DataSpec) -> Messages:
-    """The prompt with the policy's compact system prompt, its recent history and, with
-    ``spec.tool_results``, shortened tool observations."""
-    if spec.compact_prompts:
-        from pipelines.policy.prompts import compact_messages
+    """The prompt as :func:`pipelines.policy.prompts.compact_history` rewrites it (the one
+    rewrite evaluation prompts get too): the policy's compact system prompt (with
+    ``spec.compact_prompts``), earlier reasoning dropped, shortened tool observations (with
+    ``spec.tool_results``), at most ``spec.max_history_messages`` messages of history."""
+    from functools import partial
 
-        messages = compact_messages(prompt, spec.max_history_messages)
-    else:
-        first = 1 if prompt and prompt[0]["role"] == "system" else 0
-        history = prompt[first:]
-        if spec.max_history_messages is not None:
-            history = history[-spec.max_history_messages :] if spec.max_history_messages else []
-        messages = [dict(m) for m in (*prompt[:first], *history)]
-    if spec.tool_results is not None:
-        messages = [{**m, "content": shorten_tool_response(m["content"], spec.tool_results)} for m in messages]
-    return messages
+    from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT, compact_history
+
+    shorten = partial(shorten_tool_response, spec=spec.tool_results) if spec.tool_results is not None else None
+    system_prompt = COMPACT_SYSTEM_PROMPT if spec.compact_prompts else None
+    return compact_history(prompt, shorten=shorten, system_prompt=system_prompt, max_history_messages=spec.max_history_messages)
 
 
 # --- Sources -> rows -------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def test_stop_text_ends_a_row_after_the_token_that_completes_it(model):
 def test_what_the_loop_refuses(model, tiny_model_dir):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    with pytest.raises(ValueError, match="start with the prefix"):
+    with pytest.raises(ValueError, match="start with its prefix"):
         decode(model, [[1, 2, 3]], DecodeSpec(4, frozenset()), pad_id=0, prefix=prefix_kv(model, PREFIX))
     with pytest.raises(ValueError, match="compact_share"):
         DecodeSpec(4, frozenset(), compact_share=0.0)
@@ -127,3 +127,37 @@ def test_a_full_buffer_is_an_error_not_a_silent_overwrite(model):
     cache = decoding._buffer_cache(model, 4)
     with torch.inference_mode(), pytest.raises(RuntimeError, match="KV buffer full"):
         model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), past_key_values=cache, use_cache=True)
+
+
+@pytest.mark.parametrize("call_tokens", [0, 10_000])
+def test_per_row_caches_carried_to_the_next_call_change_no_greedy_output(model, monkeypatch, call_tokens):
+    # Round 1 decodes rows and keeps their keys and values; round 2 extends every row (a
+    # reply, then a new turn) and prefills only what is new, each row from its own cache
+    # (some cut to a shorter common prefix, one without): the outputs equal model.generate's.
+    monkeypatch.setattr(decoding, "PREFILL_CALL_TOKENS", call_tokens)
+    rows = rows_with_prefix(6, seed=1)
+    stops = frozenset(range(0, 400, 10))
+    spec = DecodeSpec(max_new_tokens=12, stop_ids=stops, compact_share=0.01)
+    kept: list = []
+    first = decode(model, rows, spec, pad_id=0, prefix=prefix_kv(model, PREFIX), kv_out=kept)
+    assert first == [generate_alone(model, row, 12, stops) for row in rows]
+    for row, ids, kv in zip(rows, first, kept):
+        assert kv.ids == tuple(row + ids[:-1])  # every fed token; the last one never was
+        assert all(k.shape[2] == len(kv.ids) == v.shape[2] for k, v in kv.layers)
+    rnd = random.Random(2)
+    second = [row + ids + [rnd.randrange(20, 200) for _ in range(rnd.randrange(1, 20))] for row, ids in zip(rows, first)]
+    second[1] = second[1][:10] + [201] + second[1][11:]  # a changed history: only the common prefix is reused
+    prefixes = [kv.common(row) for kv, row in zip(kept, second)]
+    prefixes[2] = None
+    assert len(prefixes[1].ids) == 10 and all(len(p.ids) >= len(r) for p, r in zip(prefixes[3:], rows[3:]))
+    again = decode(model, second, spec, pad_id=0, prefixes=prefixes)
+    assert again == [generate_alone(model, row, 12, stops) for row in second]
+
+
+def test_a_common_prefix_is_never_the_whole_row(model):
+    kv = prefix_kv(model, PREFIX)
+    assert kv.common(PREFIX + [30]) is kv
+    assert kv.common(PREFIX).ids == tuple(PREFIX[:-1])  # one token is left to prefill
+    assert kv.common([99] + PREFIX) is None
+    with pytest.raises(ValueError, match="not both"):
+        decode(model, [PREFIX + [1]], DecodeSpec(2, frozenset()), pad_id=0, prefix=kv, prefixes=[kv])

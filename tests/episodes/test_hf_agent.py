@@ -240,3 +240,36 @@ def test_stop_strings_end_a_reply_while_decoding(backend):
     stopped = asyncio.run(HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(max_tokens=12, stop=(stop,))).act([context]))[0]
     assert stopped.text == text[:start]
     assert stopped.completion_tokens < 12
+
+
+def test_each_episodes_cache_is_reused_across_rounds_and_changes_no_output(backend, forward_batches, small_corpus, database):
+    reusing = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    plain = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, episode_cache=False)
+    reused = run_episodes_sync(specs(small_corpus), reusing, gold_user(), database, CONFIG)
+    prefilled_reusing = sum(rows * width for rows, width in forward_batches if width > 1)
+    del forward_batches[:]
+    again = run_episodes_sync(specs(small_corpus), plain, gold_user(), database, CONFIG)
+    prefilled_plain = sum(rows * width for rows, width in forward_batches if width > 1)
+    generated = run_episodes_sync(specs(small_corpus), HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, use_generate=True), gold_user(), database, CONFIG)
+    alone = [run_episodes_sync([spec], reusing, gold_user(), database, CONFIG)[0] for spec in specs(small_corpus)]
+
+    # Greedy outputs equal the no-reuse path, model.generate's, and one-at-a-time play.
+    assert [content_of(e) for e in reused] == [content_of(e) for e in again] == [content_of(e) for e in generated] == [content_of(e) for e in alone]
+    # Later rounds prefill only each episode's new turn: far fewer prompt tokens computed.
+    assert prefilled_reusing < prefilled_plain / 2, (prefilled_reusing, prefilled_plain)
+    # Only the latest call's episodes are kept (a finished episode's cache goes).
+    assert len(reusing._episodes) == 1 and not plain._episodes
+
+
+def test_a_prompt_rewritten_at_the_front_falls_back_to_its_common_prefix(backend):
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    plain = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, episode_cache=False)
+    system = {"role": "system", "content": "Be brief."}
+    first = AgentContext("e", 0, 0, 1, 0, 0, (system, {"role": "user", "content": "a cheap hotel in the north"}))
+    [reply] = asyncio.run(agent.act([first]))
+    # The next round's history lost its first user turn (cut to fit): not an extension.
+    rewritten = dataclasses.replace(first, exchange=1, turn=3, messages=(system, {"role": "assistant", "content": reply.text}, {"role": "user", "content": "on friday"}))
+    _, kept = agent._episodes[("e", 0)]
+    ids = backend.tokenizer(agent.render(rewritten), add_special_tokens=False)["input_ids"]
+    assert tuple(ids[: len(kept.ids)]) != kept.ids and 0 < len(kept.common(ids).ids) < len(kept.ids)
+    assert [o.text for o in asyncio.run(agent.act([rewritten]))] == [o.text for o in asyncio.run(plain.act([rewritten]))]

@@ -185,7 +185,17 @@ def test_the_policy_sees_the_compact_prompt_within_its_budget(tiny_model_dir):
     assert 1 < len(seen) < len(messages) and seen[-1]["content"].startswith("<tool_response>")
     assert len(json.loads(seen[-1]["content"].split("\n")[1])["results"]) == 2
     assert length(seen) <= budget
+    # User turns outlive the agent's older calls and tool results: between the system prompt
+    # and the latest tool result, only the most recent user turns that fit.
+    kept_turns = [m["content"] for m in seen[1:-1]]
+    assert len(kept_turns) > 1 and kept_turns == [f"turn {i}: I need a hotel in the north" for i in range(6 - len(kept_turns), 6)]
     assert PolicyPromptAgent(Inner(), tokenizer, PromptSpec(compact=False)).messages(messages) == messages
+    # Evaluation prompts are the training prompts' format: the same rewrite, fitted to the context.
+    from pipelines.training.config import DataSpec, ToolResultsSpec
+    from pipelines.training.data import compact
+
+    whole = PolicyPromptAgent(Inner(), tokenizer, PromptSpec(max_prompt_tokens=None, max_tool_results=2)).messages(messages)
+    assert whole == compact(messages, DataSpec(sources=(), max_history_messages=None, tool_results=ToolResultsSpec(max_results=2)))
 
 
 @pytest.mark.parametrize(

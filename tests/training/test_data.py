@@ -71,13 +71,13 @@ def test_a_test_split_row_stops_training_and_a_source_without_splits_is_hashed()
     assert {r["dialogue_id"] for r in prepared.heldout} == {r["dialogue_id"] for r in unsplit if is_held_out(r["dialogue_id"], SPEC.holdout)}
 
 
-def test_left_truncation_drops_the_oldest_history_and_never_the_completion():
+def test_truncation_drops_the_agents_history_before_user_turns_and_never_the_completion():
     prompt = [msg("system", "S" * 10), msg("user", "a" * 30), msg("assistant", "b" * 30), msg("user", "c" * 20)]
     completion = [msg("assistant", "z" * 25)]
 
     assert fit_prompt(prompt, [completion], chars, 200) == prompt
     fitted = fit_prompt(prompt, [completion], chars, 10 + 30 + 20 + 25)
-    assert fitted == [prompt[0], prompt[2], prompt[3]]
+    assert fitted == [prompt[0], prompt[1], prompt[3]]  # the user's earlier turn outlives the agent's
     assert fit_prompt(prompt, [completion], chars, 10 + 20 + 25) == [prompt[0], prompt[3]]
     assert fit_prompt(prompt, [completion], chars, 10 + 20 + 24) is None  # the last message and completion stay whole
     # Pairs fit with the longer completion; prompts alone leave room for the reserve.
