@@ -21,27 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipelines.files import process_alive
+from pipelines.files import process_start, same_process
 
 logger = logging.getLogger(__name__)
 
 RECORDS = "askflow-runs"
 OWNER_TAG = "askflow-owner"
 SERVER_MODULE = "prefect.server.api.server:create_app"
-
-
-def process_start(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot), or None when unknown."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[19])  # field 22 of stat; fields[0] is field 3
-    except (OSError, IndexError, ValueError):
-        return None  # gone, or no /proc: liveness alone decides
-
-
-def same_process(pid: int, start: int | None) -> bool:
-    """Whether ``pid`` is still the process that started at ``start``."""
-    return process_alive(pid) and process_start(pid) == start
 
 
 def owner_tag(pid: int, start: int | None) -> str:

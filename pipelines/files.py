@@ -1,10 +1,11 @@
 """File-system primitives shared by the stages and the library's savers: staging beside a
 target, atomic directory swaps, the user's umask, and removing what a killed process left.
 
-Staging names carry the writer's process id, ``.<target>.askflow-<pid>-<hex>.tmp`` (``.old``
-for the previous version during a swap), so that a later run can tell a leftover of a dead
-writer (kill -9, power loss) from the work of a writer that is still running, and remove
-only the former.
+Staging names carry the writer's process id and start time,
+``.<target>.askflow-<pid>-<start>-<hex>.tmp`` (``.old`` for the previous version during a
+swap), so that a later run can tell a leftover of a dead writer (kill -9, power loss) from
+the work of a writer that is still running, and remove only the former; the start time keeps
+a recycled process id from passing for the writer.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def staging_path(target: Path | str, suffix: str = ".tmp") -> Path:
     """A new hidden name beside ``target`` (same file system, for the rename), marked with
     this process's id."""
     target = Path(target)
-    return target.with_name(f".{target.name}.{_MARK}-{os.getpid()}-{uuid.uuid4().hex[:12]}{suffix}")
+    pid = os.getpid()
+    return target.with_name(f".{target.name}.{_MARK}-{pid}-{process_start(pid) or 0}-{uuid.uuid4().hex[:12]}{suffix}")
 
 
 def staging_directory(target: Path | str) -> Path:
@@ -91,7 +93,7 @@ def remove_stale_staging(target: Path | str) -> list[Path]:
     run; a previous version left mid-swap is restored when ``target`` itself is missing.
     Returns what was removed or restored."""
     target = Path(target)
-    pattern = re.compile(rf"^\.{re.escape(target.name)}\.{_MARK}-(\d+)-[0-9a-f]+\.(tmp|old)$")
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.{_MARK}-(\d+)-(\d+)-[0-9a-f]+\.(tmp|old)$")
     try:
         entries = sorted(target.parent.iterdir())
     except OSError:
@@ -99,9 +101,9 @@ def remove_stale_staging(target: Path | str) -> list[Path]:
     handled = []
     for entry in entries:
         match = pattern.match(entry.name)
-        if match is None or process_alive(int(match.group(1))):
+        if match is None or same_process(int(match.group(1)), int(match.group(2)) or None):
             continue
-        if match.group(2) == "old" and not target.exists() and not target.is_symlink():
+        if match.group(3) == "old" and not target.exists() and not target.is_symlink():
             os.replace(entry, target)
         elif entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -123,19 +125,40 @@ def process_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # another user's process
+    fields = _proc_stat(pid)
+    return fields is None or fields[0] != "Z"
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None when unknown."""
+    fields = _proc_stat(pid)
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return int(fields[19]) if fields else None  # field 22 of stat; fields[0] is field 3
+    except (IndexError, ValueError):
+        return None
+
+
+def same_process(pid: int, start: int | None) -> bool:
+    """Whether ``pid`` is still the process that started at ``start`` (None: liveness alone)."""
+    return process_alive(pid) and (start is None or process_start(pid) == start)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields 3 onwards of /proc/<pid>/stat (after the command name), None when unreadable."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return True
-    return state != "Z"
+        return None  # gone, or no /proc: liveness alone decides
 
 
 __all__ = [
     "current_umask",
     "ordinary_permissions",
     "process_alive",
+    "process_start",
     "remove_stale_staging",
     "replace_directory",
+    "same_process",
     "staging_directory",
     "staging_path",
 ]

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 Speaker = str  # "user" | "system"
 SPEAKERS: tuple[str, ...] = ("user", "system")
 SPLITS: tuple[str, ...] = ("train", "val", "test")
+TRAIN, VAL, TEST = SPLITS  # val: training's held-out metrics; test: evaluation only
 
 
 def frozen_dict(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:

@@ -37,6 +37,7 @@ import yaml
 
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
+from pipelines.records import VAL
 from pipelines.policy.bootstrap import BootstrapConfig, BootstrapResult, bootstrap_policy
 from pipelines.policy.model import Architecture, TrainConfig, save_policy
 from pipelines.policy.pretrain_data import seed_chat
@@ -50,7 +51,7 @@ _KEYS = {
     "assistant_only_loss", "model", "train", "eval", "output", "metrics",
 }
 _EVAL_KEYS = {"windows": "eval_windows", "prompts": "eval_prompts", "max_new_tokens": "max_new_tokens"}
-HELD_OUT_SPLIT = "val"
+HELD_OUT_SPLIT = VAL
 
 
 def bootstrap_config(params: Mapping[str, Any]) -> BootstrapConfig:

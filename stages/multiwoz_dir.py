@@ -21,12 +21,12 @@ from typing import Any
 from pipelines.errors import DataError
 from pipelines.multiwoz.ontology import DB_DOMAINS
 from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list, unknown_split_ids
-from pipelines.records import Corpus, Entity
+from pipelines.records import SPLITS, TEST, TRAIN, VAL, Corpus, Entity
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
 from stages.io import read_json, read_text
 
 TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
-SPLIT_FILES = (("test", "testListFile.json"), ("val", "valListFile.json"))
+SPLIT_FILES = ((TEST, "testListFile.json"), (VAL, "valListFile.json"))
 SHOW_IDS = 5  # how many unknown split ids a message names
 
 
@@ -101,12 +101,12 @@ def _require_every_split(dialogues: list[Any], data_path: Path, split_ids: dict[
     dialogues: each would publish empty data downstream, so each stops the stage here."""
     if not dialogues:
         raise DataError(str(data_path), "no dialogues (an empty object): nothing to build from")
-    counts = {split: 0 for split in ("train", "val", "test")}
+    counts = {split: 0 for split in SPLITS}
     for dialogue in dialogues:
         counts[dialogue.split] = counts.get(dialogue.split, 0) + 1
-    if counts["train"] == 0:
+    if counts[TRAIN] == 0:
         raise DataError(str(data_path), "the train split is empty: every dialogue is listed for val or test")
-    for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
+    for split, filename in SPLIT_FILES:
         if split_ids[split] and counts[split] == 0:
             raise DataError(str(root / filename), f"the {split} split is empty: none of its ids is in data.json")
 
@@ -130,7 +130,7 @@ def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:
         for domain, records in corpus["db"].items():
             with open(staging / "db" / f"{domain}_db.json", "w", encoding="utf-8") as handle:
                 json.dump(records, handle, ensure_ascii=False, indent=1)
-        for split, filename in (("test", "testListFile.json"), ("val", "valListFile.json")):
+        for split, filename in SPLIT_FILES:
             (staging / filename).write_text("".join(f"{i}\n" for i in corpus["splits"][split]), encoding="utf-8")
         ordinary_permissions(staging)
         replace_directory(staging, target)

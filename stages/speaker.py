@@ -28,6 +28,7 @@ from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
+from pipelines.records import TEST
 from pipelines.speaker.pipeline import SpeakerConfig, run_speaker
 from pipelines.speaker.synthesis import LLMSynthesizer, RulesSynthesizer, Synthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
@@ -86,7 +87,7 @@ def run(params: dict) -> dict:
     result = run_speaker(corpus.dialogues, database, synthesizer, config)
     check_failure_rate(accounting, max_failure_rate, "speaker")
     tables = speaker_tables(result)
-    test_ids = {dialogue_id for dialogue_id, split in corpus.splits.items() if split == "test"}
+    test_ids = {dialogue_id for dialogue_id, split in corpus.splits.items() if split == TEST}
     check_no_test_dialogues(
         {str(output / f"{name}.parquet"): table.column("dialogue_id").to_pylist() for name, table in tables.items()}, test_ids
     )

@@ -36,13 +36,13 @@ import pyarrow as pa
 
 from pipelines.artifacts.spec import ArtifactSpec, Reference, between, in_set, length_between
 from pipelines.episodes.formats import DEFAULT_TASK_PROMPT
-from pipelines.records import SPLITS
+from pipelines.records import SPLITS, TRAIN, VAL
 from pipelines.rewards.prompts import render_conversation, render_speakrl_prompt
 from pipelines.speaker.ambiguity import AMBIGUITY_TYPES
 from pipelines.speaker.pipeline import DROP_REASONS, SeedOutcome, SpeakerResult
 from pipelines.speaker.trajectory import AGENT_KINDS, ChatTurn, goal_json, system_message, visible_conversation
 
-TRAINING_SPLITS: tuple[str, ...] = ("train", "val")
+TRAINING_SPLITS: tuple[str, ...] = (TRAIN, VAL)
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False), pa.field("content", pa.string(), nullable=False)])
 MESSAGES = pa.list_(MESSAGE)
@@ -171,8 +171,6 @@ def speaker_tables(result: SpeakerResult, task_prompt: str = DEFAULT_TASK_PROMPT
             _append(rows["speaker_sft"], row)
         for row in _grpo_rows(outcome):
             _append(rows["speaker_grpo"], row)
-        for row in _act_grpo_rows(outcome):
-            _append(rows["speaker_grpo"], row)
         for row in _dpo_rows(outcome, system):
             _append(rows["speaker_dpo"], row)
     for name in TRAINING_SPECS:
@@ -255,50 +253,26 @@ def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str
 
 
 def _grpo_rows(outcome: SeedOutcome) -> Iterable[dict[str, Any]]:
+    """GRPO rows at clarification points (asking is right), then at act-here points (nothing
+    discriminates, the user's slots are known: a question is over-asking)."""
     trajectory = outcome.trajectory
     goal = goal_json(outcome.dialogue.goal)
-    for step, index, turn in _agent_turns(trajectory.turns):
-        if turn.point is None or turn.kind != "clarify":
-            continue
-        point = turn.point
+
+    def row(step, index, ask_needed, ambiguity_type, domain, slots, candidates, known):
         conversation = render_conversation(visible_conversation(trajectory.turns[:index]))
-        yield {
-            "dialogue_id": trajectory.dialogue_id,
-            "split": outcome.dialogue.split,
-            "step": step,
-            "prompt": [{"role": "user", "content": render_speakrl_prompt(conversation)}],
-            "ask_needed": True,
-            "ambiguity_type": point.type,
-            "domain": point.domain,
-            "discriminating_slots": list(point.slots),
-            "candidate_values": json.dumps({s: list(v) for s, v in point.candidates.items()}, ensure_ascii=False),
-            "known_slots": list(point.known),
-            "goal": goal,
-            "reference": turn.content,
-        }
+        return {"dialogue_id": trajectory.dialogue_id, "split": outcome.dialogue.split, "step": step,
+                "prompt": [{"role": "user", "content": render_speakrl_prompt(conversation)}],
+                "ask_needed": ask_needed, "ambiguity_type": ambiguity_type, "domain": domain,
+                "discriminating_slots": list(slots), "candidate_values": json.dumps(candidates, ensure_ascii=False),
+                "known_slots": list(known), "goal": goal, "reference": trajectory.turns[index].content}
 
-
-
-def _act_grpo_rows(outcome: SeedOutcome) -> Iterable[dict[str, Any]]:
-    """GRPO rows at act-here points: nothing discriminates, the user's slots are known."""
-    trajectory = outcome.trajectory
-    goal = goal_json(outcome.dialogue.goal)
+    for step, index, turn in _agent_turns(trajectory.turns):
+        if turn.point is not None and turn.kind == "clarify":
+            point = turn.point
+            yield row(step, index, True, point.type, point.domain, point.slots,
+                      {s: list(v) for s, v in point.candidates.items()}, point.known)
     for act in outcome.acts:
-        conversation = render_conversation(visible_conversation(trajectory.turns[: act.index]))
-        yield {
-            "dialogue_id": trajectory.dialogue_id,
-            "split": outcome.dialogue.split,
-            "step": act.step,
-            "prompt": [{"role": "user", "content": render_speakrl_prompt(conversation)}],
-            "ask_needed": False,
-            "ambiguity_type": None,
-            "domain": act.domain,
-            "discriminating_slots": [],
-            "candidate_values": "{}",
-            "known_slots": list(act.known),
-            "goal": goal,
-            "reference": trajectory.turns[act.index].content,
-        }
+        yield row(act.step, act.index, False, None, act.domain, (), {}, act.known)
 
 
 def _sorted(columns: dict[str, list]) -> dict[str, list]:

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from pipelines.errors import ConfigError, DataError
+from pipelines.records import TEST
 from pipelines.rewards import REWARD_FUNCTIONS
 from pipelines.rewards.prompts import SPEAKER_LABELS, SPEAKRL_PROMPT_TEMPLATE
 from pipelines.training.config import DataSpec, GRPOObjective, HoldoutSpec, SourceSpec, ToolResultsSpec
@@ -135,9 +136,6 @@ def is_held_out(key: Any, spec: HoldoutSpec) -> bool:
     return holdout_score(key, spec.salt) < spec.fraction
 
 
-TEST_SPLIT = "test"
-
-
 def held_out(row: Row, spec: HoldoutSpec, source: str = "training data") -> bool:
     """Whether a row is held out: its split is ``spec.split`` (val); without a split, the
     hash of its key. A test-split row raises DataError: it must never reach training.
@@ -153,7 +151,7 @@ def held_out(row: Row, spec: HoldoutSpec, source: str = "training data") -> bool
     split = row.get(spec.split_column)
     if split is None:
         return is_held_out(row[spec.key], spec)
-    if split == TEST_SPLIT:
+    if split == TEST:
         raise DataError(
             source, "a test-split dialogue in a training dataset; the test split is for evaluation only",
             record=str(row.get(spec.key)), field=spec.split_column,
