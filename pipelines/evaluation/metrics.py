@@ -162,6 +162,21 @@ def mean_std(values: Sequence[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
+#: Every rate of :func:`run_rates` as (numerator, denominator) integers of one episode.
+RATE_PARTS: Mapping[str, Any] = {
+    "success": lambda s: (int(s.success), 1),
+    "turns": lambda s: (s.n_turns, 1),
+    "inform_rate": lambda s: s.inform,
+    "book_rate": lambda s: s.book,
+    "request_rate": lambda s: s.request,
+    "clarifications_per_dialogue": lambda s: (s.n_clarifications, 1),
+    "discriminating_share": lambda s: (s.n_discriminating, s.n_clarifications),
+    "over_asking_per_dialogue": lambda s: (s.n_over_asking, 1),
+    "over_asking_share": lambda s: (s.n_over_asking, s.n_clarifications),
+    "malformed_per_dialogue": lambda s: (s.n_malformed, 1),
+    "fallbacks_per_dialogue": lambda s: (s.n_agent_fallbacks, 1),
+}
+
 def _pooled(pairs: Iterable[tuple[int, int]]) -> float | None:
     hits = total = 0
     for h, t in pairs:
@@ -170,29 +185,17 @@ def _pooled(pairs: Iterable[tuple[int, int]]) -> float | None:
 
 
 def run_rates(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
-    """One seeded run's rates (one episode per goal)."""
-    n = len(scores)
-    if not n:
+    """One seeded run's rates (one episode per goal): every :data:`RATE_PARTS` ratio pooled
+    over the episodes (None where its denominator is 0), and success per goal domain."""
+    if not scores:
         raise ValueError("a run without episodes")
     domain_flags: dict[str, list[bool]] = defaultdict(list)
     for score in scores:
         for domain, ok in score.domains.items():
             domain_flags[domain].append(ok)
-    questions = sum(s.n_clarifications for s in scores)
-    return {
-        "success": sum(s.success for s in scores) / n,
-        "turns": sum(s.n_turns for s in scores) / n,
-        "inform_rate": _pooled(s.inform for s in scores),
-        "book_rate": _pooled(s.book for s in scores),
-        "request_rate": _pooled(s.request for s in scores),
-        "clarifications_per_dialogue": questions / n,
-        "discriminating_share": sum(s.n_discriminating for s in scores) / questions if questions else None,
-        "over_asking_per_dialogue": sum(s.n_over_asking for s in scores) / n,
-        "over_asking_share": sum(s.n_over_asking for s in scores) / questions if questions else None,
-        "malformed_per_dialogue": sum(s.n_malformed for s in scores) / n,
-        "fallbacks_per_dialogue": sum(s.n_agent_fallbacks for s in scores) / n,
-        "domain_success": {d: sum(f) / len(f) for d, f in sorted(domain_flags.items())},
-    }
+    rates: dict[str, Any] = {key: _pooled(parts(s) for s in scores) for key, parts in RATE_PARTS.items()}
+    rates["domain_success"] = {d: sum(f) / len(f) for d, f in sorted(domain_flags.items())}
+    return rates
 
 
 def avg_at_k(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
@@ -258,21 +261,6 @@ def fault_counts(episodes: Iterable[Episode]) -> dict[str, dict[str, Any]]:
 
 
 # --- Confidence intervals and paired comparisons over goals (module docstring) -------------
-
-#: Every rate of :func:`run_rates` as (numerator, denominator) integers of one episode.
-RATE_PARTS: Mapping[str, Any] = {
-    "success": lambda s: (int(s.success), 1),
-    "turns": lambda s: (s.n_turns, 1),
-    "inform_rate": lambda s: s.inform,
-    "book_rate": lambda s: s.book,
-    "request_rate": lambda s: s.request,
-    "clarifications_per_dialogue": lambda s: (s.n_clarifications, 1),
-    "discriminating_share": lambda s: (s.n_discriminating, s.n_clarifications),
-    "over_asking_per_dialogue": lambda s: (s.n_over_asking, 1),
-    "over_asking_share": lambda s: (s.n_over_asking, s.n_clarifications),
-    "malformed_per_dialogue": lambda s: (s.n_malformed, 1),
-    "fallbacks_per_dialogue": lambda s: (s.n_agent_fallbacks, 1),
-}
 
 #: The metrics whose differences between models are tested.
 COMPARED: tuple[str, ...] = (
