@@ -637,6 +637,25 @@ FORMATS: Mapping[str, type[AgentFormat]] = frozen_dict(
 )
 
 
+_SPEAKRL = SpeakRLFormat()
+
+
+def decision(text: str) -> str | None:
+    """What a SpeakRL output does: ``clarify``, ``tool_call``, ``respond`` or ``end`` (a
+    response that ends the dialogue); None when the agent grammar rejects it.
+
+    >>> decision("<think>a</think><clarify>Which area?</clarify>"), decision("<think>b</think>Here."), decision("<think>b</think>")
+    ('clarify', 'respond', None)
+    """
+    parsed = _SPEAKRL.parse(text)
+    if isinstance(parsed, Malformed):
+        return None
+    kinds = [action.kind for action in parsed if action.kind != THINK]
+    if END in kinds:
+        return END
+    return kinds[0] if kinds else None
+
+
 def get_format(name: str, tools: Sequence[Mapping[str, Any]] = TOOL_SCHEMAS) -> AgentFormat:
     if name not in FORMATS:
         raise ValueError(f"unknown agent format {name!r}; formats: {', '.join(FORMATS)}")

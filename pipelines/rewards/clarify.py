@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pipelines.errors import AskflowError
-from pipelines.episodes.formats import END, RESPOND, TOOL_CALL, Malformed, SpeakRLFormat
-from pipelines.rewards.format import clarification_question, completion_text
-
-_PARSER = SpeakRLFormat()
+from pipelines.episodes.formats import END, RESPOND, TOOL_CALL, decision
+from pipelines.rewards.format import ASK_NEEDED, clarification_question, completion_text
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +40,6 @@ NO_QUESTION = "no_question"
 NEEDLESS_QUESTION = "needless_question"
 ACTED = "acted"
 MALFORMED = "malformed"
-#: The dataset column saying whether asking is right at a decision point.
-ASK_NEEDED = "ask_needed"
 
 
 class JudgeError(AskflowError):
@@ -154,7 +150,6 @@ def _act_here_verdict(text: str, question: str | None) -> Verdict:
     """The verdict where asking is not needed (module docstring)."""
     if question is not None:
         return Verdict(0.0, NEEDLESS_QUESTION)
-    parsed = _PARSER.parse(text)
-    if isinstance(parsed, Malformed) or not any(a.kind in (TOOL_CALL, RESPOND, END) for a in parsed):
+    if decision(text) not in (TOOL_CALL, RESPOND, END):
         return Verdict(0.0, MALFORMED)
     return Verdict(1.0, ACTED)

@@ -26,14 +26,13 @@ import math
 from statistics import fmean
 from typing import Any, Callable, Mapping, Sequence
 
-from pipelines.episodes.formats import END, THINK, Malformed, SpeakRLFormat
+from pipelines.episodes.formats import decision
 from pipelines.rewards import FULL_CREDIT, completion_text, format_score
 from pipelines.training.config import EvalSpec, GRPOObjective, Objective
 from pipelines.training.data import COMPLETION, LABELED, PAIRS, SourceRows
 from pipelines.training.trainers import reward_functions, reward_name
 
 Messages = list[dict[str, Any]]
-_PARSER = SpeakRLFormat()
 
 
 # --- Generation ------------------------------------------------------------------------------
@@ -88,18 +87,6 @@ def generate(
 
 
 # --- Scoring generations ---------------------------------------------------------------------
-
-
-def decision(text: str) -> str | None:
-    """What an output does: ``clarify``, ``tool_call``, ``respond`` or ``end`` (a response
-    that ends the dialogue); None when the agent grammar rejects it."""
-    parsed = _PARSER.parse(text)
-    if isinstance(parsed, Malformed):
-        return None
-    kinds = [action.kind for action in parsed if action.kind != THINK]
-    if END in kinds:
-        return END
-    return kinds[0] if kinds else None
 
 
 def generation_metrics(

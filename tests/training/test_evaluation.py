@@ -10,7 +10,8 @@ import pytest
 
 from pipelines.rewards import REWARD_FUNCTIONS
 from pipelines.training.callbacks import TimeBudget, curve_rows
-from pipelines.training.evaluation import decision, generation_metrics, preference_metrics, reward_metrics
+from pipelines.episodes.formats import decision
+from pipelines.training.evaluation import generation_metrics, preference_metrics, reward_metrics
 from pipelines.training.report import curve_csv, deltas
 
 CLARIFY = "<think>Two areas fit.</think>\n<clarify>Would you like the north or the centre?</clarify>"
