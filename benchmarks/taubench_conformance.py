@@ -8,6 +8,7 @@ Prints, per domain, tasks / calls / changed records reproduced, and the time tak
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from time import perf_counter
@@ -15,7 +16,7 @@ from time import perf_counter
 from pipelines.env.taubench.conformance import check_conformance
 from stages.taubench_dir import load_ground_truth_replay, load_taubench_domain
 
-DEFAULT_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "taubench"
+DEFAULT_ROOT = Path(os.environ.get("ASKFLOW_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "taubench"
 
 
 def main(argv: list[str] | None = None) -> int:
