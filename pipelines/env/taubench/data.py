@@ -102,6 +102,15 @@ class TauTask:
     def task_id(self) -> str:
         return f"{self.domain}/{self.split}/{self.index}"
 
+    # What the episode tables record of any goal (see pipelines.env.world).
+    @property
+    def dialogue_id(self) -> str:
+        return self.task_id
+
+    @property
+    def domain_names(self) -> tuple[str, ...]:
+        return (self.domain,)
+
 
 @dataclass(frozen=True)
 class TauDomain:
