@@ -145,3 +145,31 @@ def test_ground_truth_replay_through_the_runner_scores_one_on_every_real_task(re
         tables = episode_tables(episodes)
         assert tables["episodes"].num_rows == len(domain.all_tasks())
         assert pa.compute.all(tables["episodes"]["success"]).as_py()
+
+
+def test_openai_agent_sends_tau_bench_tools_and_reads_their_answers(mini_retail):
+    """The openai agent in function calling over a τ-bench domain, against the local fake
+    server: the domain's tool schemas go with every request and the tool's τ-bench answer
+    (here an error for a call without arguments) comes back as the tool message."""
+    import json
+
+    from pipelines.episodes import FunctionCallingFormat, OpenAIAgent
+    from pipelines.llm import ClientConfig, LLMClient
+    from pipelines.llm.testing.fake_server import CALL_TOOL, FakeOpenAIServer
+    from tests.episodes.helpers import ScriptedSimulator
+
+    user = ScriptedSimulator(lambda goal, reference: [f"Hi, {CALL_TOOL} please"] + [f"line {i}" for i in range(5)])
+    specs = tau_specs(mini_retail.tasks["test"])
+    with FakeOpenAIServer() as server:
+        client = LLMClient(ClientConfig(base_url=server.base_url, model="fake-agent", timeout_s=5.0, max_retries=1, backoff_base_s=0.001))
+        agent = OpenAIAgent(client, FunctionCallingFormat(mini_retail.tool_schemas), role="agent")
+        episodes = run_episodes_sync(specs, agent, user, TauBenchWorld(mini_retail), tau_runner_config(mini_retail, max_exchanges=2))
+        bodies = server.stats.bodies
+    assert all(b["tools"] == [dict(t) for t in mini_retail.tool_schemas] for b in bodies)
+    assert "Retail agent policy" in bodies[0]["messages"][0]["content"]
+    results = [b["messages"][-1] for b in bodies if b["messages"][-1]["role"] == "tool"]
+    assert results and all(
+        json.loads(r["content"]) == {"error": "Error: calculate() missing 1 required positional argument: 'expression'"} for r in results
+    )
+    assert all(e.ended_by == TURN_LIMIT and e.n_tool_errors == 2 and not e.success for e in episodes)
+    assert episode_tables(episodes)["episodes"].num_rows == 2
