@@ -19,7 +19,7 @@ from pipelines.env.taubench.data import (
     SPLITS,
     TABLES,
     TauDomain,
-    _check_domain,
+    check_domain,
     parse_database,
     parse_rules,
     parse_tasks,
@@ -32,7 +32,7 @@ REPLAY_FILE = "ground_truth_replay.json"
 
 
 def domain_dir(root: Path | str, domain: str) -> Path:
-    _check_domain(domain, str(root))
+    check_domain(domain, str(root))
     path = Path(root) / domain
     if not path.is_dir():
         raise DataError(str(path), "τ-bench domain directory not found")

@@ -21,7 +21,8 @@ from typing import Any, Iterable, Mapping, Protocol
 
 from pipelines.env.checker import DomainResult, GoalResult, check_goal
 from pipelines.env.taubench.data import TauDomain, TauTask
-from pipelines.env.taubench.env import MAX_STEPS, TauEnvironment, TauReward, is_error, tau_reward
+from pipelines.env.taubench.database import TauDatabase
+from pipelines.env.taubench.env import MAX_STEPS, TauEnvironment, TauReward, expected_database, is_error, tau_reward
 from pipelines.env.tools import Database, ToolEnvironment
 
 
@@ -120,6 +121,8 @@ class TauBenchWorld:
         self.domain = domain
         self.name = f"taubench_{domain.name}"
         self.max_actions = max_actions
+        # task id -> the database after its ground truth: replayed once, read by every episode
+        self._expected: dict[str, TauDatabase] = {}
 
     def environment(self, goal: Any, seed: int) -> TauEpisodeEnvironment:
         # τ-bench's tools are deterministic: the seed changes nothing here.
@@ -131,7 +134,10 @@ class TauBenchWorld:
     def grade(self, goal: Any, environment: EpisodeEnvironment, visible_texts: Iterable[tuple[int, str]], finished: bool) -> TauGoalResult:
         if not isinstance(goal, TauTask) or not isinstance(environment, TauEpisodeEnvironment):
             raise TypeError(f"the {self.name} world grades TauTask goals in its own environments, got {type(goal).__name__}")
-        reward = tau_reward(environment.tau, goal, [text for _, text in visible_texts], finished)
+        expected = self._expected.get(goal.task_id)
+        if expected is None:
+            expected = self._expected[goal.task_id] = expected_database(self.domain, goal)
+        reward = tau_reward(environment.tau, goal, [text for _, text in visible_texts], finished, expected)
         result = DomainResult(
             domain=self.domain.name,
             offered=None,

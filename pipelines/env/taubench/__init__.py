@@ -8,7 +8,16 @@
 
 from pipelines.env.taubench.data import DOMAINS, SPLITS, TABLES, TauAction, TauDomain, TauTask
 from pipelines.env.taubench.database import TauBase, TauDatabase
-from pipelines.env.taubench.env import MAX_STEPS, TERMINATE_TOOLS, TauCall, TauEnvironment, TauReward, replay, tau_reward
+from pipelines.env.taubench.env import (
+    MAX_STEPS,
+    TERMINATE_TOOLS,
+    TauCall,
+    TauEnvironment,
+    TauReward,
+    expected_database,
+    replay,
+    tau_reward,
+)
 
 __all__ = [
     "DOMAINS",
@@ -24,6 +33,7 @@ __all__ = [
     "TauEnvironment",
     "TauReward",
     "TauTask",
+    "expected_database",
     "replay",
     "tau_reward",
 ]

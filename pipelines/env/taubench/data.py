@@ -135,14 +135,14 @@ class TauDomain:
         return [task for split in SPLITS[self.name] for task in self.tasks.get(split, ())]
 
 
-def _check_domain(domain: str, source: str) -> None:
+def check_domain(domain: str, source: str) -> None:
     if domain not in DOMAINS:
         raise DataError(source, f"unknown τ-bench domain {domain!r} (known: {', '.join(DOMAINS)})")
 
 
 def parse_tasks(raw: Any, source: str, domain: str, split: str) -> tuple[TauTask, ...]:
     """Tasks from a ``tasks_<split>.json`` list; a record is named by its index in the file."""
-    _check_domain(domain, source)
+    check_domain(domain, source)
     if not isinstance(raw, list):
         raise DataError(source, f"a task file must be a JSON list, got {json_type(raw)}")
     if not raw:
@@ -189,7 +189,7 @@ def parse_tasks(raw: Any, source: str, domain: str, split: str) -> tuple[TauTask
 def parse_tool_schemas(raw: Any, source: str, domain: str) -> tuple[dict[str, Any], ...]:
     """The ``tools.json`` list; every tool askflow implements must be described exactly once,
     and nothing else."""
-    _check_domain(domain, source)
+    check_domain(domain, source)
     if not isinstance(raw, list):
         raise DataError(source, f"must be a JSON list of tool schemas, got {json_type(raw)}")
     seen: dict[str, int] = {}

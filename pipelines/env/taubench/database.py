@@ -24,6 +24,7 @@ from typing import Any, Iterator, Mapping
 
 # A record removed from a table (no τ-bench tool deletes records, but the overlay allows it).
 _DELETED = object()
+_ABSENT = object()  # not in the overlay
 
 
 def canonical_json(value: Any) -> str:
@@ -129,8 +130,8 @@ class TauDatabase:
     # -- record access -------------------------------------------------------------------
 
     def _current(self, table: str, key: str) -> Any:
-        found = self._overlay.get((table, key))
-        if found is None:
+        found = self._overlay.get((table, key), _ABSENT)
+        if found is _ABSENT:
             return self.base.tables[table].get(key)
         return None if found is _DELETED else found
 

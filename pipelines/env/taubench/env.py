@@ -219,10 +219,18 @@ def mismatched_records(database: TauDatabase, expected: TauDatabase) -> tuple[st
     )
 
 
-def tau_reward(env: TauEnvironment, task: TauTask, replies: Sequence[str], finished: bool = True) -> TauReward:
-    """Score an episode's final environment and the agent's replies against ``task``."""
-    expected = replay(env.domain, task.actions, skip_terminal=True)
-    database_ok = env.database.fingerprint() == expected.database.fingerprint()
+def expected_database(domain: TauDomain, task: TauTask) -> TauDatabase:
+    """The database after the task's ground-truth actions on a fresh copy (the transfer skipped)."""
+    return replay(domain, task.actions, skip_terminal=True).database
+
+
+def tau_reward(
+    env: TauEnvironment, task: TauTask, replies: Sequence[str], finished: bool = True, expected: TauDatabase | None = None
+) -> TauReward:
+    """Score an episode's final environment and the agent's replies against ``task``;
+    ``expected``: the task's :func:`expected_database`, when the caller keeps it."""
+    expected = expected if expected is not None else expected_database(env.domain, task)
+    database_ok = env.database.fingerprint() == expected.fingerprint()
     outputs = tuple((output, output_found(output, replies)) for output in task.outputs)
     matched = tuple(any(_same_call(action, call) for call in env.calls) for action in task.actions)
     ok = finished and database_ok and all(found for _, found in outputs)
@@ -232,5 +240,5 @@ def tau_reward(env: TauEnvironment, task: TauTask, replies: Sequence[str], finis
         database_ok,
         outputs,
         matched,
-        () if database_ok else mismatched_records(env.database, expected.database),
+        () if database_ok else mismatched_records(env.database, expected),
     )
