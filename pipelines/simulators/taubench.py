@@ -1,4 +1,6 @@
-"""The offline ``rules`` user for τ-bench, with the fuzzy intent of the Clarifier paper's
+"""τ-bench users: :class:`TauRulesUser` (offline) and :class:`FuzzyLLMUser` (the paper's prompt).
+
+The offline ``rules`` user for τ-bench, with the fuzzy intent of the Clarifier paper's
 user: it opens with what it wants in one vague sentence and gives each detail only when the
 agent asks for it.
 
@@ -24,7 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.env.taubench.data import TauTask
+from pipelines.llm import Failure, LLMClient, SamplingParams
 from pipelines.simulators.base import UserTurn
+from pipelines.simulators.llm import ROLE, call_seed
+from pipelines.simulators.protection import SimulatorFault
 
 STOP = "###STOP###"
 # What the user says it wants, by the first ground-truth write action (in task order).
@@ -208,3 +213,111 @@ class TauRulesUser:
         if not isinstance(goal, TauTask):
             raise TypeError(f"the τ-bench rules user plays TauTask goals, got {type(goal).__name__}")
         return TauRulesSession(goal, task_details(goal), self.max_turns)
+
+
+# --------------------------------------------------------------------------------------
+# The LLM user: the Clarifier paper's User-Driven Fuzzy Intent prompt (appendix 7.1)
+# --------------------------------------------------------------------------------------
+
+# The paper's user prompt template, its three parts as sections. The template does not show
+# where the hidden instruction goes; as in τ-bench's own user prompt, it follows the role.
+FUZZY_USER_PROMPT = """You are a user interacting with an agent. Your behavior simulates a human user following a hidden instruction.
+
+Instruction: {instruction}
+
+Instructions:
+- Generate only one message at a time.
+- Reveal information gradually instead of all at once.
+- Do not invent facts missing from the instruction—if the agent asks for unavailable details, say you don't remember.
+- When the instruction's goal is completed, output STOP.
+- Do not repeat the instruction verbatim; use natural conversational phrasing.
+- Maintain a natural, human-like conversation style.
+
+Expected output: a single user utterance per step."""
+# τ-bench's agent opens the conversation; the user answers it.
+TAU_GREETING = "Hi! How can I help you today?"
+_STOP_TOKEN = re.compile(r"(?:#{3})?\bSTOP\b(?:#{3})?")
+
+
+def fuzzy_user_messages(task: TauTask, history: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    """The user model's messages: the prompt, then the conversation from the user's side
+    (the agent's utterances as ``user`` messages, the user's own as ``assistant`` ones)."""
+    messages = [
+        {"role": "system", "content": FUZZY_USER_PROMPT.format(instruction=task.instruction.strip())},
+        {"role": "user", "content": TAU_GREETING},
+    ]
+    for speaker, text in history:
+        messages.append({"role": "assistant" if speaker == "user" else "user", "content": text})
+    return messages
+
+
+def parse_fuzzy_reply(raw: str) -> tuple[str, bool]:
+    """(text without the stop token, whether the user stops). "STOP" and τ-bench's
+    "###STOP###" both end the conversation; "stop" in lower case is just a word.
+
+    >>> parse_fuzzy_reply("Great, thanks! ###STOP###"), parse_fuzzy_reply("Is it a one-stop flight?")
+    (('Great, thanks!', True), ('Is it a one-stop flight?', False))
+    """
+    text = re.sub(r"^\s*(?:user|customer)\s*:\s*", "", raw.strip(), flags=re.IGNORECASE)
+    end = bool(_STOP_TOKEN.search(text))
+    return " ".join(_STOP_TOKEN.sub(" ", text).split()), end
+
+
+class FuzzyLLMSession:
+    """One user whose turns an LLM writes from :data:`FUZZY_USER_PROMPT`. Same contract as
+    the JOSH LLM sessions: seeded per (session, turn, attempt), a failed call raises
+    :class:`SimulatorFault` and leaves the session as it was (``ProtectedSimulator`` retries)."""
+
+    def __init__(self, client: LLMClient, sampling: SamplingParams, task: TauTask, seed: int, history: tuple = (), turn: int = 0):
+        self._client = client
+        self._sampling = sampling
+        self.task = task
+        self.seed = seed
+        self.history: tuple[tuple[str, str], ...] = history
+        self.turn = turn
+
+    async def opening(self, *, attempt: int = 0) -> UserTurn:
+        return await self._take_turn(None, attempt)
+
+    async def respond(self, agent_text: str, *, attempt: int = 0) -> UserTurn:
+        return await self._take_turn(agent_text, attempt)
+
+    def fork(self) -> FuzzyLLMSession:
+        return FuzzyLLMSession(self._client, self._sampling, self.task, self.seed, self.history, self.turn)
+
+    def record_fallback(self, agent_text: str | None, turn: UserTurn) -> None:
+        self.history = self._with_agent(agent_text) + (("user", turn.text),)
+        self.turn += 1
+
+    def _with_agent(self, agent_text: str | None) -> tuple[tuple[str, str], ...]:
+        return self.history if agent_text is None else self.history + (("agent", agent_text),)
+
+    async def _take_turn(self, agent_text: str | None, attempt: int) -> UserTurn:
+        history = self._with_agent(agent_text)
+        result = await self._client.complete(fuzzy_user_messages(self.task, history), ROLE, self._sampling, call_seed(self.seed, self.turn, attempt))
+        if isinstance(result, Failure):
+            raise SimulatorFault(f"llm_{result.reason}", result.last_error)
+        text, end = parse_fuzzy_reply(result.text)
+        if not text and not end:
+            raise SimulatorFault("empty_reply", "the user model wrote nothing")
+        self.history = history + (("user", text),)
+        self.turn += 1
+        return UserTurn(text, end=end)
+
+
+class FuzzyLLMUser:
+    """The paper's LM-simulated user for τ-bench over any OpenAI-compatible endpoint (role
+    ``user_simulator``: ``openai``, or a local model behind ``transformers serve``)."""
+
+    name = "fuzzy_llm"
+
+    def __init__(self, client: LLMClient, sampling: SamplingParams | None = None):
+        self.client = client
+        self.sampling = sampling if sampling is not None else SamplingParams(temperature=0.0, max_tokens=256)
+
+    def session(self, goal: Any, seed: int, reference: Any = None) -> FuzzyLLMSession:
+        if not isinstance(goal, TauTask):
+            raise TypeError(f"the fuzzy LLM user plays TauTask goals, got {type(goal).__name__}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        return FuzzyLLMSession(self.client, self.sampling, goal, seed)

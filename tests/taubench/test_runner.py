@@ -173,3 +173,32 @@ def test_openai_agent_sends_tau_bench_tools_and_reads_their_answers(mini_retail)
     )
     assert all(e.ended_by == TURN_LIMIT and e.n_tool_errors == 2 and not e.success for e in episodes)
     assert episode_tables(episodes)["episodes"].num_rows == 2
+
+
+def test_fuzzy_llm_user_sends_the_papers_prompt_and_plays_through_the_runner(mini_retail):
+    """The paper's User-Driven Fuzzy Intent user over the fake server, behind the usual
+    failure protection: the hidden instruction and the paper's rules in the system prompt,
+    τ-bench's greeting first, the conversation from the user's side; STOP ends it."""
+    from pipelines.llm import ClientConfig, LLMClient
+    from pipelines.llm.testing.fake_server import FakeOpenAIServer
+    from pipelines.simulators.protection import ProtectedSimulator
+    from pipelines.simulators.taubench import FuzzyLLMUser, fuzzy_user_messages, parse_fuzzy_reply
+
+    task = mini_retail.tasks["test"][0]
+    messages = fuzzy_user_messages(task, (("user", "I want to cancel an order."), ("agent", "Your email, please?")))
+    assert task.instruction in messages[0]["content"] and "Reveal information gradually" in messages[0]["content"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert parse_fuzzy_reply("user: That's all, thanks. STOP") == ("That's all, thanks.", True)
+
+    specs = tau_specs(mini_retail.tasks["test"])
+    with FakeOpenAIServer() as server:
+        client = LLMClient(ClientConfig(base_url=server.base_url, model="fake-user", timeout_s=5.0, max_retries=1, backoff_base_s=0.001))
+        user = ProtectedSimulator(FuzzyLLMUser(client))
+        agent = _Scripted(get_format("function_calling", mini_retail.tool_schemas), lambda c: [AgentAction.respond("Could you tell me more?")])
+        episodes = run_episodes_sync(specs, agent, user, TauBenchWorld(mini_retail), tau_runner_config(mini_retail, max_exchanges=3))
+        bodies = server.stats.bodies
+    assert len(bodies) == 3 * len(specs)  # an opening and two replies each, then the exchange limit
+    assert all(b["messages"][0]["content"].startswith("You are a user interacting with an agent.") for b in bodies)
+    assert all(e.ended_by == TURN_LIMIT and e.simulator_fallbacks == 0 for e in episodes)
+    users = [[ev.text for ev in e.events if ev.kind == "user"] for e in episodes]
+    assert all(len(texts) == 3 and all(texts) for texts in users)
