@@ -190,6 +190,7 @@ class TauReward:
             reasons.append("the episode did not finish (no stop from the user, no transfer)")
         if not self.database_ok:
             reasons.append(f"database differs from the ground truth at {', '.join(self.mismatched_records[:5])}")
+            reasons.append(f"{self.n_actions_matched} of {len(self.actions_matched)} ground-truth actions made with equal arguments")
         reasons.extend(f"required output {o!r} never said" for o, found in self.outputs if not found)
         return tuple(reasons)
 
