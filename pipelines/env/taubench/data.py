@@ -83,6 +83,9 @@ class TauAction:
     def kwargs_json(self) -> str:
         return json.dumps(self.kwargs, sort_keys=True, ensure_ascii=False)
 
+    def __hash__(self) -> int:  # the kwargs dict is not hashable; its canonical JSON is
+        return hash((self.name, self.kwargs_json))
+
 
 @dataclass(frozen=True)
 class TauTask:
