@@ -202,3 +202,24 @@ def test_fuzzy_llm_user_sends_the_papers_prompt_and_plays_through_the_runner(min
     assert all(e.ended_by == TURN_LIMIT and e.simulator_fallbacks == 0 for e in episodes)
     users = [[ev.text for ev in e.events if ev.kind == "user"] for e in episodes]
     assert all(len(texts) == 3 and all(texts) for texts in users)
+
+
+@pytest.mark.usefixtures("single_torch_thread")
+def test_hf_agent_plays_tau_bench_episodes(mini_retail, tiny_model_dir):
+    """A local transformers model (the tiny test model: 1024 positions, so a short prompt
+    and one tool) in function calling over τ-bench: the τ-bench tool reaches the chat
+    template and the episodes are played, graded and tabled like any other."""
+    from pipelines.episodes import FunctionCallingFormat, HFAgent
+    from pipelines.llm import HFBackend, HFConfig, SamplingParams
+
+    backend = HFBackend.from_config(HFConfig(model_path=str(tiny_model_dir), batch_size=2))
+    fmt = FunctionCallingFormat(tools=[mini_retail.schema("get_order_details")])
+    agent = HFAgent(backend, fmt, SamplingParams(temperature=0.0, max_tokens=8))
+    specs = tau_specs(mini_retail.tasks["test"])
+    config = tau_runner_config(mini_retail, task_prompt="Be brief.", max_exchanges=2, max_steps=2, malformed_retries=0)
+    episodes = run_episodes_sync(specs, agent, TauRulesUser(), TauBenchWorld(mini_retail), config)
+    assert len(episodes) == 2 and all(e.agent_format == "function_calling" for e in episodes)
+    assert all(e.ended_by in (TURN_LIMIT, USER_END, AGENT_END) for e in episodes)
+    # The cancellation task cannot pass without tools that change anything.
+    assert not episodes[0].success and episodes[0].result.reward.database_ok is False
+    assert episode_tables(episodes)["episodes"].num_rows == 2
