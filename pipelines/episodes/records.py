@@ -58,8 +58,9 @@ class EpisodeEvent:
 
 @dataclass(frozen=True)
 class Episode:
-    """One played episode, graded by the goal checker on its final environment state and
-    the agent's visible texts (no dialog acts: an agent produces none).
+    """One played episode, graded by its world (MultiWOZ: the goal checker; τ-bench: its
+    reward) on its final environment state and the agent's visible texts (no dialog acts:
+    an agent produces none).
 
     ``n_turns`` counts utterances, user and agent, as MultiWOZ counts turns.
     ``n_agent_fallbacks``: turns the agent failed (malformed retries or the step limit ran

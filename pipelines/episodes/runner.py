@@ -8,7 +8,15 @@ ends with something visible (a clarification or a response), which the user simu
 then answers. Think content, tool calls and observations never reach the user.
 
 The episode ends when the user ends it (``UserTurn.end``), the agent ends it (an ``end``
-action; its last response counts as said), or after ``max_exchanges`` agent turns.
+action; its last response counts as said, and a world's environment may end it too, as
+τ-bench's transfer to a human does), after ``max_exchanges`` agent turns, or when the
+world's action budget (``World.max_actions``: tool calls and visible replies; τ-bench's 30
+steps) is spent.
+
+The domain lives in a :class:`~pipelines.env.world.World`: it builds each episode's tool
+environment from the spec's goal and grades the finished episode (MultiWOZ's goal checker,
+τ-bench's reward). The runner itself is the same for every domain; a bare MultiWOZ
+:class:`Database` where a world is expected means :class:`~pipelines.env.world.MultiWozWorld`.
 
 Failures are data, not exceptions:
 
@@ -38,8 +46,8 @@ from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any, Sequence
 
-from pipelines.env.checker import check_goal
-from pipelines.env.tools import Database, ToolEnvironment
+from pipelines.env.tools import Database
+from pipelines.env.world import EpisodeEnvironment, World, as_world
 from pipelines.episodes.agents import Agent, AgentContext, AgentOutput
 from pipelines.episodes.formats import (
     CLARIFY,
@@ -66,10 +74,12 @@ WAITS_FOR_USER, WAITS_FOR_AGENT, DONE = "user", "agent", "done"
 @dataclass(frozen=True)
 class EpisodeSpec:
     """One episode to play: a goal, the seed of its environment and simulator session, and
-    the dataset dialogue the goal comes from, when there is one."""
+    the dataset dialogue the goal comes from, when there is one. The goal is the world's
+    kind (a MultiWOZ :class:`Goal`, a τ-bench ``TauTask``); every kind has ``dialogue_id``
+    and ``domain_names``."""
 
     episode_id: str
-    goal: Goal
+    goal: Goal | Any
     seed: int = 0
     reference: Dialogue | None = None
 
@@ -112,9 +122,10 @@ class EpisodeState:
         agent_name: str,
         fmt: AgentFormat,
         simulator_name: str,
-        environment: ToolEnvironment,
+        environment: EpisodeEnvironment,
         session: SimulatorSession,
         config: RunnerConfig,
+        world: World | None = None,
     ):
         self.spec = spec
         self.agent_name = agent_name
@@ -123,6 +134,8 @@ class EpisodeState:
         self.environment = environment
         self.session = session
         self.config = config
+        self.world = world  # grades the episode (finish); None: it can be played, not graded
+        self.n_actions = 0  # tool calls and visible replies, against world.max_actions
         self.messages: list[Message] = [{"role": "system", "content": fmt.system_prompt(config.task_prompt)}]
         self.events: list[EpisodeEvent] = []
         self.calls: list[tuple[int, ToolCall]] = []
@@ -137,16 +150,18 @@ class EpisodeState:
 
     @classmethod
     def start(
-        cls, spec: EpisodeSpec, agent: Agent, simulator: UserSimulator, database: Database, config: RunnerConfig
+        cls, spec: EpisodeSpec, agent: Agent, simulator: UserSimulator, world: World | Database, config: RunnerConfig
     ) -> EpisodeState:
+        world = as_world(world)
         return cls(
             spec,
             agent_name=agent.name,
             fmt=agent.format,
             simulator_name=simulator.name,
-            environment=ToolEnvironment(database, spec.goal, spec.seed),
+            environment=world.environment(spec.goal, spec.seed),
             session=simulator.session(spec.goal, spec.seed, spec.reference),
             config=config,
+            world=world,
         )
 
     def fork(self) -> EpisodeState:
@@ -232,19 +247,39 @@ class EpisodeState:
             return
         actions = self._with_call_ids(parsed)
         self.messages.append(self.format.assistant_message(output.text, output.tool_calls, actions))
+        stopped_by = None
         for action in actions:
             if action.kind != END:  # recorded last, as the episode's end
                 self._apply(action, cost)
                 cost = {}  # the output's cost goes on its first event only
+                stopped_by = self._world_stop()
+                if stopped_by is not None:
+                    break  # what the output says after the stop is never carried out
         self.step += 1
 
         kinds = {a.kind for a in actions}
-        if END in kinds:
+        if stopped_by == AGENT_END:
+            self._end(AGENT_END, "environment", self.turn, **cost)
+        elif stopped_by == TURN_LIMIT:
+            self._end(TURN_LIMIT, "runner", self.turn, **cost)
+        elif END in kinds:
             self._end(AGENT_END, "agent", self.turn, **cost)
         elif kinds & {CLARIFY, RESPOND}:
             self._next_exchange(next(a.text for a in actions if a.visible))
         elif self.step >= self.config.max_steps:
             self._fail_turn(f"no reply to the user after {self.step} steps")
+
+    def _world_stop(self) -> str | None:
+        """Does the world end the episode here? Its environment may (AGENT_END: the agent
+        handed over, e.g. τ-bench's transfer), or its action budget may be spent (TURN_LIMIT)."""
+        if self.world is None:
+            return None
+        if self.world.ended(self.environment):
+            return AGENT_END
+        limit = self.world.max_actions
+        if limit is not None and self.n_actions >= limit:
+            return TURN_LIMIT
+        return None
 
     def _with_call_ids(self, actions: Sequence[AgentAction]) -> tuple[AgentAction, ...]:
         """Function calling answers every call by its id; outputs without ids get ones unique
@@ -258,6 +293,8 @@ class EpisodeState:
 
     def _apply(self, action: AgentAction, cost: dict[str, Any]) -> None:
         turn = self.turn
+        if action.kind == TOOL_CALL or action.visible:
+            self.n_actions += 1
         if action.kind == TOOL_CALL:
             self._record(TOOL_CALL, "agent", turn, tool_name=action.tool_name, arguments_json=action.arguments_json, **cost)
             started = perf_counter()
@@ -320,11 +357,14 @@ class EpisodeState:
         self.events.append(EpisodeEvent(self.spec.episode_id, len(self.events), turn, kind, actor, **fields))
 
     def finish(self) -> Episode:
-        """The episode's record, graded by the goal checker. Only for finished episodes."""
+        """The episode's record, graded by its world. Only for finished episodes."""
         if self.phase != DONE or self.ended_by is None:
             raise RuntimeError(f"episode {self.spec.episode_id!r} is not over (phase {self.phase!r})")
+        if self.world is None:
+            raise RuntimeError(f"episode {self.spec.episode_id!r} has no world to grade it (EpisodeState(world=...))")
         events = tuple(self.events)
-        state = self.environment.state
+        # Finished: the user or the agent (or its environment) ended it; a limit is not an end.
+        finished = self.ended_by in (USER_END, AGENT_END)
         agent_events = [e for e in events if e.actor == "agent"]
         user_events = [e for e in events if e.actor == "user"]
         return Episode(
@@ -336,11 +376,11 @@ class EpisodeState:
             seed=self.spec.seed,
             n_turns=sum(1 for e in events if e.is_utterance),
             ended_by=self.ended_by,
-            result=check_goal(self.spec.goal, state, self.visible_texts, None),
+            result=self.world.grade(self.spec.goal, self.environment, self.visible_texts, finished),
             goal_domains=self.spec.goal.domain_names,
             n_clarifications=sum(1 for e in agent_events if e.kind == CLARIFY),
-            n_tool_calls=len(state.calls),
-            n_tool_errors=state.error_count,
+            n_tool_calls=len(self.calls),
+            n_tool_errors=sum(1 for _, call in self.calls if (call.observation or {}).get("error") is not None),
             n_malformed=sum(1 for e in agent_events if e.kind == "malformed"),
             n_agent_fallbacks=sum(1 for e in agent_events if e.kind == "fallback"),
             simulator_retries=sum(e.retries or 0 for e in user_events),
@@ -378,15 +418,17 @@ async def run_episodes(
     specs: Sequence[EpisodeSpec],
     agent: Agent,
     simulator: UserSimulator,
-    database: Database,
+    world: World | Database,
     config: RunnerConfig = RunnerConfig(),
 ) -> list[Episode]:
-    """Play every spec with ``agent`` and ``simulator``, stepped together; records in order."""
+    """Play every spec with ``agent`` and ``simulator`` in ``world`` (a MultiWOZ
+    :class:`Database` means :class:`~pipelines.env.world.MultiWozWorld`), stepped together;
+    records in order."""
     counts = Counter(spec.episode_id for spec in specs)
     duplicates = sorted(i for i, n in counts.items() if n > 1)
     if duplicates:
         raise ValueError(f"episode ids must be unique; repeated: {', '.join(duplicates[:5])}")
-    states = [EpisodeState.start(spec, agent, simulator, database, config) for spec in specs]
+    states = [EpisodeState.start(spec, agent, simulator, world, config) for spec in specs]
     return await play(states, agent)
 
 
@@ -394,8 +436,8 @@ def run_episodes_sync(
     specs: Sequence[EpisodeSpec],
     agent: Agent,
     simulator: UserSimulator,
-    database: Database,
+    world: World | Database,
     config: RunnerConfig = RunnerConfig(),
 ) -> list[Episode]:
     """:func:`run_episodes` for synchronous callers (not from inside a running event loop)."""
-    return asyncio.run(run_episodes(specs, agent, simulator, database, config))
+    return asyncio.run(run_episodes(specs, agent, simulator, world, config))
