@@ -77,7 +77,8 @@ def run(params: dict) -> dict:
         raise ConfigError(f"params.yaml speaker: {exc.args[0]!r} is required") from None
     config = speaker_config(params)
     max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
-    check_failure_rate(Accounting(), max_failure_rate, "params.yaml speaker")  # a bad value fails before any call
+    if isinstance(max_failure_rate, bool) or not isinstance(max_failure_rate, (int, float)) or not 0 <= max_failure_rate <= 1:
+        raise ConfigError(f"params.yaml speaker.max_llm_failure_rate: expected a number in [0, 1], got {max_failure_rate!r}")
     started = time.perf_counter()
     corpus = load_multiwoz(source, params.get("db_dir"))
     database = Database(corpus.entities, corpus.taxi_options)
