@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipelines.errors import ConfigError
-from pipelines.multiwoz.embedded import generate_corpus
+from pipelines.multiwoz.embedded import generate_corpus, split_sizes
 from stages.io import from_params, main_wrapper, read_params
 from stages.multiwoz_dir import read_raw_database, write_multiwoz
 
@@ -40,7 +40,7 @@ def corpus_params(params: Mapping[str, Any]) -> CorpusParams:
         value = getattr(config, name)
         if not 0.0 <= value < 1.0:
             raise ConfigError(f"{where}.{name}: expected a fraction in [0, 1), got {value}")
-    held_out = round(config.n_dialogues * config.val_fraction) + round(config.n_dialogues * config.test_fraction)
+    held_out = sum(split_sizes(config.n_dialogues, config.val_fraction, config.test_fraction))
     if held_out >= config.n_dialogues:
         raise ConfigError(
             f"{where}: val_fraction {config.val_fraction} + test_fraction {config.test_fraction} of "

@@ -620,6 +620,15 @@ def generate_dialogue(index: int, seed: int, db: dict[str, list[dict[str, Any]]]
     return _dialogue_id(index, len(plans)), {"goal": goal, "log": log}
 
 
+def split_sizes(n_dialogues: int, val_fraction: float, test_fraction: float) -> tuple[int, int]:
+    """How many of ``n_dialogues`` the corpus puts in val and in test.
+
+    >>> split_sizes(2500, 0.1, 0.1)
+    (250, 250)
+    """
+    return int(round(n_dialogues * val_fraction)), int(round(n_dialogues * test_fraction))
+
+
 def generate_corpus(
     n_dialogues: int,
     seed: int = 0,
@@ -643,8 +652,7 @@ def generate_corpus(
     ids = sorted(data)
     rng = random.Random(f"askflow-splits:{seed}")
     rng.shuffle(ids)
-    n_test = int(round(n_dialogues * test_fraction))
-    n_val = int(round(n_dialogues * val_fraction))
+    n_val, n_test = split_sizes(n_dialogues, val_fraction, test_fraction)
     return {"data": data, "db": db, "splits": {"test": sorted(ids[:n_test]), "val": sorted(ids[n_test:n_test + n_val])}}
 
 
