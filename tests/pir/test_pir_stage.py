@@ -109,3 +109,38 @@ def test_bad_params_are_config_errors(tmp_path, small_corpus_dir, override, mess
 
     with pytest.raises(ConfigError, match=message):
         pir_augment.run(_params(tmp_path, small_corpus_dir, tmp_path / "m", **override))
+
+
+def test_trace_file_with_the_llm_inserter(tmp_path, small_corpus_dir, tiny_model_dir, make_server, monkeypatch):
+    from pipelines.llm.testing import fake_server
+
+    def scripted(messages, seed, index, as_json):
+        prompt = str(messages[-1]["content"])
+        if "UNPARSABLE" in prompt:
+            return "I would ask something."
+        return "Assistant: Which one do you mean?\nUser: The second one."
+
+    monkeypatch.setattr(fake_server, "reply_text", scripted)
+    server = make_server()
+    records = [
+        {"id": "r1", "input": "Find a hotel.", "reasoning_content": "Many hotels match.\n\nI pick the cheap one.\n\nIt is the Acorn.", "content": "The Acorn."},
+        {"id": "r2", "input": "UNPARSABLE", "reasoning_content": "One.\n\nTwo.", "content": "x"},
+    ]
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    params = _params(tmp_path, small_corpus_dir, tiny_model_dir, traces=str(traces), top_k_percent=50,
+                     cache_dir=str(tmp_path / "cache"),
+                     inserter={"backend": "openai", "base_url": server.base_url, "model": "fake", "max_retries": 0})
+    metrics = pir_augment.run(params)
+    rows = {r["trace_id"]: r for r in pq.read_table(Path(params["output"]) / "pir_traces.parquet").to_pylist()}
+    assert rows["r1"]["assumption_steps"] is None and "fidelity" not in metrics
+    # 50 % of 3 steps rounds to 2: two pairs, the second asked with the first as its history.
+    assert len(rows["r1"]["selected_steps"]) == 2 == rows["r1"]["n_insertions"]
+    assert rows["r1"]["questions"] == ["Which one do you mean?"] * 2 and rows["r1"]["answers"] == ["The second one."] * 2
+    assert "<asking>Which one do you mean?</asking>\n<response>The second one.</response>" in rows["r1"]["augmented_trace"]
+    assert rows["r2"]["n_insertions"] == 0 and rows["r2"]["skipped_reasons"] == ["unparsable"]
+    assert metrics["skipped"] == {"unparsable": 1} and metrics["llm"]["total"]["requests"] == server.stats.requests == 3
+    bodies = [b["messages"] for b in server.stats.bodies]
+    assert all(m[0]["content"].startswith('Your task is to transform the given "self-thinking process"') for m in bodies)
+    with_history = [m for m in bodies if "history:\nAssistant: Which one do you mean?\nUser: The second one." in m[1]["content"]]
+    assert len(with_history) == 1 and "Find a hotel." in with_history[0][1]["content"]
