@@ -74,6 +74,9 @@ def pir_metrics(
             "mean_entropy": {"assumption_steps": _round(mean(assumed)) if assumed else None,
                              "other_steps": _round(mean(others)) if others else None},
             "assumption_step_rank": _mean_rank(entropies, truth),
+            # Where the selected steps sit relative to the nearest assumption step: entropy may
+            # peak where the assumption's consequences appear (+1) rather than at it (0).
+            "selected_offset_from_assumption": _offsets([selected[i] for i in known], truth),
         }
     return metrics
 
@@ -91,6 +94,18 @@ def _mean_rank(entropies: Sequence[Sequence[float | None]], truth: Sequence[Sequ
                 below = sum(v < values[j] for v in scored)
                 ranks.append(below / (len(scored) - 1))
     return {"mean": _round(mean(ranks)) if ranks else None, "n": len(ranks)}
+
+
+def _offsets(selected: Sequence[Sequence[int]], truth: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Selected steps counted by their signed distance to the nearest assumption step of
+    their trace (ties to the earlier one), e.g. {"-1": 3, "0": 21, "+1": 65}."""
+    counts: Counter = Counter()
+    for chosen, steps in zip(selected, truth):
+        for i in chosen:
+            if steps:
+                nearest = min(steps, key=lambda j: (abs(i - j), j))
+                counts[i - nearest] += 1
+    return {f"{k:+d}" if k else "0": v for k, v in sorted(counts.items())}
 
 
 def _round(value: float) -> float:

@@ -57,6 +57,9 @@ def test_stage_publishes_valid_augmented_traces(stage_run):
         assert aug.count("<asking>") == aug.count("<response>") == row["n_insertions"]
         for step, question in zip(row["inserted_steps"], row["questions"]):
             assert f"{steps[step]}\n\n<asking>{question}</asking>" in row["augmented_reasoning"]
+    offsets = metrics["fidelity"]["selected_offset_from_assumption"]
+    assert sum(offsets.values()) == metrics["selected_steps"]
+    assert offsets.get("0", 0) == metrics["fidelity"]["by_scope"]["trace"]["hits"]
     fid = metrics["fidelity"]["by_scope"]
     for scope in ("trace", "corpus"):
         assert set(fid[scope]) >= {"entropy", "random", "hits", "selected", "positives"}
