@@ -30,6 +30,7 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFBackend, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.pir.insertion import LLMInserter, RulesInserter
+from pipelines.pir.entropy import StepScorer
 from pipelines.pir.pipeline import PirConfig, run_pir
 from pipelines.pir.tables import SPECS, pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
@@ -129,7 +130,7 @@ def run(params: dict) -> dict:
     torch.set_num_threads(int(params.get("threads", 2)))
     teacher, teacher_name = make_teacher(params)
     loaded = time.perf_counter()
-    result = run_pir(traces, teacher, inserter, config, teacher_name)
+    result = run_pir(traces, StepScorer(teacher), inserter, config, teacher_name)
     check_failure_rate(accounting, max_failure_rate, "pir")
     scored = time.perf_counter()
     publish({output / "pir_traces.parquet": (pir_table(result.rows), SPECS["pir_traces"])})

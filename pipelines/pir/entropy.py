@@ -45,6 +45,105 @@ class StepScores:
     context_tokens: int
 
 
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """The scored tokens of one text and their log-probabilities (shifted: token j from the
+    logits at j-1)."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+class StepScorer:
+    """The teacher's scorer for PIR: :meth:`pipelines.llm.hf.HFBackend.score`'s semantics
+    (context and text tokenized apart, every text token scored from the logits one position
+    earlier, right padding, ``backend.batch_size`` texts per forward pass) without its costs
+    that PE does not need: the output layer runs only on the positions that predict a
+    reasoning token (not on the context, nor on padding), and no full-vocabulary entropy is
+    computed. A model whose head is more than its output embedding (soft-capping, scaling) is
+    caught by a check against the full logits on the first batch, and then scored through
+    them."""
+
+    def __init__(self, backend: Any, *, max_rows: int = 2048):
+        self.backend = backend
+        self.tokenizer = backend.tokenizer
+        self.max_rows = max_rows  # output-layer rows per matmul: bounds the rows x vocabulary buffer
+        self._head_checked = False
+        self._full_logits = False
+
+    def render(self, messages: Sequence[Any]) -> str:
+        return self.backend.render(messages)
+
+    def score(self, texts: Sequence[str], contexts: Sequence[str] | None = None) -> list[TokenLogprobs]:
+        if contexts is None or len(contexts) != len(texts):
+            raise ValueError("StepScorer scores each text after its context: one context per text")
+        sequences = []
+        for text, context in zip(texts, contexts):
+            prefix = self.tokenizer(context, add_special_tokens=True)["input_ids"]
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if not prefix:
+                raise ValueError("an empty context (and no BOS token) leaves the first token unconditioned")
+            sequences.append((prefix + ids, len(prefix)))
+        results: list[TokenLogprobs] = [TokenLogprobs((), ())] * len(sequences)
+        scorable = [i for i, (ids, first) in enumerate(sequences) if len(ids) > first]
+        size = self.backend.batch_size
+        for start in range(0, len(scorable), size):
+            batch = scorable[start : start + size]
+            for i, scored in zip(batch, self._score_batch([sequences[i] for i in batch])):
+                results[i] = scored
+        return results
+
+    def _score_batch(self, batch: Sequence[tuple[list[int], int]]) -> list[TokenLogprobs]:
+        import torch
+
+        model, device = self.backend.model, self.backend.device
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), self.backend.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (ids, _) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, : len(ids)] = 1
+        # Token j (j >= first) is predicted at position j-1.
+        rows = torch.cat([torch.full((len(ids) - first,), r, dtype=torch.long) for r, (ids, first) in enumerate(batch)])
+        cols = torch.cat([torch.arange(first - 1, len(ids) - 1) for ids, first in batch])
+        targets = input_ids[rows, cols + 1].to(device)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        with torch.inference_mode():
+            if self._full_logits:
+                logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[rows.to(device), cols.to(device)]
+                logprobs = self._logprobs(lambda chunk: chunk, logits, targets)
+            else:
+                hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+                picked = hidden[rows.to(device), cols.to(device)]
+                head = model.get_output_embeddings()
+                logprobs = self._logprobs(head, picked, targets)
+                if not self._head_checked:
+                    self._head_checked = True
+                    full = model(input_ids=input_ids[:1], attention_mask=attention_mask[:1]).logits[0, cols[rows == 0].to(device)]
+                    reference = self._logprobs(lambda chunk: chunk, full, targets[rows.to(device) == 0])
+                    if not torch.allclose(reference, logprobs[rows.to(device) == 0], atol=1e-3, rtol=1e-3):
+                        self._full_logits = True
+                        return self._score_batch(batch)
+        values = logprobs.float().cpu().tolist()
+        out, position = [], 0
+        for ids, first in batch:
+            count = len(ids) - first
+            out.append(TokenLogprobs(tuple(ids[first:]), tuple(values[position : position + count])))
+            position += count
+        return out
+
+    def _logprobs(self, head: Any, inputs: Any, targets: Any) -> Any:
+        import torch
+
+        parts = []
+        for start in range(0, inputs.shape[0], self.max_rows):
+            # float32: bf16 log-probabilities of unlikely tokens are badly rounded.
+            logits = head(inputs[start : start + self.max_rows]).float()
+            chosen = logits.gather(-1, targets[start : start + self.max_rows, None]).squeeze(-1)
+            parts.append(chosen - torch.logsumexp(logits, dim=-1))
+        return torch.cat(parts)
+
+
 def teacher_context(scorer: Scorer, trace: Trace) -> str:
     """The prefix the reasoning is scored after: the input as the user's message, rendered
     with the teacher's chat template up to where its reply begins."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipelines.llm import HFBackend, HFConfig
-from pipelines.pir.entropy import fidelity, score_steps, select_top_k, step_of_tokens, teacher_context
+from pipelines.pir.entropy import StepScorer, fidelity, score_steps, select_top_k, step_of_tokens, teacher_context
 from pipelines.pir.traces import Trace, split_steps
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
@@ -48,8 +48,12 @@ def hand_step_entropies(backend: HFBackend, trace: Trace, shift: int = 1) -> lis
     return [sum(v) / len(v) for v in nll]
 
 
-def test_step_entropies_equal_a_hand_computation_with_shifted_logits(backend):
-    scores = score_steps(backend, TRACES)  # batched: three traces of different lengths in one pass
+@pytest.mark.parametrize("path", ["step_scorer", "hf_backend"])
+def test_step_entropies_equal_a_hand_computation_with_shifted_logits(backend, path):
+    # StepScorer (the stage's: output layer on the scored positions only) and HFBackend.score
+    # (full logits and entropies) must agree with the plain computation.
+    scorer = StepScorer(backend) if path == "step_scorer" else backend
+    scores = score_steps(scorer, TRACES)  # batched: three traces of different lengths in one pass
     for trace, score in zip(TRACES, scores):
         expected = hand_step_entropies(backend, trace)
         assert len(score.entropies) == len(split_steps(trace.reasoning))
@@ -61,8 +65,8 @@ def test_step_entropies_equal_a_hand_computation_with_shifted_logits(backend):
 
 
 def test_batched_scores_equal_one_trace_at_a_time(backend):
-    batched = score_steps(backend, TRACES)
-    one = HFBackend(backend.model, backend.tokenizer, batch_size=1)
+    batched = score_steps(StepScorer(backend, max_rows=7), TRACES)  # several output-layer chunks too
+    one = StepScorer(HFBackend(backend.model, backend.tokenizer, batch_size=1))
     singles = [score_steps(one, [t])[0] for t in TRACES]
     for b, s in zip(batched, singles):
         assert b.entropies == pytest.approx(s.entropies, rel=1e-4, abs=1e-5)
@@ -108,3 +112,31 @@ def test_fidelity_against_the_expected_random_selection():
     corpus = fidelity(selected, truth, [4, 4, 2], "corpus")
     assert corpus["random"]["precision"] == pytest.approx(3 / 10, abs=1e-4)  # 3 picks of 10 steps, 3 positives
     assert math.isclose(corpus["random"]["recall"], 0.3, abs_tol=1e-4)
+
+
+def test_a_head_beyond_the_output_embedding_is_caught_and_scored_through_the_full_logits(backend):
+    class Scaled(torch.nn.Module):
+        """The tiny model with its logits doubled after the output layer (like a logit scale)."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, **kwargs):
+            out = self.inner(**kwargs)
+            out.logits = out.logits * 2
+            return out
+
+        def get_decoder(self):
+            return self.inner.get_decoder()
+
+        def get_output_embeddings(self):
+            return self.inner.get_output_embeddings()
+
+    scaled = HFBackend(Scaled(backend.model), backend.tokenizer, batch_size=3)
+    scorer = StepScorer(scaled)
+    got = score_steps(scorer, TRACES)
+    assert scorer._full_logits
+    reference = score_steps(scaled, TRACES)  # HFBackend.score reads model(...).logits
+    for a, b in zip(got, reference):
+        assert a.entropies == pytest.approx(b.entropies, rel=1e-4, abs=1e-4)
