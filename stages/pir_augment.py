@@ -21,6 +21,7 @@ the table passes its expectation suite.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ from pipelines.pir.pipeline import PirConfig, run_pir
 from pipelines.pir.tables import SPECS, pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
 from stages.io import main_wrapper, publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
+
+# Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _KEYS = {"source", "db_dir", "traces", "max_traces", "seed", "teacher", "threads", "top_k_percent", "scope",
          "inserter", "cache_dir", "max_llm_failure_rate", "output", "metrics"}
@@ -127,7 +131,7 @@ def run(params: dict) -> dict:
                           "traces from a file need an openai inserter")
     import torch
 
-    torch.set_num_threads(int(params.get("threads", 2)))
+    torch.set_num_threads(int(params.get("threads", 1)))
     teacher, teacher_name = make_teacher(params)
     loaded = time.perf_counter()
     result = run_pir(traces, StepScorer(teacher), inserter, config, teacher_name)

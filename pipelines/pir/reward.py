@@ -268,3 +268,9 @@ class LLMHelpfulness:
             self.stats["judged"] += 1
             out.append((score, "judged"))
         return out
+
+
+#: The composite reward with the offline helpfulness judge, for a GRPO run to name by import
+#: path (``train.grpo.objective.rewards: {"pipelines.pir.reward:pir_composite_rules": 1.0}``);
+#: an LLM judge: ``PIRReward(LLMHelpfulness(client))``.
+pir_composite_rules = PIRReward(RulesHelpfulness())
