@@ -15,6 +15,9 @@ from pipelines.pir.tables import pir_rows
 from pipelines.pir.traces import Trace
 
 
+SWEEP_K: tuple[float, ...] = (10, 20, 30, 50)
+
+
 @dataclass(frozen=True)
 class PirConfig:
     k_percent: float = 20.0
@@ -67,9 +70,21 @@ def pir_metrics(
             checks[scope] = fidelity([chosen[i] for i in known], truth, steps_known, scope)
         assumed = [e[j] for e, t in zip(entropies, truth) for j in t if e[j] is not None]
         others = [v for e, t in zip(entropies, truth) for j, v in enumerate(e) if j not in t and v is not None]
+        every = [s.entropies for s in scores]
+        sweep = {}
+        for k in SWEEP_K:
+            row = {}
+            for scope in SCOPES:
+                chosen = select_top_k(every, k, scope)
+                check = fidelity([chosen[i] for i in known], truth, steps_known, scope)
+                row[scope] = {"precision": check["entropy"]["precision"], "recall": check["entropy"]["recall"],
+                              "random_precision": check["random"]["precision"], "random_recall": check["random"]["recall"]}
+            sweep[f"{k:g}"] = row
         metrics["fidelity"] = {
             "traces": len(known),
             "by_scope": checks,
+            # The same entropies at other k: does the picture depend on the setting?
+            "sweep": sweep,
             # Diagnostic: is the teacher more uncertain on the assumption steps at all?
             "mean_entropy": {"assumption_steps": _round(mean(assumed)) if assumed else None,
                              "other_steps": _round(mean(others)) if others else None},

@@ -61,6 +61,10 @@ def test_stage_publishes_valid_augmented_traces(stage_run):
     assert sum(offsets.values()) == metrics["selected_steps"]
     assert offsets.get("0", 0) == metrics["fidelity"]["by_scope"]["trace"]["hits"]
     fid = metrics["fidelity"]["by_scope"]
+    sweep = metrics["fidelity"]["sweep"]
+    assert set(sweep) == {"10", "20", "30", "50"}
+    assert sweep["20"]["trace"]["precision"] == fid["trace"]["entropy"]["precision"]
+    assert sweep["20"]["corpus"]["random_recall"] == fid["corpus"]["random"]["recall"]
     for scope in ("trace", "corpus"):
         assert set(fid[scope]) >= {"entropy", "random", "hits", "selected", "positives"}
         assert fid[scope]["positives"] == sum(len(r["assumption_steps"]) for r in rows)
