@@ -78,7 +78,7 @@ def test_rules_teacher_marks_the_steps_that_assume_an_unstated_constraint(small_
                 goal = next(d for d in small_corpus.dialogues if d.dialogue_id == trace.dialogue_id).goal
                 value = goal.get(trace.trace_id.split(":")[1]).info[ask.slot]
                 assert value in steps[index] and value.lower() in ask.answer.lower()
-                assert f"User: " in trace.input and value not in trace.input.split("\n")[0]
+                assert "User: " in trace.input and value not in trace.input.split("\n")[0]
 
 
 @pytest.mark.parametrize(
