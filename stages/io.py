@@ -93,8 +93,9 @@ def artifact_specs() -> dict[str, ArtifactSpec]:
     from pipelines.episodes.tables import SPECS as EPISODES
     from pipelines.multiwoz.tables import SPECS as MULTIWOZ
     from pipelines.speaker.tables import SPECS as SPEAKER
+    from pipelines.pir.tables import SPECS as PIR
 
-    return {**MULTIWOZ, **SPEAKER, **EPISODES}
+    return {**MULTIWOZ, **SPEAKER, **EPISODES, **PIR}
 
 
 def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table:

@@ -79,6 +79,8 @@ def shrink(params: dict) -> None:
         params["bootstrap"]["train"].update(steps=3, warmup_steps=1)
         params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
     shrink_training_and_evaluation(params)
+    if "pir" in params:
+        params["pir"]["max_traces"] = 12
 
 
 @pytest.fixture()

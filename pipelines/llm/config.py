@@ -45,6 +45,10 @@ ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # The policy under evaluation when it sits behind an endpoint (the openai agent); its
     # calls are accounted apart from the helper roles above.
     "agent": ("openai",),
+    # PIR (stage pir_augment): the teacher whose token log-probabilities score reasoning steps,
+    # and the model that writes the inserted question and simulated answer.
+    "pir_teacher": ("hf",),
+    "pir_inserter": ("rules", "openai"),
 })
 ROLES: tuple[str, ...] = tuple(ROLE_BACKENDS)
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("auto", "prompt")

@@ -118,7 +118,7 @@ def test_params_yaml_offers_only_roles_that_code_uses():
     params = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text(encoding="utf-8"))
     backends = backends_from_dict(params["llm"]["roles"], "params.yaml llm.roles")
     assert set(backends) <= set(ROLE_BACKENDS)
-    # The hf loader exists (pipelines/llm/hf.py) but no role runs on it yet.
-    assert all("hf" not in kinds for kinds in ROLE_BACKENDS.values())
+    # The hf loader (pipelines/llm/hf.py) runs only the PIR teacher, which scores tokens.
+    assert {role for role, kinds in ROLE_BACKENDS.items() if "hf" in kinds} == {"pir_teacher"}
     with pytest.raises(ConfigError, match="hf"):
         BackendConfig(role="judge", kind="hf", hf=HFConfig(model_path="x"))

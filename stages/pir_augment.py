@@ -1,0 +1,166 @@
+"""DVC stage ``pir_augment``: reasoning traces -> ``pir_traces`` (PIR section 3.1.1).
+
+params.yaml ``pir``:
+
+* ``traces``: a PIR-layout file (``.jsonl``, ``.json`` array or ``.parquet``; records with
+  string ``input``, ``reasoning_content``, ``content`` and an optional ``id``), or null for
+  askflow's embedded traces, built by the rules teacher from ``source`` (a MultiWOZ-layout
+  directory; ``db_dir`` optional) with ``seed``, at most ``max_traces``;
+* ``teacher``: the scoring model, ``{backend: hf, model_path, device, dtype, batch_size}``
+  (traces per forward pass); ``threads``: torch CPU threads;
+* ``top_k_percent`` and ``scope`` (``trace``: k % of each trace's steps, at least one;
+  ``corpus``: k % of all steps, ranked together);
+* ``inserter``: ``{backend: rules}`` (embedded traces only) or ``{backend: openai, ...}``
+  with the paper's insertion prompt; ``cache_dir`` and ``max_llm_failure_rate`` for it;
+* ``output`` (directory of ``pir_traces.parquet``) and ``metrics`` (JSON).
+
+A bad trace file stops the stage with the file, record and field; nothing is written unless
+the table passes its expectation suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pipelines.env.tools import Database
+from pipelines.errors import ConfigError, DataError
+from pipelines.llm import Accounting, BackendConfig, HFBackend, LLMClient, ResponseCache
+from pipelines.llm.accounting import check_failure_rate
+from pipelines.pir.insertion import LLMInserter, RulesInserter
+from pipelines.pir.entropy import StepScorer
+from pipelines.pir.pipeline import PirConfig, run_pir
+from pipelines.pir.tables import SPECS, pir_table
+from pipelines.pir.traces import Trace, build_traces, traces_from_records
+from stages.io import main_wrapper, publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
+
+# Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+_KEYS = {"source", "db_dir", "traces", "max_traces", "seed", "teacher", "threads", "top_k_percent", "scope",
+         "inserter", "cache_dir", "max_llm_failure_rate", "output", "metrics"}
+DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
+
+
+def read_trace_file(path: Path) -> list[Trace]:
+    """PIR-layout records from ``path``; DataError naming the file, record and field."""
+    source = str(path)
+    if path.suffix == ".parquet":
+        records: list[Any] = read_parquet(path).to_pylist()
+    elif path.suffix == ".jsonl":
+        records = []
+        for number, line in enumerate(read_text(path).splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise DataError(source, f"invalid JSON: {error.msg} at column {error.colno}", f"line {number}") from None
+    elif path.suffix == ".json":
+        from stages.io import read_json
+
+        records = read_json(path)
+        if not isinstance(records, list):
+            raise DataError(source, f"expected a JSON array of records, got {type(records).__name__}")
+    else:
+        raise ConfigError(f"params.yaml pir.traces: {path}: expected a .jsonl, .json or .parquet file")
+    return traces_from_records(records, source)
+
+
+def load_traces(params: dict) -> list[Trace]:
+    max_traces = params.get("max_traces")
+    if max_traces is not None and (isinstance(max_traces, bool) or not isinstance(max_traces, int) or max_traces < 1):
+        raise ConfigError(f"params.yaml pir.max_traces: expected a positive integer or null, got {max_traces!r}")
+    if params.get("traces"):
+        traces = read_trace_file(Path(params["traces"]))
+        return traces[:max_traces] if max_traces else traces
+    from stages.multiwoz_dir import load_multiwoz
+
+    try:
+        source = params["source"]
+    except KeyError:
+        raise ConfigError("params.yaml pir: 'source' is required when 'traces' is null") from None
+    corpus = load_multiwoz(source, params.get("db_dir"))
+    traces = build_traces(corpus.dialogues, Database(corpus.entities, corpus.taxi_options), int(params.get("seed", 0)), max_traces)
+    if not traces:
+        raise DataError(str(source), "no decision point with an unstated constraint: no embedded trace to augment")
+    return traces
+
+
+def make_inserter(params: dict, accounting: Accounting) -> RulesInserter | LLMInserter:
+    backend = BackendConfig.from_dict("pir_inserter", params.get("inserter") or {"backend": "rules"}, "pir.inserter")
+    if backend.kind == "rules":
+        return RulesInserter()
+    client = LLMClient(backend.client, cache=ResponseCache(params.get("cache_dir") or "data/cache/llm"), accounting=accounting)
+    return LLMInserter(client, backend.sampling, int(params.get("seed", 0)))
+
+
+def make_teacher(params: dict) -> tuple[HFBackend, str]:
+    backend = BackendConfig.from_dict("pir_teacher", params.get("teacher") or {}, "pir.teacher")
+    if not Path(backend.hf.model_path).exists():
+        raise ConfigError(f"params.yaml pir.teacher.model_path: {backend.hf.model_path} does not exist")
+    teacher = HFBackend.from_config(backend.hf)
+    if not getattr(teacher.tokenizer, "is_fast", False):
+        raise ConfigError(f"params.yaml pir.teacher: {backend.hf.model_path} has no fast tokenizer (character offsets are needed)")
+    return teacher, backend.hf.model_path
+
+
+def run(params: dict) -> dict:
+    unknown = sorted(set(params) - _KEYS)
+    if unknown:
+        raise ConfigError(f"params.yaml pir: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+    try:
+        output, metrics_path = Path(params["output"]), Path(params["metrics"])
+    except KeyError as exc:
+        raise ConfigError(f"params.yaml pir: {exc.args[0]!r} is required") from None
+    try:
+        config = PirConfig(float(params.get("top_k_percent", 20)), params.get("scope", "trace"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"params.yaml pir: {exc}") from None
+    max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
+    check_failure_rate(Accounting(), max_failure_rate, "params.yaml pir")
+    accounting = Accounting()
+    inserter = make_inserter(params, accounting)  # a bad inserter section fails before the model loads
+    started = time.perf_counter()
+    traces = load_traces(params)
+    if isinstance(inserter, RulesInserter) and any(t.assumption_steps is None for t in traces):
+        raise ConfigError("params.yaml pir.inserter: the rules inserter needs the embedded traces (traces: null); "
+                          "traces from a file need an openai inserter")
+    import torch
+
+    torch.set_num_threads(int(params.get("threads", 1)))
+    teacher, teacher_name = make_teacher(params)
+    loaded = time.perf_counter()
+    result = run_pir(traces, StepScorer(teacher), inserter, config, teacher_name)
+    check_failure_rate(accounting, max_failure_rate, "pir")
+    scored = time.perf_counter()
+    publish({output / "pir_traces.parquet": (pir_table(result.rows), SPECS["pir_traces"])})
+    metrics = result.metrics
+    metrics["llm"] = accounting.as_dict()
+    write_json_atomic(metrics_path, metrics)
+    done = time.perf_counter()
+    tokens = metrics["tokens"]["reasoning"] + metrics["tokens"]["context"]
+    write_timings("pir_augment", {"load_s": round(loaded - started, 2), "augment_s": round(scored - loaded, 2),
+                                  "wall_s": round(done - started, 2), "traces_per_s": round(len(traces) / (scored - loaded), 2),
+                                  "tokens_per_s": round(tokens / (scored - loaded), 1)})
+    fid = metrics.get("fidelity", {}).get("by_scope", {}).get(config.scope)
+    print(
+        f"pir_augment: {metrics['traces']} traces, {metrics['steps']} steps, {metrics['selected_steps']} selected "
+        f"(top {config.k_percent:g} %, {config.scope}), {metrics['insertions']} pairs inserted -> {output}"
+        + (f"; fidelity precision {fid['entropy']['precision']} vs random {fid['random']['precision']}, "
+           f"recall {fid['entropy']['recall']} vs {fid['random']['recall']}" if fid else "")
+        + f" [load {loaded - started:.1f}s, score+insert {scored - loaded:.1f}s]"
+    )
+    return metrics
+
+
+@main_wrapper
+def main() -> None:
+    run(read_params("pir"))
+
+
+if __name__ == "__main__":
+    main()
