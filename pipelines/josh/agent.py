@@ -104,8 +104,11 @@ class SlotReader:
                 continue
             text = f" {words(content)} "
             cued = [d for d, cues in _DOMAIN_CUES.items() if any(f" {c} " in text or f" {c}s " in text for c in cues)]
+            if not cued:
+                # "I need bridge boat hire": a venue named without its domain.
+                cued = [d for d in TOOLWOZ_DOMAINS if any(s == "name" and f" {v} " in text for s, v in self.values[d])]
             if cued:
-                active = min(cued, key=lambda d: min(text.find(f" {c}") for c in _DOMAIN_CUES[d] if f" {c}" in text))
+                active = min(cued, key=lambda d: min((text.find(f" {c}") for c in _DOMAIN_CUES[d] if f" {c}" in text), default=len(text)))
             if active is None:
                 continue
             self._read_values(text, norm_value(content), active, domains[active])
