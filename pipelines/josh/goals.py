@@ -52,7 +52,7 @@ def harvest_goals(goals: Iterable[JoshGoal], limit: int | None = None) -> list[J
     return train if limit is None else train[:limit]
 
 
-def test_goals(goals: Iterable[JoshGoal], test_list_ids: Iterable[str], limit: int = TEST_SET_SIZE) -> list[JoshGoal]:
+def evaluation_goals(goals: Iterable[JoshGoal], test_list_ids: Iterable[str], limit: int = TEST_SET_SIZE) -> list[JoshGoal]:
     """The official test set: the first ``limit`` sorted ids of the test list that are goals."""
     goals = list(goals)
     by_id = {g.goal_id: g for g in goals}

@@ -134,7 +134,8 @@ def tree_rows(tree: JoshTree) -> list[dict[str, Any]]:
             "seed": node.seed, "status": node.status, "ended_by": node.ended_by, "label": node.label,
             "user_text": node.user_text, "agent_text": _agent_text(node), "n_steps": len(node.steps),
             "n_tool_calls": sum(1 for e in node.events if e["kind"] == "tool_call"),
-            "events_json": json.dumps(node.events, ensure_ascii=False), "messages_json": json.dumps(node.messages, ensure_ascii=False),
+            "events_json": json.dumps(node.events, ensure_ascii=False, sort_keys=True),
+            "messages_json": json.dumps(node.messages, ensure_ascii=False, sort_keys=True),
             "goals_hit": _goal_names(tree, node.goals_hit), "consumed": _goal_names(tree, node.consumed),
             "reward": node.reward, "errors": node.errors, "tree_reward": tree.reward,
         })
