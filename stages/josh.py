@@ -37,7 +37,8 @@ from typing import Any, Mapping, Sequence
 from pipelines.env.tools import Database
 from pipelines.env.toolwoz import ToolWozDatabase, toolwoz_tools
 from pipelines.episodes.formats import FORMATS, get_format
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, DataError
+from pipelines.llm.accounting import check_failure_rate
 from pipelines.josh.agent import RulesPolicy, RulesToolWozAgent
 from pipelines.josh.beam import BeamConfig, JoshTree, harvest
 from pipelines.josh.goals import JoshGoal, harvest_goals, toolwoz_goals
@@ -97,6 +98,7 @@ class JoshParams:
     min_reward: float = 1.0
     task_prompt: str = TOOLWOZ_TASK_PROMPT
     work_dir: str = "data/cache/josh"
+    max_llm_failure_rate: float = 0.05
 
 
 def josh_params(params: Mapping[str, Any]) -> JoshParams:
@@ -121,7 +123,8 @@ def fingerprint(config: JoshParams, llm_params: Mapping[str, Any] | None) -> str
     """What a tree depends on: the corpus files and every harvest setting (not where the
     outputs go, nor how many trees are in play)."""
     digest = hashlib.sha256()
-    settings = {k: v for k, v in asdict(config).items() if k not in ("output", "metrics", "work_dir", "concurrency", "max_goals")}
+    ignored = ("output", "metrics", "work_dir", "concurrency", "max_goals", "min_reward", "max_llm_failure_rate")
+    settings = {k: v for k, v in asdict(config).items() if k not in ignored}
     if config.agent.backend == "openai" or config.simulator.kind != "agenda":
         settings["llm_roles"] = (llm_params or {}).get("roles")
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
@@ -204,6 +207,8 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     print(f"josh: {len(goals)} train goals, {len(done)} already harvested in {checkpoints}, {len(todo)} to go")
 
     def save(tree: JoshTree) -> None:
+        if tree.backend_failures:
+            return  # harvested again next time (the LLM cache replays the calls that worked)
         write_text_atomic(checkpoints / f"{tree.goal_id}.json", json.dumps(tree.to_record(), ensure_ascii=False, sort_keys=True))
 
     started = time.perf_counter()
@@ -215,7 +220,15 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     done.update((t.goal_id, t) for t in fresh)
     trees = [done[g.goal_id] for g in goals]
 
+    for name, client in (("agent", agent_client), ("user_simulator", simulator_client)):
+        if client is not None:  # an outage is an error, never a harvest of fallback turns
+            check_failure_rate(client.accounting, config.max_llm_failure_rate, f"josh ({name})")
     tables = josh_tables(trees, config.min_reward)
+    if tables["josh_sft"].num_rows == 0:
+        rewards = [t.reward for t in trees]
+        raise DataError(str(checkpoints), f"no tree of the {len(trees)} goals has a clean golden path with reward >= "
+                        f"{config.min_reward} (average reward {sum(rewards) / len(rewards):.3f}): there is nothing to train on; "
+                        "the trees are kept there, so a lower josh.min_reward re-uses them")
     output = Path(config.output)
     publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
     metrics = harvest_metrics(trees, tables)

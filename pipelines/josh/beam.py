@@ -141,6 +141,9 @@ class JoshTree:
     reward: float  # consumed goal APIs / all
     agent_calls: int
     user_turns: int
+    # Agent outputs lost to a backend failure and simulator fallback turns: such a tree is
+    # not checkpointed, so an outage is never resumed from.
+    backend_failures: int = 0
 
     @property
     def success(self) -> bool:
@@ -306,7 +309,14 @@ async def harvest_tree(
         reward=consumed_total / total if total else 0.0,
         agent_calls=agent_calls,
         user_turns=user_turns,
+        backend_failures=sum(1 for n in nodes for e in n.events if _backend_failure(e)),
     )
+
+
+def _backend_failure(event: Mapping[str, Any]) -> bool:
+    if event["actor"] == "user":
+        return event["kind"] == "fallback"
+    return event["kind"] == "malformed" and str(event.get("detail") or "").startswith("the agent produced no output")
 
 
 def _close(branch: _Branch, total: int) -> None:
