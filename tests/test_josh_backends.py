@@ -59,3 +59,14 @@ def test_an_agent_outage_stops_the_stage_and_is_not_checkpointed(make_server, sm
         run(josh_params(tmp_path, small_corpus_dir), llm_params(tmp_path, server.base_url))
     assert not list((tmp_path / "checkpoints").glob("*/*.json"))
     assert not (tmp_path / "josh").exists() and not (tmp_path / "josh.json").exists()
+
+
+def test_hf_agent_harvest_runs_a_local_model(small_corpus_dir, tiny_model_dir, tmp_path):
+    params = josh_params(tmp_path, small_corpus_dir, max_goals=1, agent={
+        "backend": "hf", "model_path": str(tiny_model_dir), "format": "react",
+        "sampling": {"temperature": 1.5, "top_p": 0.75, "top_k": 50, "max_tokens": 16}})
+    # A tiny random model writes no ReAct either; the harvest itself must still run.
+    with pytest.raises(DataError, match="nothing to train on"):
+        run(params)
+    (tree,) = [json.loads(p.read_text()) for p in (tmp_path / "checkpoints").glob("*/*.json")]
+    assert tree["agent_calls"] > 0 and len(tree["nodes"]) > 1
