@@ -355,3 +355,34 @@ def test_goals_leave_out_taxi_police_hospital_and_split_train_from_test(small_co
     test_ids = [d for d, split in small_corpus.splits.items() if split == "test"]
     test = evaluation_goals(goals, test_ids, limit=3)
     assert [g.goal_id for g in test] == sorted(g.goal_id for g in goals if g.split == "test")[:3]
+
+
+# --------------------------------------------------------------------------------------
+# The training flows read the JOSH tables as sources
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method, name", [("sft", "josh_sft"), ("kto", "josh_kto")])
+def test_training_data_layer_reads_josh_tables(method, name, tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipelines.training.config import DataSpec, SourceSpec
+    from pipelines.training.data import COMPLETION, LABELED, prepare_source, trainer_rows
+    from stages.io import read_artifact
+
+    tables = josh_tables([hand_built_tree()])
+    for table_name, table in tables.items():
+        pq.write_table(table, tmp_path / f"{table_name}.parquet")
+    table = read_artifact(tmp_path / f"{name}.parquet")  # validated with its suite, references included
+    source = SourceSpec(str(tmp_path / f"{name}.parquet"))
+    # compact_prompts off: JOSH prompts carry their own (ToolWOZ, ReAct) system prompt.
+    spec = DataSpec((source,), compact_prompts=False, max_history_messages=None)
+    prepared = prepare_source(table.to_pylist(), table.column_names, source, method, spec,
+                              lambda messages: sum(len(m["content"]) for m in messages), 10_000)
+    assert prepared.layout == (COMPLETION if method == "sft" else LABELED)
+    assert prepared.heldout == []  # harvested goals are train goals only
+    rows = trainer_rows(method, prepared)
+    assert len(rows) == table.num_rows
+    assert all(r["prompt"][0] == {"role": "system", "content": "SYSTEM"} for r in rows)
+    if method == "kto":
+        assert sorted(r["label"] for r in rows) == [False, True, True, True]
