@@ -8,7 +8,9 @@ params.yaml ``josh``: ``source`` / ``db_dir`` / ``strict`` (any MultiWOZ-layout 
 ``simulator`` (``kind``: agenda | goal_llm | guide_llm, agenda settings), ``beam``
 (``max_beam``, ``branching_factor``, ``max_turns``), ``concurrency`` (trees in play at
 once), ``min_reward`` (a golden path is training data from this tree reward on; paper: 1),
-``work_dir`` (per-goal checkpoints), ``output``, ``metrics``.
+``work_dir`` (per-goal checkpoints), ``test`` (the agent without branching on the official
+ToolWOZ test goals: average reward and 100 % success in the metrics; null: skipped),
+``output``, ``metrics``.
 
 Resumable: every finished tree is written at once to ``<work_dir>/<fingerprint>/<goal>.json``
 (the fingerprint covers the corpus files and every harvest setting), and a run reads the
@@ -41,7 +43,8 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.josh.agent import RulesPolicy, RulesToolWozAgent
 from pipelines.josh.beam import BeamConfig, JoshTree, harvest
-from pipelines.josh.goals import JoshGoal, harvest_goals, toolwoz_goals
+from pipelines.josh.evaluate import play_toolwoz, toolwoz_scores
+from pipelines.josh.goals import JoshGoal, evaluation_goals, harvest_goals, toolwoz_goals
 from pipelines.josh.tables import SPECS, harvest_metrics, josh_tables
 from pipelines.simulators.agenda import AgendaConfig
 from stages.io import from_params, main_wrapper, publish, read_json, read_params, write_json_atomic, write_text_atomic, write_timings
@@ -83,6 +86,15 @@ class SimulatorSpec(AgendaConfig):
 
 
 @dataclass(frozen=True)
+class TestSpec:
+    """The harvesting agent on the official ToolWOZ test goals (first ``max_goals`` sorted
+    ids of the test list), once per seed, no branching: average reward and 100 % success."""
+
+    max_goals: int = 450
+    seeds: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
 class JoshParams:
     source: str
     output: str
@@ -99,6 +111,7 @@ class JoshParams:
     task_prompt: str = TOOLWOZ_TASK_PROMPT
     work_dir: str = "data/cache/josh"
     max_llm_failure_rate: float = 0.05
+    test: TestSpec | None = field(default_factory=TestSpec)
 
 
 def josh_params(params: Mapping[str, Any]) -> JoshParams:
@@ -123,7 +136,7 @@ def fingerprint(config: JoshParams, llm_params: Mapping[str, Any] | None) -> str
     """What a tree depends on: the corpus files and every harvest setting (not where the
     outputs go, nor how many trees are in play)."""
     digest = hashlib.sha256()
-    ignored = ("output", "metrics", "work_dir", "concurrency", "max_goals", "min_reward", "max_llm_failure_rate")
+    ignored = ("output", "metrics", "work_dir", "concurrency", "max_goals", "min_reward", "max_llm_failure_rate", "test")
     settings = {k: v for k, v in asdict(config).items() if k not in ignored}
     if config.agent.backend == "openai" or config.simulator.kind != "agenda":
         settings["llm_roles"] = (llm_params or {}).get("roles")
@@ -195,7 +208,8 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     config = josh_params(params)
     corpus = load_multiwoz(config.source, config.db_dir, strict=config.strict)
     database = ToolWozDatabase(corpus.entities)
-    goals = harvest_goals(toolwoz_goals(corpus.dialogues, corpus.splits, database), config.max_goals)
+    all_goals = toolwoz_goals(corpus.dialogues, corpus.splits, database)
+    goals = harvest_goals(all_goals, config.max_goals)
     if not goals:
         raise ConfigError(f"params.yaml josh.source: {config.source} has no train dialogue with ToolWOZ goal APIs")
     agent, agent_client = build_agent(config, database, llm_params)
@@ -220,6 +234,15 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     done.update((t.goal_id, t) for t in fresh)
     trees = [done[g.goal_id] for g in goals]
 
+    test_scores = None
+    if config.test is not None:
+        test_list = [d for d, split in corpus.splits.items() if split == "test"]
+        test = evaluation_goals(all_goals, test_list, config.test.max_goals)
+        episodes = asyncio.run(play_toolwoz(test, agent, simulator, database, seeds=config.test.seeds,
+                                            max_turns=config.beam.max_turns, task_prompt=config.task_prompt))
+        test_scores = toolwoz_scores(episodes)
+        print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the {config.agent.backend} agent "
+              f"without branching: avg reward {test_scores['avg_reward']:.3f}, 100% success {test_scores['success_rate']:.3f}")
     for name, client in (("agent", agent_client), ("user_simulator", simulator_client)):
         if client is not None:  # an outage is an error, never a harvest of fallback turns
             check_failure_rate(client.accounting, config.max_llm_failure_rate, f"josh ({name})")
@@ -233,6 +256,8 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
     metrics = harvest_metrics(trees, tables)
     metrics["agent"] = {"backend": config.agent.backend, "format": config.agent.format}
+    if test_scores is not None:
+        metrics["test"] = test_scores
     # The rules agent and the agenda simulator call no LLM: nothing to account for.
     metrics["llm"] = {name: c.accounting.as_dict() for name, c in (("agent", agent_client), ("user_simulator", simulator_client)) if c is not None}
     write_json_atomic(Path(config.metrics), metrics)

@@ -386,3 +386,37 @@ def test_training_data_layer_reads_josh_tables(method, name, tmp_path):
     assert all(r["prompt"][0] == {"role": "system", "content": "SYSTEM"} for r in rows)
     if method == "kto":
         assert sorted(r["label"] for r in rows) == [False, True, True, True]
+
+
+# --------------------------------------------------------------------------------------
+# ToolWOZ evaluation
+# --------------------------------------------------------------------------------------
+
+
+class OneTurnAgent:
+    """Plays ``plan`` (one output per step) in the first exchange, then only asks."""
+
+    name = "one_turn"
+
+    def __init__(self, plan: list[AgentAction]):
+        self.format = get_format("react", toolwoz_tools())
+        self.plan = plan
+
+    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
+        outputs = []
+        for c in contexts:
+            action = self.plan[c.step] if c.exchange == 0 and c.step < len(self.plan) else AgentAction.respond("Anything else?")
+            outputs.append(AgentOutput(*self.format.render([action])))
+        return outputs
+
+
+def test_toolwoz_evaluation_scores_average_reward_and_full_success():
+    from pipelines.josh.evaluate import play_toolwoz, toolwoz_scores
+
+    simulator = AgendaSimulator(Database(ENTITIES), AgendaConfig(max_stalled_turns=2))
+    goal = _goal()
+    full = asyncio.run(play_toolwoz([goal], OneTurnAgent([SEARCH, BOOK, SAY]), simulator, DB, seeds=(0, 1), max_turns=4))
+    half = asyncio.run(play_toolwoz([goal], OneTurnAgent([SEARCH, SAY]), simulator, DB, max_turns=4))
+    assert [(e.reward, e.success, e.n_met, e.n_goal_apis) for e in full] == [(1.0, True, 2, 2)] * 2
+    assert [(e.reward, e.success) for e in half] == [(0.5, False)]
+    assert toolwoz_scores(full + half) == {"episodes": 3, "goals": 1, "avg_reward": 2.5 / 3, "success_rate": 2 / 3}

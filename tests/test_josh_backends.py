@@ -20,7 +20,7 @@ def josh_params(tmp_path: Path, corpus: Path, **overrides: object) -> dict:
         "work_dir": str(tmp_path / "checkpoints"), "max_goals": 2, "concurrency": 2,
         "agent": {"backend": "openai", "format": "react",
                   "sampling": {"temperature": 1.5, "top_p": 0.75, "top_k": 50, "max_tokens": 64}},
-        "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 2},
+        "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 2}, "test": None,
     }
     params.update(overrides)
     return params
