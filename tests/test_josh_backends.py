@@ -70,3 +70,19 @@ def test_hf_agent_harvest_runs_a_local_model(small_corpus_dir, tiny_model_dir, t
         run(params)
     (tree,) = [json.loads(p.read_text()) for p in (tmp_path / "checkpoints").glob("*/*.json")]
     assert tree["agent_calls"] > 0 and len(tree["nodes"]) > 1
+
+
+def test_fan_out_over_prefect_thread_workers_gives_the_in_process_tables(prefect_api, small_corpus_dir, tmp_path):
+    import pyarrow.parquet as pq
+
+    base = {"source": str(small_corpus_dir), "max_goals": 6, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 10},
+            "test": None}
+    inline = {**base, "output": str(tmp_path / "inline"), "metrics": str(tmp_path / "inline.json"), "work_dir": str(tmp_path / "ck_inline")}
+    fanned = {**base, "output": str(tmp_path / "fanned"), "metrics": str(tmp_path / "fanned.json"), "work_dir": str(tmp_path / "ck_fanned"),
+              "fan_out": {"workers": 2, "task_runner": "thread", "chunk_size": 2}}
+    run(inline)
+    run(fanned)
+    assert len(list((tmp_path / "ck_fanned").glob("*/*.json"))) == 6
+    for name in ("josh_trees", "josh_sft", "josh_kto"):
+        assert pq.read_table(tmp_path / "fanned" / f"{name}.parquet").equals(pq.read_table(tmp_path / "inline" / f"{name}.parquet")), name
+    assert json.loads((tmp_path / "fanned.json").read_text()) == json.loads((tmp_path / "inline.json").read_text())
