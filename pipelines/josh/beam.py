@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -362,8 +361,4 @@ async def harvest(
         return tree
 
     return list(await asyncio.gather(*(one(g) for g in goals)))
-
-
-def tree_json(tree: JoshTree) -> str:
-    return json.dumps(tree.to_record(), ensure_ascii=False, sort_keys=True)
 
