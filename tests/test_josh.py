@@ -84,11 +84,15 @@ def _node(node_id: str, *, status: str = EXPANDED, hit=(), consumed=(), shared=F
 
 
 def hand_built_tree(*, golden_error: bool = False) -> JoshTree:
-    """Goal APIs 0 and 1. Round 1: 0.1 consumes 0, 0.0 met it too (successful). Round 2: no
-    hit, both children of 0.1 stay leaves. Round 3: 0.1.1.0 consumes 1 (last collapse);
-    0.1.0.0 is pruned. Round 1's 0.1 has a failed sibling? No: 0.0 hit. Round 3's golden
-    node 0.1.1.0 has the failed sibling 0.1.1.1, and 0.1.1 (golden) has the failed sibling
-    0.1.0, whose subtree hit nothing."""
+    """Goal APIs 0 and 1.
+
+    * round 1: 0.1 consumes goal 0; its sibling 0.0 met it too (successful, not golden);
+    * round 2: no hit, both children of 0.1 stay leaves;
+    * round 3: 0.1.1.0 consumes goal 1 (the last collapse); 0.1.0.0 is pruned; 0.1.1.1 sampled
+      exactly what 0.1.1.0 said.
+
+    The golden path is 0 -> 0.1 -> 0.1.1 -> 0.1.1.0; 0.1.0 is a failed sibling of the golden
+    0.1.1 whose subtree met nothing."""
     nodes = [
         _node("0"),
         _node("0.0", status=PRUNED, hit=[0], shared=True),
