@@ -194,7 +194,7 @@ class RulesToolWozAgent:
         if bookable and known.wants_booking and known.result and uid in known.result:
             args = dict(known.book)
             args[uid] = known.result[uid]
-            args = self._perturb(args, rng, protect=())
+            args = self._perturb(args, rng)
             if "people" in args and rng.random() < self.policy.p_wrong:
                 args["people"] = str(int(args["people"]) + 1) if args["people"].isdigit() else "2"
             return [AgentAction.think(f"The user wants to book; I will call {book_api(active).name}."),
@@ -203,7 +203,7 @@ class RulesToolWozAgent:
         if missing and rng.random() < self.policy.p_ask:
             slot = rng.choice(missing)
             return [AgentAction.think(f"I do not know the {slot} yet; I will ask."), self._ask(_QUESTIONS.get(slot, f"What {slot} would you like?"))]
-        args = self._perturb(dict(known.search), rng, protect=())
+        args = self._perturb(dict(known.search), rng)
         if rng.random() < self.policy.p_wrong:
             args = self._mislead(active, args, rng)
         return [AgentAction.think("I will search with what I know so far."), AgentAction.tool_call(search_api(active).name, args)]
@@ -212,9 +212,9 @@ class RulesToolWozAgent:
         # ReAct (JOSH's format) has no separate clarify command: a question is a SPEAK.
         return AgentAction.respond(question) if self.format.name == "react" else AgentAction.clarify(question)
 
-    def _perturb(self, args: dict[str, str], rng: random.Random, protect: Sequence[str]) -> dict[str, str]:
-        """Each argument kept with ``p_keep`` (partial calls)."""
-        return {slot: value for slot, value in args.items() if slot in protect or rng.random() < self.policy.p_keep}
+    def _perturb(self, args: dict[str, str], rng: random.Random) -> dict[str, str]:
+        """Each argument kept with ``p_keep`` (partial calls; a booking may lose its venue too)."""
+        return {slot: value for slot, value in args.items() if rng.random() < self.policy.p_keep}
 
     def _mislead(self, domain: str, args: dict[str, str], rng: random.Random) -> dict[str, str]:
         """One argument replaced by another database value of the same slot."""
