@@ -167,7 +167,6 @@ class RulesToolWozAgent:
 
     def __init__(self, database: ToolWozDatabase, fmt: AgentFormat, policy: RulesPolicy = RulesPolicy(), *, name: str = "rules"):
         self.reader = SlotReader(database)
-        self.database = database
         self.format = fmt
         self.policy = policy
         self.name = name
@@ -185,7 +184,7 @@ class RulesToolWozAgent:
         last = context.messages[-1] if context.messages else {}
         in_turn = [call for turn, call in context.calls if turn == context.turn]
         if in_turn and last.get("role") != "assistant":
-            return [AgentAction.think("I will tell the user what the api returned."), self._report(in_turn[-1], domains, active)]
+            return [AgentAction.think("I will tell the user what the api returned."), self._report(in_turn[-1])]
         if active is None:
             return [self._ask("Hello! Are you looking for a restaurant, a hotel, an attraction or a train?")]
         known = domains[active]
@@ -226,7 +225,7 @@ class RulesToolWozAgent:
             args = {**args, slot: rng.choice(others)}
         return args
 
-    def _report(self, call: Any, domains: Mapping[str, _Domain], active: str | None) -> AgentAction:
+    def _report(self, call: Any) -> AgentAction:
         observation = call.observation or {}
         spec = API_SPECS.get(call.name)
         if "error" in observation or spec is None:
