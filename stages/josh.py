@@ -10,7 +10,7 @@ params.yaml ``josh``: ``source`` / ``db_dir`` / ``strict`` (any MultiWOZ-layout 
 once), ``min_reward`` (a golden path is training data from this tree reward on; paper: 1),
 ``work_dir`` (per-goal checkpoints), ``fan_out`` (0 workers: in this process; n: a
 Prefect flow over n thread / process workers or a Dask cluster, :mod:`flows.josh`), ``test`` (the agent without branching on the official
-ToolWOZ test goals: average reward and 100 % success in the metrics; null: skipped),
+ToolWOZ test goals: ``josh_eval``, and average reward and 100 % success in the metrics),
 ``output``, ``metrics``.
 
 Resumable: every finished tree is written at once to ``<work_dir>/<fingerprint>/<goal>.json``
@@ -20,7 +20,7 @@ most the trees in play. With the rules agent and the agenda simulator a tree dep
 on its goal and the params, so a resumed run writes the same tables as an uninterrupted
 one; an openai agent's replays are free through the LLM cache (``llm.cache_dir``).
 
-Outputs: ``<output>/josh_trees.parquet``, ``josh_sft.parquet``, ``josh_kto.parquet``
+Outputs: ``<output>/josh_trees.parquet``, ``josh_sft.parquet``, ``josh_kto.parquet``, ``josh_eval.parquet``
 (``askflow sql`` names them by their stem) and the metrics ``reports/josh.json``; wall
 time and speed go to ``reports/timings/josh.json``.
 """
@@ -39,7 +39,7 @@ from pipelines.errors import DataError
 from pipelines.josh.config import JoshConfig
 from pipelines.josh.evaluate import play_toolwoz, toolwoz_scores
 from pipelines.josh.goals import evaluation_goals
-from pipelines.josh.tables import SPECS, harvest_metrics, josh_tables
+from pipelines.josh.tables import SPECS, eval_table, harvest_metrics, josh_tables
 from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_timings
 
 
@@ -76,16 +76,16 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     trees = [harvested[g.goal_id] for g in goals]
     fresh = [harvested[g.goal_id] for g in todo]
 
-    test_scores = None
-    if config.test is not None:
-        test_list = [d for d, split in workspace.corpus.splits.items() if split == "test"]
-        test = evaluation_goals(workspace.all_goals, test_list, config.test.max_goals)
-        episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
-                                            max_turns=config.beam.max_turns, task_prompt=config.task_prompt))
-        workspace.check_llm_failures()
-        test_scores = toolwoz_scores(episodes)
-        print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the {config.agent.backend} agent "
-              f"without branching: avg reward {test_scores['avg_reward']:.3f}, 100% success {test_scores['success_rate']:.3f}")
+    test_list = [d for d, split in workspace.corpus.splits.items() if split == "test"]
+    test = evaluation_goals(workspace.all_goals, test_list, config.test.max_goals)
+    if not test:
+        raise DataError(config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
+    episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
+                                        max_turns=config.beam.max_turns, task_prompt=config.task_prompt))
+    workspace.check_llm_failures()
+    test_scores = toolwoz_scores(episodes)
+    print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the {config.agent.backend} agent "
+          f"without branching: avg reward {test_scores['avg_reward']:.3f}, 100% success {test_scores['success_rate']:.3f}")
     tables = josh_tables(trees, config.min_reward)
     if tables["josh_sft"].num_rows == 0:
         rewards = [t.reward for t in trees]
@@ -93,11 +93,11 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
                         f"{config.min_reward} (average reward {sum(rewards) / len(rewards):.3f}): there is nothing to train on; "
                         "the trees are kept there, so a lower josh.min_reward re-uses them")
     output = Path(config.output)
+    tables["josh_eval"] = eval_table(episodes)
     publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
     metrics = harvest_metrics(trees, tables)
     metrics["agent"] = {"backend": config.agent.backend, "format": config.agent.format}
-    if test_scores is not None:
-        metrics["test"] = test_scores
+    metrics["test"] = test_scores
     metrics["llm"] = workspace.llm_accounting()  # this process's calls (fan-out workers keep their own)
     write_json_atomic(Path(config.metrics), metrics)
     nodes_fresh = sum(len(t.nodes) for t in fresh)

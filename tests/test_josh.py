@@ -424,3 +424,8 @@ def test_toolwoz_evaluation_scores_average_reward_and_full_success():
     assert [(e.reward, e.success, e.n_met, e.n_goal_apis) for e in full] == [(1.0, True, 2, 2)] * 2
     assert [(e.reward, e.success) for e in half] == [(0.5, False)]
     assert toolwoz_scores(full + half) == {"episodes": 3, "goals": 1, "avg_reward": 2.5 / 3, "success_rate": 2 / 3}
+    from pipelines.josh.tables import JOSH_EVAL, eval_table
+
+    table = eval_table(full + half)
+    assert validate(table, JOSH_EVAL).success is False  # (goal, seed 0, agent) twice: the key is unique per agent
+    assert validate(eval_table(full), JOSH_EVAL).success

@@ -20,7 +20,7 @@ def josh_params(tmp_path: Path, corpus: Path, **overrides: object) -> dict:
         "work_dir": str(tmp_path / "checkpoints"), "max_goals": 2, "concurrency": 2,
         "agent": {"backend": "openai", "format": "react",
                   "sampling": {"temperature": 1.5, "top_p": 0.75, "top_k": 50, "max_tokens": 64}},
-        "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 2}, "test": None,
+        "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 2}, "test": {"max_goals": 1},
     }
     params.update(overrides)
     return params
@@ -41,15 +41,17 @@ def test_openai_agent_harvest_sends_sampling_and_sibling_seeds(make_server, smal
     assert not (tmp_path / "josh").exists()
     bodies = server.stats.bodies
     assert bodies and all(b["temperature"] == 1.5 and b["top_p"] == 0.75 and b["top_k"] == 50 for b in bodies)
-    # The two children of a root are asked with the same conversation but distinct seeds.
-    first_turns: dict[str, set[int]] = {}
-    for body in bodies:
-        if sum(1 for m in body["messages"] if m["role"] == "user") == 1:
-            first_turns.setdefault(body["messages"][1]["content"], set()).add(body["seed"])
-    assert first_turns and all(len(seeds) >= 2 for seeds in first_turns.values())
     # The trees were checkpointed (malformed outputs are the model's, not an outage).
     trees = [json.loads(p.read_text()) for p in (tmp_path / "checkpoints").glob("*/*.json")]
     assert len(trees) == 2 and all(t["backend_failures"] == 0 and t["agent_calls"] > 0 for t in trees)
+    # The two children of each root are asked with the same conversation but distinct seeds.
+    openings = {n["user_text"] for t in trees for n in t["nodes"] if n["depth"] == 1}
+    seeds: dict[str, set[int]] = {text: set() for text in openings}
+    for body in bodies:
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        if len(users) == 1 and users[0]["content"] in seeds:
+            seeds[users[0]["content"]].add(body["seed"])
+    assert len(openings) == 2 and all(len(s) >= 2 for s in seeds.values()), seeds
     assert any(n["errors"] > 0 for t in trees for n in t["nodes"])
 
 
@@ -76,7 +78,7 @@ def test_fan_out_over_prefect_thread_workers_gives_the_in_process_tables(prefect
     import pyarrow.parquet as pq
 
     base = {"source": str(small_corpus_dir), "max_goals": 6, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 10},
-            "test": None}
+            "test": {"max_goals": 2}}
     inline = {**base, "output": str(tmp_path / "inline"), "metrics": str(tmp_path / "inline.json"), "work_dir": str(tmp_path / "ck_inline")}
     fanned = {**base, "output": str(tmp_path / "fanned"), "metrics": str(tmp_path / "fanned.json"), "work_dir": str(tmp_path / "ck_fanned"),
               "fan_out": {"workers": 2, "task_runner": "thread", "chunk_size": 2}}

@@ -41,6 +41,9 @@ def test_dvc_repro_josh_writes_tables_and_metrics_and_a_second_run_does_nothing(
     kto = pq.read_table(out / "josh_kto.parquet")
     assert sum(kto.column("label").to_pylist()) == metrics["kto_rows"]["desirable"] > 0
     assert json.loads((project / "reports" / "timings" / "josh.json").read_text())["goals_harvested"] == 5
+    evaluation = pq.read_table(out / "josh_eval.parquet").to_pylist()
+    assert len(evaluation) == metrics["test"]["episodes"] > 0
+    assert metrics["test"]["avg_reward"] == sum(r["reward"] for r in evaluation) / len(evaluation)
 
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
     second = _run([sys.executable, "-m", "dvc", "repro", "josh"], project)
@@ -85,7 +88,7 @@ def test_a_killed_harvest_resumes_to_the_same_tables(tmp_path):
     stdout, stderr = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, stderr
     assert f"{saved} already harvested" in stdout
-    for name in ("josh_trees", "josh_sft", "josh_kto"):
+    for name in ("josh_trees", "josh_sft", "josh_kto", "josh_eval"):
         assert pq.read_table(project / "data" / "processed" / "josh" / f"{name}.parquet").equals(
             pq.read_table(project / "data" / "reference" / f"{name}.parquet")), name
     metrics = json.loads((project / "reports" / "josh.json").read_text())

@@ -53,6 +53,10 @@ class TestSpec:
     max_goals: int = 450
     seeds: tuple[int, ...] = (0,)
 
+    def __post_init__(self) -> None:
+        if self.max_goals < 1 or not self.seeds:
+            raise ConfigError(f"test: max_goals must be >= 1 and seeds not empty, got {self.max_goals} and {list(self.seeds)}")
+
 
 TASK_RUNNERS: tuple[str, ...] = ("thread", "process", "dask")
 
@@ -94,7 +98,7 @@ class JoshConfig:
     task_prompt: str = TOOLWOZ_TASK_PROMPT
     work_dir: str = "data/cache/josh"
     max_llm_failure_rate: float = 0.05
-    test: TestSpec | None = field(default_factory=TestSpec)
+    test: TestSpec = field(default_factory=TestSpec)
     fan_out: FanOutSpec = field(default_factory=FanOutSpec)
 
     def __post_init__(self) -> None:

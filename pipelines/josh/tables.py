@@ -11,6 +11,8 @@
     TRL's conversational prompt-completion layout: ``prompt`` is the system message and
     the conversation up to that output, ``completion`` the output. What the agent saw from
     the tools (``APIRETURN``) is in the prompt, never in a completion.
+``josh_eval``
+    The harvesting agent on the ToolWOZ test goals, one row per goal and seed, no branching.
 ``josh_kto``
     ``prompt``, ``completion``, ``label``: every golden-path output of those trees is
     desirable; the outputs of the failed siblings of golden nodes (no goal API met in
@@ -112,7 +114,28 @@ JOSH_KTO = ArtifactSpec(
     references=(Reference("dialogue_id", "josh_trees", "dialogue_id"),),
 )
 
-SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (JOSH_TREES, JOSH_SFT, JOSH_KTO)}
+JOSH_EVAL = ArtifactSpec(
+    name="josh_eval",
+    min_rows=1,
+    description="ToolWOZ evaluation: one row per test goal and seed played without branching (average reward, 100% success).",
+    schema=pa.schema([
+        _required("dialogue_id", pa.string()),
+        _required("seed", pa.int64()),
+        _required("agent", pa.string()),
+        _required("n_goal_apis", pa.int32()),
+        _required("n_met", pa.int32()),
+        _required("reward", pa.float64()),  # n_met / n_goal_apis
+        _required("success", pa.bool_()),  # reward 1
+        _required("exchanges", pa.int32()),
+        _required("ended_by", pa.string()),
+        _required("errors", pa.int32()),
+    ]),
+    keys=("dialogue_id", "seed", "agent"),
+    expectations=(between("reward", 0.0, 1.0), between("n_met", 0, None), between("n_goal_apis", 1, None), between("errors", 0, None)),
+)
+
+SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (JOSH_TREES, JOSH_SFT, JOSH_KTO, JOSH_EVAL)}
+HARVEST_SPECS: tuple[str, ...] = ("josh_trees", "josh_sft", "josh_kto")
 
 
 def _goal_names(tree: JoshTree, indices: Iterable[int]) -> list[str]:
@@ -242,7 +265,14 @@ def josh_tables(trees: Sequence[JoshTree], min_reward: float = 1.0) -> dict[str,
         "josh_sft": [r for t in trees for r in sft_rows(t, min_reward)],
         "josh_kto": [r for t in trees for r in kto_rows(t, min_reward)],
     }
-    return {name: pa.Table.from_pylist(rows[name], schema=SPECS[name].schema) for name in SPECS}
+    return {name: pa.Table.from_pylist(rows[name], schema=SPECS[name].schema) for name in HARVEST_SPECS}
+
+
+def eval_table(episodes: Iterable[Any]) -> pa.Table:
+    """``josh_eval`` of :class:`pipelines.josh.evaluate.ToolWozEpisode` records."""
+    from dataclasses import asdict
+
+    return pa.Table.from_pylist([asdict(e) for e in episodes], schema=JOSH_EVAL.schema)
 
 
 def harvest_metrics(trees: Sequence[JoshTree], tables: Mapping[str, pa.Table]) -> dict[str, Any]:
