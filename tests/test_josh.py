@@ -429,3 +429,20 @@ def test_toolwoz_evaluation_scores_average_reward_and_full_success():
     table = eval_table(full + half)
     assert validate(table, JOSH_EVAL).success is False  # (goal, seed 0, agent) twice: the key is unique per agent
     assert validate(eval_table(full), JOSH_EVAL).success
+
+
+def test_all_leaves_of_all_trees_in_a_round_go_to_the_agent_as_one_call(small_corpus):
+    from pipelines.josh.beam import RoundBatcher, harvest
+
+    database = ToolWozDatabase(small_corpus.entities)
+    goals = harvest_goals(toolwoz_goals(small_corpus.dialogues, small_corpus.splits, database), 4)
+    agent = RulesToolWozAgent(database, get_format("react", toolwoz_tools()))
+    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), AgendaConfig())
+    config = BeamConfig(max_turns=5)
+    together, alone = RoundBatcher(agent), RoundBatcher(agent)
+    trees = asyncio.run(harvest(goals, together, simulator, database, config, concurrency=4))
+    one_by_one = asyncio.run(harvest(goals, alone, simulator, database, config, concurrency=1))
+    assert [t.to_record() for t in trees] == [t.to_record() for t in one_by_one]
+    # Four trees of up to 8 leaves each: a round's call carries more than one tree's leaves.
+    assert max(together.batches) > config.max_beam >= max(alone.batches)
+    assert sum(together.batches) == sum(alone.batches) == sum(t.agent_calls for t in trees)

@@ -348,17 +348,67 @@ async def harvest(
     concurrency: int = 8,
     done: Any = None,
 ) -> list[JoshTree]:
-    """Every goal's tree, ``concurrency`` trees in play at a time (their agent steps go to
-    the agent concurrently: an OpenAI agent sends them in parallel). ``done(tree)`` is
+    """Every goal's tree, ``concurrency`` trees in play at a time; the agent steps of all
+    their leaves in a round go to the agent as one call (:class:`RoundBatcher`). ``done(tree)`` is
     called as each tree finishes, e.g. to checkpoint it; trees come back in goal order."""
     semaphore = asyncio.Semaphore(max(1, concurrency))
+    batched = agent if isinstance(agent, RoundBatcher) else RoundBatcher(agent)
 
     async def one(goal: JoshGoal) -> JoshTree:
         async with semaphore:
-            tree = await harvest_tree(goal, agent, simulator, database, config, seed=seed, task_prompt=task_prompt)
+            tree = await harvest_tree(goal, batched, simulator, database, config, seed=seed, task_prompt=task_prompt)
         if done is not None:
             done(tree)
         return tree
 
     return list(await asyncio.gather(*(one(g) for g in goals)))
 
+
+
+class RoundBatcher:
+    """One agent for many trees: the ``act`` calls that the trees in play make in the same
+    round (before the event loop runs anything else) go to the wrapped agent as **one**
+    call, so a local model decodes all leaves of all trees as one batch, and an endpoint
+    gets them concurrently. Never two calls to the wrapped agent at once: a local model is
+    not shared between threads."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+        self.name = agent.name
+        self.format = agent.format
+        self.batches: list[int] = []  # contexts per call to the wrapped agent
+        self._pending: list[tuple[list[Any], asyncio.Future]] = []
+        self._lock = asyncio.Lock()
+        self._flushes: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
+
+    async def act(self, contexts: Sequence[Any]) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._start_flush)
+        self._pending.append((list(contexts), future))
+        return await future
+
+    def _start_flush(self) -> None:
+        flush = asyncio.ensure_future(self._flush())
+        self._flushes.add(flush)
+        flush.add_done_callback(self._flushes.discard)
+
+    async def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        contexts = [c for batch, _ in pending for c in batch]
+        try:
+            async with self._lock:
+                self.batches.append(len(contexts))
+                outputs = await self.agent.act(contexts)
+        except BaseException as error:  # every waiting tree sees the failure
+            for _, future in pending:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        start = 0
+        for batch, future in pending:
+            future.set_result(list(outputs[start : start + len(batch)]))
+            start += len(batch)
