@@ -1,0 +1,118 @@
+"""The ``josh`` stage's settings (params.yaml ``josh``), checked when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.episodes.formats import FORMATS
+from pipelines.errors import ConfigError
+from pipelines.josh.agent import RulesPolicy
+from pipelines.josh.beam import BeamConfig
+from pipelines.simulators.agenda import AgendaConfig
+
+# JOSH's ReACT prompt (Table 8), for the four ToolWOZ domains.
+TOOLWOZ_TASK_PROMPT = (
+    "You are a customer service agent helping a user find and book restaurants, hotels, attractions and trains "
+    "in Cambridge, UK. You MUST use the apis available to you to gather information; never use your own knowledge. "
+    "Ask the user for what you need to know before you search or book."
+)
+BACKENDS: tuple[str, ...] = ("rules", "hf", "openai")
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """Paper: temperature 1.0 (gpt); 1.5 with top_k 50 and top_p 0.75 (llama)."""
+
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    backend: str = "rules"
+    format: str = "react"
+    rules: RulesPolicy = field(default_factory=RulesPolicy)
+    model_path: str | None = None  # hf: a local model directory, e.g. models/sft
+    device: str = "cpu"
+    batch_size: int = 8
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+
+
+@dataclass(frozen=True)
+class SimulatorSpec(AgendaConfig):
+    kind: str = "agenda"
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """The harvesting agent on the official ToolWOZ test goals (first ``max_goals`` sorted
+    ids of the test list), once per seed, no branching: average reward and 100 % success."""
+
+    max_goals: int = 450
+    seeds: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        if self.max_goals < 1 or not self.seeds:
+            raise ConfigError(f"test: max_goals must be >= 1 and seeds not empty, got {self.max_goals} and {list(self.seeds)}")
+
+
+TASK_RUNNERS: tuple[str, ...] = ("thread", "process", "dask")
+
+
+@dataclass(frozen=True)
+class FanOutSpec:
+    """How the harvest fans out over goals. ``workers`` 0: in the stage's process (one event
+    loop, ``concurrency`` trees in play). ``workers`` n >= 1: a Prefect flow (flows/josh.py)
+    whose tasks each harvest ``chunk_size`` goals, on Prefect's ``thread`` or ``process``
+    pool task runner with n workers, or on a Dask cluster (``dask``, prefect-dask;
+    ``address`` of its scheduler, None for a local cluster) when one machine is not enough."""
+
+    workers: int = 0
+    task_runner: str = "thread"
+    chunk_size: int = 16
+    address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.task_runner not in TASK_RUNNERS:
+            raise ConfigError(f"fan_out.task_runner: expected one of {list(TASK_RUNNERS)}, got {self.task_runner!r}")
+        if self.workers < 0 or self.chunk_size < 1:
+            raise ConfigError(f"fan_out: workers must be >= 0 and chunk_size >= 1, got {self.workers} and {self.chunk_size}")
+
+
+@dataclass(frozen=True)
+class JoshConfig:
+    source: str
+    output: str
+    metrics: str
+    db_dir: str | None = None
+    strict: bool = False
+    max_goals: int | None = None
+    seed: int = 0
+    agent: AgentSpec = field(default_factory=AgentSpec)
+    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
+    beam: BeamConfig = field(default_factory=BeamConfig)
+    concurrency: int = 8
+    min_reward: float = 1.0
+    task_prompt: str = TOOLWOZ_TASK_PROMPT
+    work_dir: str = "data/cache/josh"
+    max_llm_failure_rate: float = 0.05
+    test: TestSpec = field(default_factory=TestSpec)
+    fan_out: FanOutSpec = field(default_factory=FanOutSpec)
+
+    def __post_init__(self) -> None:
+        if self.agent.backend not in BACKENDS:
+            raise ConfigError(f"agent.backend: expected one of {list(BACKENDS)}, got {self.agent.backend!r}")
+        if self.agent.format not in FORMATS:
+            raise ConfigError(f"agent.format: expected one of {list(FORMATS)}, got {self.agent.format!r}")
+        if self.agent.backend == "hf" and not self.agent.model_path:
+            raise ConfigError("agent.model_path: required for backend 'hf' (e.g. models/sft)")
+        if self.max_goals is not None and self.max_goals < 1:
+            raise ConfigError(f"max_goals: expected null or an integer >= 1, got {self.max_goals}")
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency: expected an integer >= 1, got {self.concurrency}")
+        if not 0.0 < self.min_reward <= 1.0:
+            raise ConfigError(f"min_reward: expected a number in (0, 1], got {self.min_reward}")
+
+

@@ -1,0 +1,98 @@
+"""ToolWOZ evaluation: an agent plays goals once per seed, without branching; the scores are
+the paper's (Table 1): **average reward** (met goal APIs / all goal APIs, averaged over the
+episodes) and **100 % success rate** (episodes with reward 1).
+
+Episodes are stepped together like the evaluation runner does: each round every episode
+waiting for the user hears it (concurrently), then every episode waiting for the agent goes
+into one ``agent.act`` call (one batch for a local model, concurrent requests for an
+endpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from pipelines.env.toolwoz import ToolWozDatabase, ToolWozEnvironment
+from pipelines.episodes.agents import Agent
+from pipelines.episodes.runner import DONE, WAITS_FOR_AGENT, WAITS_FOR_USER, EpisodeSpec, EpisodeState, RunnerConfig
+from pipelines.josh.beam import ERROR_EVENT_KINDS
+from pipelines.josh.env import RunnerToolWoz
+from pipelines.josh.goals import JoshGoal
+from pipelines.simulators.base import UserSimulator
+
+
+@dataclass(frozen=True)
+class ToolWozEpisode:
+    """One played goal: its reward, whether it is a 100 % success, and what happened."""
+
+    dialogue_id: str
+    seed: int
+    agent: str
+    n_goal_apis: int
+    n_met: int
+    reward: float
+    success: bool
+    exchanges: int
+    ended_by: str
+    errors: int
+
+
+async def play_toolwoz(
+    goals: Sequence[JoshGoal],
+    agent: Agent,
+    simulator: UserSimulator,
+    database: ToolWozDatabase,
+    *,
+    seeds: Sequence[int] = (0,),
+    max_turns: int = 12,
+    task_prompt: str | None = None,
+) -> list[ToolWozEpisode]:
+    """Every goal once per seed, in (goal, seed) order."""
+    config = RunnerConfig(max_exchanges=max_turns, **({"task_prompt": task_prompt} if task_prompt else {}))
+    states = []
+    for goal in goals:
+        for seed in seeds:
+            spec = EpisodeSpec(f"{goal.goal_id}#{seed}", goal.dialogue.goal, seed, goal.dialogue)
+            states.append(EpisodeState(
+                spec, agent_name=agent.name, fmt=agent.format, simulator_name=simulator.name,
+                environment=RunnerToolWoz(ToolWozEnvironment(database, goal.task)),  # type: ignore[arg-type]
+                session=simulator.session(goal.dialogue.goal, seed, goal.dialogue), config=config,
+            ))
+    while True:
+        await asyncio.gather(*(s.hear_user() for s in states if s.phase == WAITS_FOR_USER))
+        waiting = [s for s in states if s.phase == WAITS_FOR_AGENT]
+        if not waiting:
+            break
+        outputs = await agent.act([s.context() for s in waiting])
+        for state, output in zip(waiting, outputs):
+            state.take(output)
+    episodes = []
+    for state in states:
+        assert state.phase == DONE
+        score = state.environment.progress()  # type: ignore[attr-defined]
+        episodes.append(ToolWozEpisode(
+            dialogue_id=state.spec.goal.dialogue_id, seed=state.spec.seed, agent=agent.name, n_goal_apis=score.total,
+            n_met=score.n_met, reward=score.reward, success=score.success, exchanges=state.exchange + 1,
+            ended_by=state.ended_by or "", errors=sum(1 for e in state.events if e.kind in ERROR_EVENT_KINDS or
+                                                       (e.kind == "observation" and e.detail is not None)),
+        ))
+    return episodes
+
+
+def toolwoz_scores(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
+    """Average reward and 100 % success rate over the episodes (the paper's two columns).
+
+    >>> e = [ToolWozEpisode("a", 0, "x", 2, 1, 0.5, False, 3, "user_end", 0),
+    ...      ToolWozEpisode("b", 0, "x", 1, 1, 1.0, True, 2, "user_end", 0)]
+    >>> toolwoz_scores(e)
+    {'episodes': 2, 'goals': 2, 'avg_reward': 0.75, 'success_rate': 0.5}
+    """
+    n = len(episodes)
+    return {
+        "episodes": n,
+        "goals": len({e.dialogue_id for e in episodes}),
+        "avg_reward": sum(e.reward for e in episodes) / n if n else 0.0,
+        "success_rate": sum(e.success for e in episodes) / n if n else 0.0,
+    }

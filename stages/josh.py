@@ -1,0 +1,125 @@
+"""DVC stage ``josh``: JOSH tree harvesting on ToolWOZ (Algorithm 1), SFT and KTO data.
+
+    python -m stages.josh [--params params.yaml]
+
+params.yaml ``josh``: ``source`` / ``db_dir`` / ``strict`` (any MultiWOZ-layout corpus),
+``max_goals`` (the first train goals in id order; null: all), ``seed``, ``agent``
+(``backend``: rules | hf | openai, ``format``, the rules policy, the hf model, sampling),
+``simulator`` (``kind``: agenda | goal_llm | guide_llm, agenda settings), ``beam``
+(``max_beam``, ``branching_factor``, ``max_turns``), ``concurrency`` (trees in play at
+once), ``min_reward`` (a golden path is training data from this tree reward on; paper: 1),
+``work_dir`` (per-goal checkpoints), ``fan_out`` (0 workers: in this process; n: a
+Prefect flow over n thread / process workers or a Dask cluster, :mod:`flows.josh`), ``test`` (the agent without branching on the official
+ToolWOZ test goals: ``josh_eval``, and average reward and 100 % success in the metrics),
+``output``, ``metrics``.
+
+Resumable: every finished tree is written at once to ``<work_dir>/<fingerprint>/<goal>.json``
+(the fingerprint covers the corpus files and every harvest setting), and a run reads the
+trees already there instead of harvesting them again, so a run killed mid-way loses at
+most the trees in play. With the rules agent and the agenda simulator a tree depends only
+on its goal and the params, so a resumed run writes the same tables as an uninterrupted
+one; an openai agent's replays are free through the LLM cache (``llm.cache_dir``).
+
+Outputs: ``<output>/josh_trees.parquet``, ``josh_sft.parquet``, ``josh_kto.parquet``, ``josh_eval.parquet``
+(``askflow sql`` names them by their stem) and the metrics ``reports/josh.json``; wall
+time and speed go to ``reports/timings/josh.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pipelines.errors import DataError
+from pipelines.josh.config import JoshConfig
+from pipelines.josh.evaluate import play_toolwoz, toolwoz_scores
+from pipelines.josh.goals import evaluation_goals
+from pipelines.josh.tables import SPECS, eval_table, harvest_metrics, josh_tables
+from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_timings
+
+
+def josh_config(params: Mapping[str, Any]) -> JoshConfig:
+    return from_params(JoshConfig, params, "params.yaml josh")
+
+
+def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    config = josh_config(params)
+    from flows.josh import open_workspace, run_fan_out
+
+    workspace = open_workspace(config, llm_params)
+    goals = workspace.goals
+    done = workspace.done()
+    todo = [g for g in goals if g.goal_id not in done]
+    print(f"josh: {len(goals)} train goals, {len(done)} already harvested in {workspace.checkpoints}, {len(todo)} to go")
+
+    started = time.perf_counter()
+    if config.fan_out.workers and todo:
+        from flows.local_api import local_prefect_api
+        from stages.train import configure_prefect
+
+        configure_prefect(Path.cwd())
+        with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
+            run_fan_out(config, llm_params, [g.goal_id for g in todo])
+    else:
+        workspace.harvest(todo)
+    wall_s = time.perf_counter() - started
+    harvested = workspace.done()
+    missing = [g.goal_id for g in goals if g.goal_id not in harvested]
+    workspace.check_llm_failures()
+    if missing:  # trees with LLM failures are not checkpointed
+        raise DataError(str(workspace.checkpoints), f"{len(missing)} goal(s) have no clean tree (LLM failures), e.g. {missing[:3]}; run again")
+    trees = [harvested[g.goal_id] for g in goals]
+    fresh = [harvested[g.goal_id] for g in todo]
+
+    test_list = [d for d, split in workspace.corpus.splits.items() if split == "test"]
+    test = evaluation_goals(workspace.all_goals, test_list, config.test.max_goals)
+    if not test:
+        raise DataError(config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
+    episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
+                                        max_turns=config.beam.max_turns, task_prompt=config.task_prompt))
+    workspace.check_llm_failures()
+    test_scores = toolwoz_scores(episodes)
+    print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the {config.agent.backend} agent "
+          f"without branching: avg reward {test_scores['avg_reward']:.3f}, 100% success {test_scores['success_rate']:.3f}")
+    tables = josh_tables(trees, config.min_reward)
+    if tables["josh_sft"].num_rows == 0:
+        rewards = [t.reward for t in trees]
+        raise DataError(str(workspace.checkpoints), f"no tree of the {len(trees)} goals has a clean golden path with reward >= "
+                        f"{config.min_reward} (average reward {sum(rewards) / len(rewards):.3f}): there is nothing to train on; "
+                        "the trees are kept there, so a lower josh.min_reward re-uses them")
+    output = Path(config.output)
+    tables["josh_eval"] = eval_table(episodes)
+    publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
+    metrics = harvest_metrics(trees, tables)
+    metrics["agent"] = {"backend": config.agent.backend, "format": config.agent.format}
+    metrics["test"] = test_scores
+    metrics["llm"] = workspace.llm_accounting()  # this process's calls (fan-out workers keep their own)
+    write_json_atomic(Path(config.metrics), metrics)
+    nodes_fresh = sum(len(t.nodes) for t in fresh)
+    write_timings("josh", {
+        "goals_harvested": len(fresh), "goals_resumed": len(goals) - len(fresh), "nodes_harvested": nodes_fresh,
+        "workers": config.fan_out.workers, "task_runner": config.fan_out.task_runner if config.fan_out.workers else None,
+        "wall_s": round(wall_s, 2), "nodes_per_second": round(nodes_fresh / wall_s, 1) if wall_s else None,
+        "agent_calls_per_second": round(sum(t.agent_calls for t in fresh) / wall_s, 1) if wall_s else None,
+    })
+    print(f"josh: {metrics['goals']} goals, {metrics['nodes']} nodes, {metrics['golden_paths']} golden paths, "
+          f"avg reward {metrics['avg_reward']:.3f}, {metrics['sft_rows']} SFT rows, KTO {metrics['kto_rows']}, "
+          f"{len(fresh)} trees harvested in {wall_s:.1f} s")
+    return metrics
+
+
+@main_wrapper
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.josh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    args = parser.parse_args(argv)
+    run(read_params("josh", args.params), read_params("llm", args.params, required=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
