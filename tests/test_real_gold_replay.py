@@ -233,6 +233,61 @@ def test_genuine_human_failure_is_classified_with_evidence(database):
     assert any("duration" in reason for reason in reasons)
 
 
+def _database_with(**extra) -> Database:
+    """The invented database plus ``extra`` records per domain."""
+    raw = {domain: records + extra.get(domain, []) for domain, records in _RAW_DB.items()}
+    entities = {domain: parse_database(domain, records, f"{domain}_db.json")[0] for domain, records in raw.items()}
+    _, taxi = parse_database("taxi", [{"taxi_colors": ["red"], "taxi_types": ["skoda"], "taxi_phone": ["^07\\d{9}$"]}], "taxi_db.json")
+    return Database(entities, taxi)
+
+
+def test_value_normalisation_belief_spellings_of_database_values():
+    """Real belief states write "night club", "multiple sports" (the database: "mutliple
+    sports"), "portugese" and parking "free"; the environment queries the database's spelling."""
+    database = _database_with(attraction=[
+        {"id": "9", "name": "the velvet cellar", "type": "nightclub", "area": "centre", "entrance fee": "5 pounds",
+         "address": "4 cellar row", "phone": "01223000777", "postcode": "cb21gg"},
+        {"id": "10", "name": "fenland sports hall", "type": "mutliple sports", "area": "east", "entrance fee": "?",
+         "address": "9 track road", "phone": "01223000888", "postcode": "cb15hh"},
+    ])
+    environment = ToolEnvironment(database)
+    assert environment.call("query_attraction", {"type": "night club"})["count"] == 1
+    assert environment.call("query_attraction", {"type": "multiple sports"})["count"] == 1
+    assert environment.call("query_hotel", {"parking": "free", "area": "east"})["count"] == 1
+    goal = {"attraction": {"info": {"type": "nightclub", "area": "centre"}, "reqt": ["postcode"]}}
+    semi = {"type": "night club", "area": "centre", "name": ""}
+    dialogue = _dialogue("VALUE03.json", goal, [
+        ("A night club in the centre , with its postcode ?", {}, {}),
+        ("Try the velvet cellar , postcode cb21gg .", _belief(attraction=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("attraction").offered == "the velvet cellar"
+
+
+def test_multi_entity_offer_beyond_the_five_results_shown():
+    """A query of seven museums shows five; the human system, who sees them all, offers the
+    seventh. An older query's venue named earlier is not the offer."""
+    museums = [{"id": str(20 + n), "name": f"gallery number {word}", "type": "museum", "area": "centre", "entrance fee": "free",
+                "address": f"{n} gallery walk", "phone": f"0122300090{n}", "postcode": f"cb2{n}jj"}
+               for n, word in enumerate(("one", "two", "three", "four", "five", "six"), start=1)]
+    database = _database_with(attraction=museums)
+    goal = {"attraction": {"info": {"type": "museum", "area": "centre"}, "reqt": ["postcode"]}}
+    pools = {"type": "swimmingpool", "area": "north", "name": ""}
+    museum = {"type": "museum", "area": "centre", "name": ""}
+    dialogue = _dialogue("MULTI02.json", goal, [
+        ("A swimming pool in the north ?", {}, {}),
+        ("Riverside lido is in the north .", _belief(attraction=(pools, {})), {}),
+        ("No , a museum in the centre then .", {}, {}),
+        ("Gallery number six is lovely , postcode cb26jj .", _belief(attraction=(museum, {})), {}),
+    ])
+    state = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0)).state
+    assert state.queries[-1].count == 7 and "gallery number six" not in {e.name for e in state.queries[-1].results}
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("attraction").offered == "gallery number six"
+
+
 # -- the real validation dialogues -------------------------------------------------------
 
 

@@ -317,6 +317,10 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
                 return query.results[0]
             if named is None and domain == "train":
                 named = _train_by_time(query.results, transcript, query.turn)
+            if named is None and query.count > len(query.results):
+                # Real systems see every match, not the first five: "would you like the
+                # Williams Art and Antiques museum?" after a query of eleven museums.
+                named = _latest_named(state.database.search(domain, query.constraints), transcript, query.turn, info)
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.

@@ -73,7 +73,10 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
     "area": {"center": "centre", "city centre": "centre", "town centre": "centre", "city center": "centre", "town center": "centre",
              "centre of town": "centre", "center of town": "centre", "centre of the city": "centre"},
     "type": {"guest house": "guesthouse", "b and b": "guesthouse", "bed and breakfast": "guesthouse", "swimming pool": "swimmingpool",
-             "nightclub": "nightclub", "night club": "nightclub", "concert hall": "concerthall"},
+             "nightclub": "nightclub", "night club": "nightclub", "concert hall": "concerthall",
+             # Real belief states spell MultiWOZ's database typo correctly; "boating attraction".
+             "multiple sports": "mutliple sports", "boating": "boat"},
+    "food": {"portugese": "portuguese"},
     "pricerange": {"moderately priced": "moderate", "moderately": "moderate", "mid range": "moderate", "midrange": "moderate",
                    "inexpensive": "cheap", "cheaply priced": "cheap", "pricey": "expensive"},
     "entrance fee": {"no entrance fee": "free", "no fee": "free", "not a fee": "free", "no charge": "free", "free of charge": "free",
@@ -104,6 +107,21 @@ def street_of(address: object) -> str:
     text = norm_value(address)
     street = _HOUSE_NUMBER.sub("", text)
     return street if len(street.split()) >= 2 else text
+
+
+# Values (not phrases in a text) that real belief states spell otherwise than the database:
+# "free parking" recorded as parking "free". Kept apart from VALUE_SYNONYMS, which the user
+# simulator also hears in texts, where a bare "free" is not about parking.
+VALUE_SPELLINGS: dict[str, dict[str, str]] = {"parking": {"free": "yes"}, "internet": {"free": "yes"}}
+
+
+def canonical_value(slot: str, value: object) -> str:
+    """:func:`norm_value`, then the database's own spelling when ``value`` is one of the
+    slot's :data:`VALUE_SYNONYMS` or :data:`VALUE_SPELLINGS` ("night club" -> "nightclub",
+    "center" -> "centre"): real belief states and goals write values either way."""
+    text = norm_value(value)
+    text = VALUE_SPELLINGS.get(slot, {}).get(text, text)
+    return VALUE_SYNONYMS.get(slot, {}).get(text, text)
 
 
 def is_dont_care(value: object) -> bool:
@@ -145,7 +163,7 @@ def values_match(slot: str, wanted: object, actual: object) -> bool:
         if slot == "arriveBy":
             return have <= want
         return have == want
-    return norm_value(wanted) == norm_value(actual)
+    return canonical_value(slot, wanted) == canonical_value(slot, actual)
 
 
 def same_value(slot: str, a: object, b: object) -> bool:
@@ -154,7 +172,15 @@ def same_value(slot: str, a: object, b: object) -> bool:
         ta, tb = parse_time(a), parse_time(b)
         if ta is not None and tb is not None:
             return ta == tb
-    return norm_value(a) == norm_value(b)
+    return canonical_value(slot, a) == canonical_value(slot, b)
+
+
+def twelve_hours_apart(actual: object, wanted: object) -> bool:
+    """MultiWOZ goals sometimes give a 12-hour time ("03:30" for half past three in the
+    afternoon) that the dialogue states as 15:30; users say "at 5" for 17:00. True when
+    ``actual`` is ``wanted`` read as an afternoon time."""
+    a, w = parse_time(actual), parse_time(wanted)
+    return a is not None and w is not None and w < 13 * 60 and a - w == 12 * 60
 
 # MultiWOZ dialog-act slot codes (data.json ``dialog_act``), keyed by goal/DB slot name.
 ACT_SLOT: dict[str, str] = {
