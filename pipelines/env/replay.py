@@ -88,7 +88,7 @@ def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
     def rewrite(turn: int, text: str) -> str:
         for since, gold, mine in substitutions:
             if turn >= since:
-                text = re.sub(re.escape(gold), mine, text, flags=re.IGNORECASE)
+                text = _as_said(gold).sub(mine, text)
         return text
 
     system_turns = [t for t in dialogue.turns if t.speaker == "system"]
@@ -97,6 +97,15 @@ def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
         DialogAct(act.act, act.slot, rewrite(t.index, act.value)) for t in system_turns for act in t.dialog_acts or ()
     )
     return ReplayResult(environment.state, texts, acts, tuple(calls))
+
+
+def _as_said(gold: str) -> re.Pattern[str]:
+    """How a system text states a gold value: a phone number with spaces or dashes between
+    its digits ("0 754 - 399 - 4513"), a car's colour spelled either way ("gray skoda")."""
+    if re.fullmatch(r"\d{6,}", gold):
+        return re.compile(r"[\s-]*".join(gold))
+    pattern = r"\s+".join(re.escape(word) for word in gold.split())
+    return re.compile(re.sub(r"gr[ae]y", "gr[ae]y", pattern, flags=re.IGNORECASE), re.IGNORECASE)
 
 
 def _gold_steps(dialogue: Dialogue) -> list[_GoldStep]:

@@ -80,7 +80,9 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
     "pricerange": {"moderately priced": "moderate", "moderately": "moderate", "mid range": "moderate", "midrange": "moderate",
                    "inexpensive": "cheap", "cheaply priced": "cheap", "pricey": "expensive"},
     "entrance fee": {"no entrance fee": "free", "no fee": "free", "not a fee": "free", "no charge": "free", "free of charge": "free",
-                     "free entry": "free", "free to enter": "free", "free admission": "free", "doesnt charge": "free"},
+                     "free entry": "free", "free to enter": "free", "free admission": "free", "doesnt charge": "free",
+                     # "does not charge an entrance fee", "does n't charge" (tokenised), "with no entry fee"
+                     "not charge": "free", "nt charge": "free", "no entry fee": "free", "no admission": "free"},
 }
 
 
