@@ -9,11 +9,11 @@ import zipfile
 
 import pytest
 
-from pipelines.env.checker import check_goal
+from pipelines.env.checker import Reason, check_goal
 from pipelines.env.replay import gold_tool_calls, replay
 from pipelines.env.tools import Database, ToolEnvironment
 from pipelines.episodes import EpisodeSpec, ReplayAgent, get_format, run_episodes_sync
-from pipelines.episodes.causes import CAUSES, classify, classify_reason, offline_result
+from pipelines.episodes.causes import CAUSES, classify, classify_problem, offline_result
 from pipelines.multiwoz.ontology import norm_value
 from pipelines.multiwoz.parse import parse_database, parse_dialogue
 from pipelines.simulators.agenda import AgendaSimulator
@@ -186,15 +186,20 @@ def test_train_offered_by_its_departure_time(database):
 
 def test_cross_domain_reference_and_db_mismatch_are_classified(database):
     dialogue = _attraction_by_name("Their number is 01223000444 .")
-    assert classify_reason("taxi: taxi booked with destination lotus palace, the goal wants riverside lido", dialogue, database) == "cross_domain_refs"
-    assert classify_reason("taxi: taxi booked with leaveAt 15:30, the goal wants 03:30", dialogue, database) == "value_normalisation"
+    wrong_place = Reason("taxi_value", "taxi", "taxi booked with destination lotus palace, the goal wants riverside lido",
+                         "destination", "riverside lido", "lotus palace")
+    assert classify_problem(wrong_place, dialogue, database) == "cross_domain_refs"
+    twelve_hours = Reason("booked_info_mismatch", "train", "booked TR1002 has leaveAt 15:30, the goal wants 03:30", "leaveAt", "03:30", "15:30")
+    assert classify_problem(twelve_hours, dialogue, database) == "value_normalisation"
     # The human told a postcode no venue of this database has: the dataset's database differs.
     goal = {"attraction": {"info": {"name": "old gaol museum"}, "reqt": ["postcode"]}}
     differing = _dialogue("DB01.json", goal, [
         ("Where is the old gaol museum ?", {}, {}),
         ("Old gaol museum , postcode cb99zz .", _belief(attraction=({"name": "old gaol museum"}, {})), {"Attraction-Inform": [["Post", "cb99zz"]]}),
     ])
-    assert classify_reason(offline_result(differing, database).reasons[0], differing, database) == "db_mismatch"
+    problem = offline_result(differing, database).problems[0]
+    assert (problem.kind, problem.slot, problem.got) == ("request_not_given", "postcode", "cb30ff")
+    assert classify_problem(problem, differing, database) == "db_mismatch"
 
 
 def test_replay_agent_limits_domains_in_the_reference_users_order(database):
@@ -361,6 +366,40 @@ def test_requested_attributes_said_in_words(database):
     assert not states(TextView.of("Yes , it is ."), "internet", "yes")
 
 
+def _taxi_after(dialogue_id: str, user_text: str):
+    goal = {"taxi": {"info": {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "22:30"}, "reqt": ["phone"]}}
+    semi = {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "", "arriveBy": "22:30"}
+    return _dialogue(dialogue_id, goal, [
+        (user_text, {}, {}),
+        ("I have booked your taxi , contact number 07000111333 .", _belief(taxi=(semi, {"booked": [{"phone": "07000111333", "type": "red skoda"}]})), {}),
+    ])
+
+
+def test_annotation_error_and_human_failure_told_apart_by_the_users_words(database):
+    """The belief records arriveBy 22:30 for a goal leaving after 22:30: a wrong annotation
+    when the user said "after 22:30", the human user's own mistake when they said "arrive"."""
+    for dialogue, cause in [(_taxi_after("ANNOT01.json", "A taxi from lotus garden to riverside lido , I need it after 22:30 ."), "annotation_error"),
+                            (_taxi_after("ANNOT02.json", "A taxi from lotus garden to riverside lido , I must arrive by 22:30 ."), "human_failure")]:
+        episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+        assert not episode.success
+        assert classify(episode, dialogue, database)[0] == cause, dialogue.dialogue_id
+
+
+def test_value_normalisation_times_recorded_as_said(database):
+    """Real belief states hold "5:45pm", "8pm" or "after 15:45"; the replayed call states HH:MM."""
+    from pipelines.multiwoz.ontology import spoken_time
+
+    assert [spoken_time(v) for v in ("5:45pm", "8pm", "after 15:45", "12am", "9", "after lunch")] == [1065, 1200, 945, 0, None, None]
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}, "reqt": ["duration"]}}
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "9:30am"}
+    dialogue = _dialogue("TIME02.json", goal, [
+        ("A train to ely on monday after half past nine ?", {}, {}),
+        ("TR1002 leaves at 10:05 , it takes 17 minutes .", _belief(train=(semi, {})), {}),
+    ])
+    assert gold_tool_calls(dialogue)[0][1].arguments["leaveAt"] == "09:30"
+    assert _grade(dialogue, database).success
+
+
 # -- the real validation dialogues -------------------------------------------------------
 
 
@@ -377,7 +416,7 @@ def real_val_dir(tmp_path_factory, real_db_dir):
 def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):
     """All 999 real dialogues, replayed as the gold_replay stage does (its params.yaml
     simulator settings); every failure gets a cause, and the success rate does not fall
-    below what was measured (0.8238)."""
+    below what was measured (0.8238 before issue 18's second round, 0.8448 after)."""
     from pipelines.simulators.agenda import AgendaConfig
     from stages.io import read_params
     from stages.multiwoz_dir import load_multiwoz
@@ -390,7 +429,7 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
-    assert success >= 0.82, success
+    assert success >= 0.844, success
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     causes = [classify(e, by_id[e.dialogue_id], database)[0] for e in episodes if not e.success]
     assert set(causes) <= set(CAUSES)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pipelines.env.tools import TOOLS, EnvState, ToolEnvironment
-from pipelines.multiwoz.ontology import is_dont_care
+from pipelines.multiwoz.ontology import TIME_SLOTS, format_time, is_dont_care, parse_time, spoken_time
 from pipelines.records import BookedRecord, DialogAct, Dialogue, DomainBelief, ToolCall, frozen_dict
 
 QUERY_TOOLS: Mapping[str, str] = frozen_dict(
@@ -132,7 +132,14 @@ def _gold_steps(dialogue: Dialogue) -> list[_GoldStep]:
 
 
 def _stated(values: Mapping[str, str]) -> dict[str, str]:
-    return {slot: value for slot, value in values.items() if not is_dont_care(value)}
+    """The values a belief states; times as "HH:MM" when recorded as said ("5:45pm")."""
+    stated = {}
+    for slot, value in values.items():
+        if is_dont_care(value):
+            continue
+        minutes = spoken_time(value) if slot in TIME_SLOTS and parse_time(value) is None else None
+        stated[slot] = format_time(minutes) if minutes is not None else value
+    return stated
 
 
 def _call(tool: str, values: Mapping[str, str]) -> ToolCall:

@@ -141,6 +141,29 @@ def parse_time(value: object) -> int | None:
     return hours * 60 + minutes
 
 
+_SPOKEN_TIME = re.compile(r"^\s*(?:after|before|by|at|around)?\s*(\d{1,2})(?:\s*[:.]\s*(\d{2}))?\s*([ap])\.?\s*m\.?\s*$|"
+                          r"^\s*(?:after|before|by|at|around)\s+(\d{1,2})\s*[:.]\s*(\d{2})\s*$", re.I)
+
+
+def spoken_time(value: object) -> int | None:
+    """Minutes after midnight for the times real belief states record as said: "5:45pm",
+    "8pm", "after 15:45"; :func:`parse_time` for plain "HH:MM"; None otherwise ("9" could
+    be morning or evening)."""
+    minutes = parse_time(value)
+    if minutes is not None:
+        return minutes
+    match = _SPOKEN_TIME.match(str(value))
+    if not match:
+        return None
+    if match.group(1) is not None:
+        hours, mins, half = int(match.group(1)), int(match.group(2) or 0), match.group(3).lower()
+        if not 1 <= hours <= 12 or mins > 59:
+            return None
+        return (hours % 12 + (12 if half == "p" else 0)) * 60 + mins
+    hours, mins = int(match.group(4)), int(match.group(5))
+    return hours * 60 + mins if hours <= 24 and mins <= 59 else None
+
+
 def format_time(minutes: int) -> str:
     minutes %= 24 * 60
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
