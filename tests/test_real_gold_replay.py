@@ -400,6 +400,47 @@ def test_value_normalisation_times_recorded_as_said(database):
     assert _grade(dialogue, database).success
 
 
+def test_multi_entity_offer_train_by_time_fitting_the_goal(database):
+    """A query without a day shows the same train time on several days; "arrives at 10:22
+    on monday" offers the goal's day's train, not the first shown."""
+    tuesday = {"trainID": "TR2002", "day": "tuesday", "departure": "cambridge", "destination": "ely", "leaveAt": "10:05",
+               "arriveBy": "10:22", "duration": "17 minutes", "price": "10.10 pounds"}
+    database = _database_with(train=[tuesday])
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "tuesday", "arriveBy": "11:00"}, "reqt": ["price"]}}
+    semi = {"departure": "cambridge", "destination": "ely", "arriveBy": "11:00"}
+    dialogue = _dialogue("TIME03.json", goal, [
+        ("A train to ely arriving by 11:00 , on tuesday . How much is it ?", {}, {}),
+        ("The latest arrives at 10:22 on a tuesday , 10.10 pounds .", _belief(train=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("train").offered == "TR2002"
+
+
+def test_classification_of_untaken_domains_and_unnamed_answers(database):
+    """A dialogue that never takes a goal domain up is the human user's failure, not the
+    replay's; "Yes , they do ." to "free parking ?" answers without naming the attribute,
+    which the checker (reading the system's side) cannot hear: requested_attributes."""
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "reqt": ["phone"]},
+            "hotel": {"info": {"type": "guesthouse", "area": "east"}, "reqt": ["parking"]}}
+    restaurant = {"food": "chinese", "area": "north", "name": "", "pricerange": ""}
+    untaken = _dialogue("HUMAN02.json", goal, [
+        ("A chinese place in the north ?", {}, {}),
+        ("Lotus garden , phone 01223000222 .", _belief(restaurant=(restaurant, {}), hotel=({}, {})), {}),
+    ])
+    problems = offline_result(untaken, database).problems
+    assert [(p.kind, p.domain) for p in problems] == [("not_offered", "hotel"), ("request_without_offer", "hotel")]
+    assert {classify_problem(p, untaken, database) for p in problems} == {"human_failure"}
+    hotel = {"type": "guesthouse", "area": "east", "name": ""}
+    unnamed = _dialogue("REQT01.json", {"hotel": goal["hotel"]}, [
+        ("A guesthouse in the east ? Do they have free parking ?", {}, {}),
+        ("Willow guest house . Yes , they do .", _belief(hotel=(hotel, {})), {"Hotel-Inform": [["Name", "willow guest house"], ["Parking", "none"]]}),
+    ])
+    problems = offline_result(unnamed, database).problems
+    assert [(p.kind, p.slot) for p in problems] == [("request_not_given", "parking")]
+    assert classify_problem(problems[0], unnamed, database) == "requested_attributes"
+
+
 # -- the real validation dialogues -------------------------------------------------------
 
 
@@ -416,7 +457,7 @@ def real_val_dir(tmp_path_factory, real_db_dir):
 def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):
     """All 999 real dialogues, replayed as the gold_replay stage does (its params.yaml
     simulator settings); every failure gets a cause, and the success rate does not fall
-    below what was measured (0.8238 before issue 18's second round, 0.8448 after)."""
+    below what was measured (0.8238 before issue 18's second round, 0.8458 after)."""
     from pipelines.simulators.agenda import AgendaConfig
     from stages.io import read_params
     from stages.multiwoz_dir import load_multiwoz
@@ -429,7 +470,7 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
-    assert success >= 0.844, success
+    assert success >= 0.845, success
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     causes = [classify(e, by_id[e.dialogue_id], database)[0] for e in episodes if not e.success]
     assert set(causes) <= set(CAUSES)

@@ -349,7 +349,7 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
                 # is about that venue, named again or not.
                 return query.results[0]
             if named is None and domain == "train":
-                named = _train_by_time(query.results, transcript, query.turn)
+                named = _train_by_time(query.results, transcript, query.turn, info)
             if named is None and query.count > len(query.results):
                 # Real systems see every match, not the first five: "would you like the
                 # Williams Art and Antiques museum?" after a query of eleven museums.
@@ -383,13 +383,15 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
     return best
 
 
-def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int) -> Entity | None:
+def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int, info: Mapping[str, str]) -> Entity | None:
     """The shown train whose departure (else arrival) time the system said ("I have a train
-    leaving at 21:01"): within one query's results such a time picks one train."""
+    leaving at 21:01"): within one query's results such a time picks one train, or one a
+    day, for a query without a day; then, as for names, the one fitting the goal ("the
+    latest train arrives at 17:52 on a Wednesday")."""
     for slot in ("leaveAt", "arriveBy"):
-        for train in trains:
-            if transcript.mentions_time(train.get(slot), since):
-                return train
+        said = [train for train in trains if transcript.mentions_time(train.get(slot), since)]
+        if said:
+            return next((train for train in said if not _info_problems("train", train, info)), said[0])
     return None
 
 

@@ -37,7 +37,7 @@ from pipelines.env.checker import GoalResult, Reason, check_goal
 from pipelines.env.replay import BOOKING_TOOLS, ReplayResult, gold_tool_calls, replay
 from pipelines.env.tools import Database, ToolEnvironment, name_key
 from pipelines.episodes.records import Episode
-from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, canonical_value, norm_value, parse_time, twelve_hours_apart
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, canonical_value, is_dont_care, norm_value, parse_time, twelve_hours_apart
 from pipelines.records import Dialogue
 
 CAUSES: tuple[str, ...] = (
@@ -216,6 +216,10 @@ def _classify_request(domain: str, slot: str, value: str | None, case: _Case) ->
             and norm_value(act.slot) == code]
     if not told:
         return "human_failure"
+    if slot in ("internet", "parking"):
+        # "Do they have free parking?" - "Yes, they do.": the answer names no attribute, and
+        # the checker reads the system's side only.
+        return "requested_attributes"
     if domain == "taxi" or value is None:
         # A taxi's details are the environment's own; told ones that did not reach the
         # graded booking were told about a booking the annotations did not tie to it.
@@ -251,11 +255,18 @@ def _classify_not_offered(domain: str, case: _Case) -> str:
     if info and not case.database.search(domain, info):
         return "db_mismatch"
     if not any(call.name.endswith(domain) for _, call in gold_tool_calls(case.dialogue)):
-        return "replay_agent_limits"
+        # Annotated constraints without a call the replay could make, or a dialogue that
+        # never took the domain up (the human user left it out).
+        stated = any(b.domain == domain and (_stated_values(b.semi) or b.booked) for t in case.dialogue.turns for b in t.belief_state or ())
+        return "replay_agent_limits" if stated else "human_failure"
     if any(call.name == BOOKING_TOOLS.get(domain) and "error" in call.observation and not call.observation.get("unavailable")
            for _, call in case.replayed.calls):
         return "db_mismatch"  # the annotated booking names a venue or train this database lacks
     return "human_failure"
+
+
+def _stated_values(values) -> dict[str, str]:
+    return {k: v for k, v in values.items() if not is_dont_care(v)}
 
 
 def _belief_held(dialogue: Dialogue, domain: str, slot: str, wanted: str) -> bool:
