@@ -255,6 +255,9 @@ def test_value_normalisation_belief_spellings_of_database_values():
         {"id": "10", "name": "fenland sports hall", "type": "mutliple sports", "area": "east", "entrance fee": "?",
          "address": "9 track road", "phone": "01223000888", "postcode": "cb15hh"},
     ])
+    from pipelines.env.tools import same_name
+
+    assert same_name("cafe uno", "caffe uno", shortened=True)  # a taxi's "cafe uno" is the database's "caffe uno"
     environment = ToolEnvironment(database)
     assert environment.call("query_attraction", {"type": "night club"})["count"] == 1
     assert environment.call("query_attraction", {"type": "multiple sports"})["count"] == 1
@@ -439,6 +442,29 @@ def test_classification_of_untaken_domains_and_unnamed_answers(database):
     problems = offline_result(unnamed, database).problems
     assert [(p.kind, p.slot) for p in problems] == [("request_not_given", "parking")]
     assert classify_problem(problems[0], unnamed, database) == "requested_attributes"
+
+
+def test_requested_attributes_a_flag_answered_yes(database):
+    """"Do they have free parking ?" - "Yes , they do .": the checker and the simulated user
+    both take the yes as the flag given."""
+    goal = {"hotel": {"info": {"type": "guesthouse", "area": "east"}, "reqt": ["parking"]}}
+    hotel = {"type": "guesthouse", "area": "east", "name": ""}
+    dialogue = _dialogue("REQT02.json", goal, [
+        ("A guesthouse in the east please .", {}, {}),
+        ("Willow guest house is a guesthouse in the east .", _belief(hotel=(hotel, {})), {}),
+        ("Do they have free parking ?", {}, {}),
+        ("Yes , they do .", _belief(hotel=(hotel, {})), {}),
+    ])
+    result = offline_result(dialogue, database)
+    assert result.success, result.reasons
+    replayed = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+    assert not check_goal(dialogue.goal, replayed.state, replayed.system_texts, None).success  # without the question
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    assert episode.success, (episode.result.reasons, [e.text for e in episode.events if e.text])
+    session = AgendaSimulator(database).session(dialogue.goal, 0)
+    session.opening_turn()
+    assert "parking?" in session.reply("Willow guest house is a guesthouse in the east .").text
+    assert session.reply("Yes , they do .").end  # heard: nothing left to ask
 
 
 # -- the real validation dialogues -------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
 from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, is_dont_care, norm_value, parse_time, same_value, twelve_hours_apart, values_match
-from pipelines.multiwoz.text import UNKNOWN_VALUES, TextView, states, words
+from pipelines.multiwoz.text import FLAG_SLOTS, UNKNOWN_VALUES, TextView, answers_yes_or_no, asks_flag, states, words
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
 # Domains graded on their static database entity rather than on tool calls.
@@ -172,13 +172,19 @@ class _Utterance:
 class _Transcript:
     """The system's texts, searchable for whole-word phrases, times and compact values."""
 
-    def __init__(self, system_texts: Iterable[str | tuple[int, str]]):
-        utterances = []
+    def __init__(self, system_texts: Iterable[str | tuple[int, str]], user_texts: Iterable[tuple[int, str]] = ()):
+        utterances, raw = [], []
         for position, item in enumerate(system_texts):
             turn, text = (position, item) if isinstance(item, str) else item
             utterances.append(_Utterance(int(turn), TextView.of(str(text))))
+            raw.append((int(turn), str(text)))
         self._utterances = tuple(utterances)
         self._vocabulary = frozenset(w for u in utterances for w in u.text.padded.split())
+        # Flags answered "Yes , they do ." right after the user asked about them.
+        self._answered = frozenset(
+            slot for turn, question in user_texts for slot in FLAG_SLOTS if asks_flag(question, slot)
+            and any(answers_yes_or_no(text) for text in [next((t for n, t in raw if n > turn), "")])
+        )
 
     def last_mention(self, phrase: object, since: int | None = None) -> int | None:
         """The last turn (at or after ``since``) whose text contains ``phrase`` as whole words."""
@@ -201,7 +207,10 @@ class _Transcript:
         return max(turns) if turns else None
 
     def states(self, slot: str, value: str | None) -> bool:
-        """Some utterance gives attribute ``slot`` of true value ``value`` (:func:`states`)."""
+        """Some utterance gives attribute ``slot`` of true value ``value`` (:func:`states`),
+        or answers the user's yes/no question about it."""
+        if slot in self._answered and norm_value(value) in ("yes", "no"):
+            return True
         return any(states(u.text, slot, value) for u in self._utterances)
 
 
@@ -215,15 +224,18 @@ def check_goal(
     state: EnvState,
     system_texts: Iterable[str | tuple[int, str]],
     system_acts: Iterable[DialogAct] | None = None,
+    user_texts: Iterable[tuple[int, str]] = (),
 ) -> GoalResult:
     """Grade an episode.
 
     ``system_texts`` are the system's utterances: plain strings (the i-th has turn i) or
     ``(turn, text)`` pairs in the numbering the tool calls were made with, so that "a
     reference told after the booking" can be checked. ``system_acts`` are the system's
-    dialog acts when the source has them.
+    dialog acts when the source has them. ``user_texts`` are ``(turn, text)`` pairs of the
+    user's side: a yes/no attribute the user asked about ("free parking?") is given by a
+    system turn that then opens with a yes or a no.
     """
-    transcript = _Transcript(system_texts)
+    transcript = _Transcript(system_texts, user_texts)
     acts = tuple(system_acts or ())
     results = []
     for domain_goal in goal.domains:

@@ -207,7 +207,7 @@ def name_key(name: object) -> str:
 
 
 # Words that name the kind of venue, not the venue: people add or drop them.
-_GENERIC_NAME_WORDS = frozenset({"restaurant", "hotel", "guesthouse", "guest", "house", "the", "and", "cafe", "bar"})
+_GENERIC_NAME_WORDS = frozenset({"restaurant", "hotel", "guesthouse", "guest", "house", "the", "and", "cafe", "caffe", "bar"})
 
 
 def _short_name(key: str) -> str:

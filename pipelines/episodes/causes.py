@@ -82,7 +82,8 @@ def offline_result(dialogue: Dialogue, database: Database, replayed: ReplayResul
     """The dialogue's gold calls replayed in a fresh environment, graded on every gold text.
     Without dialog acts, as episodes are graded: an agent produces none."""
     result = replayed or replay_offline(dialogue, database)
-    return check_goal(dialogue.goal, result.state, result.system_texts, None)
+    user_texts = [(t.index, t.text) for t in dialogue.turns if t.speaker == "user"]
+    return check_goal(dialogue.goal, result.state, result.system_texts, None, user_texts)
 
 
 def classify(episode: Episode, dialogue: Dialogue, database: Database) -> tuple[str, tuple[str, ...]]:

@@ -336,7 +336,7 @@ class EpisodeState:
             seed=self.spec.seed,
             n_turns=sum(1 for e in events if e.is_utterance),
             ended_by=self.ended_by,
-            result=check_goal(self.spec.goal, state, self.visible_texts, None),
+            result=check_goal(self.spec.goal, state, self.visible_texts, None, [(e.turn, e.text) for e in user_events if e.text]),
             goal_domains=self.spec.goal.domain_names,
             n_clarifications=sum(1 for e in agent_events if e.kind == CLARIFY),
             n_tool_calls=len(state.calls),

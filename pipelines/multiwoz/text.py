@@ -107,3 +107,19 @@ def states(text: TextView, slot: str, value: str | None) -> bool:
         return True
     number = _NUMBER.search(value) if slot in NUMERIC_SLOTS else None
     return number is not None and float(number.group()) in text.numbers
+
+
+# Attributes asked about as yes/no questions ("Do they have free parking?").
+FLAG_SLOTS = frozenset({"internet", "parking"})
+_YES_NO = re.compile(r"^(?:yes|no|yeah|yep|nope|indeed|they do|it does|they dont|it doesnt|unfortunately not)\b")
+
+
+def asks_flag(text: str, slot: str) -> bool:
+    """Is ``text`` a question about the yes/no attribute ``slot`` ("Do they have free wifi?")?"""
+    return slot in FLAG_SLOTS and "?" in text and any(TextView.of(text).mentions(word) for word in ATTRIBUTE_WORDS[slot])
+
+
+def answers_yes_or_no(text: str) -> bool:
+    """Does ``text`` open with a yes or a no ("Yes , they do .")? Right after a question
+    about a flag, that states the flag without naming it."""
+    return bool(_YES_NO.match(words(text)))
