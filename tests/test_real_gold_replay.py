@@ -483,7 +483,7 @@ def real_val_dir(tmp_path_factory, real_db_dir):
 def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):
     """All 999 real dialogues, replayed as the gold_replay stage does (its params.yaml
     simulator settings); every failure gets a cause, and the success rate does not fall
-    below what was measured (0.8238 before issue 18's second round, 0.8458 after)."""
+    below what was measured (0.8238 before issue 18's second round, 0.8509 after)."""
     from pipelines.simulators.agenda import AgendaConfig
     from stages.io import read_params
     from stages.multiwoz_dir import load_multiwoz
@@ -496,7 +496,7 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
-    assert success >= 0.845, success
+    assert success >= 0.85, success
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     causes = [classify(e, by_id[e.dialogue_id], database)[0] for e in episodes if not e.success]
     assert set(causes) <= set(CAUSES)
