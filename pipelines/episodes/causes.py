@@ -86,16 +86,30 @@ def offline_result(dialogue: Dialogue, database: Database, replayed: ReplayResul
     return check_goal(dialogue.goal, result.state, result.system_texts, None, user_texts)
 
 
+def triage(dialogue: Dialogue, database: Database) -> tuple[tuple[Reason, str], ...]:
+    """Every problem of the dialogue's offline grade with its cause (none when it succeeds)."""
+    replayed = replay_offline(dialogue, database)
+    offline = offline_result(dialogue, database, replayed)
+    return tuple((problem, classify_problem(problem, dialogue, database, replayed)) for problem in offline.problems)
+
+
+def dialogue_cause(triaged: tuple[tuple[Reason, str], ...]) -> tuple[str, Reason]:
+    """The dialogue's cause among its problems' (see the module docstring), and the problem it rests on."""
+    for decisive in _DECISIVE:
+        for problem, cause in triaged:
+            if cause == decisive:
+                return cause, problem
+    problem, cause = triaged[0]
+    return cause, problem
+
+
 def classify(episode: Episode, dialogue: Dialogue, database: Database) -> tuple[str, tuple[str, ...]]:
     """The cause of a failing gold-replay episode (see the module docstring), with the
     reasons it rests on: the offline grade's, or the episode's when that one succeeds."""
-    replayed = replay_offline(dialogue, database)
-    offline = offline_result(dialogue, database, replayed)
-    if offline.success:
+    triaged = triage(dialogue, database)
+    if not triaged:
         return "simulator_ended_early", episode.result.reasons
-    causes = [classify_problem(problem, dialogue, database, replayed) for problem in offline.problems]
-    decisive = [cause for cause in _DECISIVE if cause in causes]
-    return (decisive[0] if decisive else causes[0]), offline.reasons
+    return dialogue_cause(triaged)[0], tuple(f"{problem.domain}: {problem.text}" for problem, _ in triaged)
 
 
 def classify_problem(problem: Reason, dialogue: Dialogue, database: Database, replayed: ReplayResult | None = None) -> str:
