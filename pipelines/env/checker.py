@@ -274,7 +274,9 @@ def _check_venue(goal: DomainGoal, state: EnvState, transcript: _Transcript, act
         if offered is None:
             problems = [Reason("request_without_offer", domain, f"requested {', '.join(goal.reqt)} but no {domain} was offered", ", ".join(goal.reqt))]
         else:
-            problems = _request_problems(domain, goal.reqt, lambda slot: _attribute(offered, slot), transcript, acts, offered.name)
+            # A ticket's price is also stated as the booking's total ("70.7 GBP" for 7 tickets).
+            totals = [b.details["total price"] for b in state.successful_bookings(domain) if b.entity == offered and "total price" in b.details]
+            problems = _request_problems(domain, goal.reqt, lambda slot: _attribute(offered, slot), transcript, acts, offered.name, {"price": totals})
         request = not problems
         reasons += problems
 
@@ -500,11 +502,14 @@ def _request_problems(
     transcript: _Transcript,
     acts: Sequence[DialogAct],
     entity: str | None = None,
+    also: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Reason]:
+    """``also``: other values that state a slot as well as its own."""
     problems = []
     for slot in reqt:
         value = value_of(slot)
-        if not (_act_gives(domain, slot, acts) or transcript.states(slot, value)):
+        stated = transcript.states(slot, value) or any(transcript.states(slot, other) for other in (also or {}).get(slot, ()))
+        if not (_act_gives(domain, slot, acts) or stated):
             known = value if value and norm_value(value) not in UNKNOWN_VALUES else None
             text = f"requested {slot}{f' ({known})' if known else ''} was never given"
             problems.append(Reason("request_not_given", domain, text, slot, got=known, entity=entity))

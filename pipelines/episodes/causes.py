@@ -227,7 +227,8 @@ def _classify_request(domain: str, slot: str, value: str | None, case: _Case) ->
     dialogue, database = case.dialogue, case.database
     code = norm_value(ACT_SLOT.get(slot, slot))
     told = [act.value for turn in dialogue.turns if turn.speaker == "system" for act in turn.dialog_acts or ()
-            if act.domain in (domain, "booking") and act.intent in ("inform", "recommend", "offerbooked", "book")
+            if (act.domain == domain or (act.domain == "booking" and domain in ("restaurant", "hotel")))
+            and act.intent in ("inform", "recommend", "offerbooked", "book")
             and norm_value(act.slot) == code]
     if not told:
         return "human_failure"
