@@ -42,6 +42,8 @@ NUMERIC_SLOTS = frozenset({"price", "entrance fee", "duration"})
 _COUNT_SLOTS = frozenset({"stars", "people", "stay"})
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 UNKNOWN_VALUES = frozenset({"", "?", "none"})
+# A free entrance said as a negation: "neither park has an entrance fee", "no fee at all".
+_NO_FEE = re.compile(r" (?:no|neither|none of them|nor) (?:(?!the |its |their )\w+ ){0,3}(?:entrance fee|entry fee|admission fee|fee|charge) ")
 
 
 def words(text: object) -> str:
@@ -104,6 +106,8 @@ def states(text: TextView, slot: str, value: str | None) -> bool:
         # "a zero star rating": the word alone ("two options") would say nothing about stars.
         phrases += [f"{said} star", f"{said} stars"] if slot == "stars" else [said]
     if any(text.mentions(phrase) for phrase in phrases):
+        return True
+    if slot == "entrance fee" and norm_value(value) == "free" and _NO_FEE.search(text.padded):
         return True
     number = _NUMBER.search(value) if slot in NUMERIC_SLOTS else None
     return number is not None and float(number.group()) in text.numbers
