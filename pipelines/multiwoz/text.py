@@ -28,7 +28,7 @@ _TRAIN_ID = re.compile(r"\btr\s?-?(\d{4})\b", re.I)
 ATTRIBUTE_WORDS: dict[str, tuple[str, ...]] = {
     "internet": ("internet", "wifi", "wi fi"),
     "parking": ("parking", "park"),
-    "entrance fee": ("entrance fee", "admission", "entry fee", "free entry", "free to enter", "fee", "cost", "charge"),
+    "entrance fee": ("entrance fee", "admission", "entry fee", "free entry", "free to enter"),
     "openhours": ("opening hours", "open", "opens"),
     "pricerange": ("price range", "priced", "cheap", "moderate", "expensive"),
     "car type": ("car",),
@@ -42,6 +42,10 @@ NUMERIC_SLOTS = frozenset({"price", "entrance fee", "duration"})
 _COUNT_SLOTS = frozenset({"stars", "people", "stay"})
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 UNKNOWN_VALUES = frozenset({"", "?", "none"})
+# An unknown fee said without its name: "the cost is not listed", "I do n't have price
+# info on either" (a bare "fee" or "cost" would be a train ticket's as well).
+_FEE_UNKNOWN = re.compile(r" (?:cost|fee|price|charge)s? (?:is |are )?(?:not|nt|unknown) |"
+                          r" (?:information|info) (?:on |about )?(?:the |their |its )?(?:cost|fee|price|charge)s? | (?:cost|fee|price) (?:information|info) ")
 # A free entrance said as a negation: "neither park has an entrance fee", "no fee at all".
 _NO_FEE = re.compile(r" (?:no|neither|none of them|nor) (?:(?!the |its |their )\w+ ){0,3}(?:entrance fee|entry fee|admission fee|fee|charge) ")
 
@@ -83,6 +87,8 @@ class TextView:
 def states(text: TextView, slot: str, value: str | None) -> bool:
     """Does ``text`` give attribute ``slot`` whose true value is ``value``?"""
     if value is None or norm_value(value) in UNKNOWN_VALUES or norm_value(value) in ("yes", "no"):
+        if slot == "entrance fee" and _FEE_UNKNOWN.search(text.padded):
+            return True
         return any(text.mentions(word) for word in ATTRIBUTE_WORDS.get(slot, (slot,)))
     if slot == "openhours" and any(text.mentions(word) for word in ATTRIBUTE_WORDS[slot]):
         return True
