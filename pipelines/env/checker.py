@@ -3,8 +3,9 @@
 Per goal domain (SpeakRL appendix B: success = every constraint of the goal is met):
 
 * **offered** entity: the entity of the last successful booking in the domain; else the
-  latest-mentioned entity of the latest query whose results the system named afterwards;
-  else a database entity of the domain that the system named.
+  latest-mentioned entity of the latest query whose results (shown, or beyond the five
+  shown: a human system sees every match) the system named afterwards; else a database
+  entity of the domain that the system named.
 * **inform**: the offered entity satisfies the goal's final ``info`` (``values_match``:
   ``leaveAt`` at/after, ``arriveBy`` at/before; a ``name`` must be that venue).
 * **book**: a successful booking whose entity satisfies ``info``, whose arguments match
@@ -12,10 +13,18 @@ Per goal domain (SpeakRL appendix B: success = every constraint of the goal is m
   appendix A: the task is complete when the agent returns the correct booking ids).
   Taxi goals have no ``book`` dict: a successful ``book_taxi`` matching the taxi ``info``.
 * **request**: every ``reqt`` attribute of the offered entity (of the taxi booking for
-  taxis) was given: its value appears in a system text, or a system dialog act informs
-  that slot. An attribute the database does not know ("?") counts as given when the system
-  talks about it by name ("entrance fee"); so do yes/no attributes (internet, parking),
-  which agents state in words, never as "yes".
+  taxis) was given: a system text states it (:func:`pipelines.multiwoz.text.states`, the
+  user simulator's test too), or a system dialog act informs that slot. An attribute the
+  database does not know ("?") counts as given when the system talks about it by name
+  ("entrance fee"); so do yes/no attributes (internet, parking), which agents state in
+  words, never as "yes", or with a plain yes or no right after the user asked about them.
+* **taxi**: a successful ``book_taxi`` whose places are the goal's and whose times meet
+  it (``leaveAt`` at or after, ``arriveBy`` at or before, as for trains); a goal time
+  that refers to another domain's booking ("arrives the restaurant by the booked time",
+  ``DomainGoal.references``) is that booking's.
+
+Every false flag comes with :class:`Reason` records (kind, domain, slot, expected, got),
+which triage reads, and their English texts (``DomainResult.reasons``).
 
 Police and hospital have no tools: their static entity (the police station; the hospital
 department of ``info``) is the offered one, inform means the system named it.

@@ -183,10 +183,10 @@ def _classify_taxi_time(slot: str, wanted: str, case: _Case) -> str:
     if not any(parse_time(b.semi.get(other, "")) == minutes for b in recorded):
         return "human_failure"
     departures = {name_key(b.semi.get("departure", "")) for b in recorded} - {"", "not mentioned"}
-    # The places the taxi leaves from, by name or by the kind of venue ("the restaurant").
+    # The places the taxi leaves from, by name or by the kind of venue booked there ("the restaurant").
+    booked_at = {(call.name, name_key(call.arguments.get("name", ""))) for _, call in case.replayed.calls}
     origins = departures | {d.domain for d in case.dialogue.goal.domains
-                            for call in [c for _, c in case.replayed.calls if c.name.startswith(("book_", "buy_"))]
-                            if call.name == BOOKING_TOOLS.get(d.domain) and name_key(call.arguments.get("name", "")) in departures}
+                            if any((BOOKING_TOOLS.get(d.domain), place) in booked_at for place in departures)}
     user_said, system_said = False, False
     for turn in case.dialogue.turns:
         if minutes not in _clock_minutes(turn.text):
