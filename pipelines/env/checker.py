@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
 from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, is_dont_care, norm_value, parse_time, same_value, twelve_hours_apart, values_match
-from pipelines.multiwoz.text import FLAG_SLOTS, UNKNOWN_VALUES, TextView, answers_yes_or_no, asks_flag, states, words
+from pipelines.multiwoz.text import UNKNOWN_VALUES, TextView, answers, states, words
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
 # Domains graded on their static database entity rather than on tool calls.
@@ -189,11 +189,9 @@ class _Transcript:
             raw.append((int(turn), str(text)))
         self._utterances = tuple(utterances)
         self._vocabulary = frozenset(w for u in utterances for w in u.text.padded.split())
-        # Flags answered "Yes , they do ." right after the user asked about them.
-        self._answered = frozenset(
-            slot for turn, question in user_texts for slot in FLAG_SLOTS if asks_flag(question, slot)
-            and any(answers_yes_or_no(text) for text in [next((t for n, t in raw if n > turn), "")])
-        )
+        # Each user question with the system's next utterance: "Do they have free parking ?"
+        # - "Yes , they do ." answers without naming the attribute.
+        self._exchanges = tuple((question, next((t for n, t in raw if n > turn), "")) for turn, question in user_texts if "?" in question)
 
     def last_mention(self, phrase: object, since: int | None = None) -> int | None:
         """The last turn (at or after ``since``) whose text contains ``phrase`` as whole words."""
@@ -218,7 +216,7 @@ class _Transcript:
     def states(self, slot: str, value: str | None) -> bool:
         """Some utterance gives attribute ``slot`` of true value ``value`` (:func:`states`),
         or answers the user's yes/no question about it."""
-        if slot in self._answered and norm_value(value) in ("yes", "no"):
+        if any(answers(question, answer, slot, value) for question, answer in self._exchanges):
             return True
         return any(states(u.text, slot, value) for u in self._utterances)
 
@@ -242,7 +240,8 @@ def check_goal(
     reference told after the booking" can be checked. ``system_acts`` are the system's
     dialog acts when the source has them. ``user_texts`` are ``(turn, text)`` pairs of the
     user's side: a yes/no attribute the user asked about ("free parking?") is given by a
-    system turn that then opens with a yes or a no.
+    system turn that then opens with a yes or a no; one the database does not know, by a
+    system turn that then says it is not known.
     """
     transcript = _Transcript(system_texts, user_texts)
     acts = tuple(system_acts or ())

@@ -122,14 +122,35 @@ def states(text: TextView, slot: str, value: str | None) -> bool:
 # Attributes asked about as yes/no questions ("Do they have free parking?").
 FLAG_SLOTS = frozenset({"internet", "parking"})
 _YES_NO = re.compile(r"^(?:yes|no|yeah|yep|nope|indeed|they do|it does|they dont|it doesnt|unfortunately not)\b")
+# "I am actually unsure of that", "we do n't have that information": an unknown value told.
+_NOT_KNOWN = re.compile(r"\b(?:unsure|not sure|not listed|(?:dont|nt|not) (?:have|know)\b(?: \w+){0,3} (?:information|info|details)|no (?:information|info))\b")
 
 
 def asks_flag(text: str, slot: str) -> bool:
     """Is ``text`` a question about the yes/no attribute ``slot`` ("Do they have free wifi?")?"""
-    return slot in FLAG_SLOTS and "?" in text and any(TextView.of(text).mentions(word) for word in ATTRIBUTE_WORDS[slot])
+    return slot in FLAG_SLOTS and asks_about(text, slot)
+
+
+def asks_about(text: str, slot: str) -> bool:
+    """Is ``text`` a question that names attribute ``slot`` ("How much is the entrance fee?")?"""
+    return "?" in text and any(TextView.of(text).mentions(word) for word in ATTRIBUTE_WORDS.get(slot, (slot,)))
 
 
 def answers_yes_or_no(text: str) -> bool:
     """Does ``text`` open with a yes or a no ("Yes , they do .")? Right after a question
     about a flag, that states the flag without naming it."""
     return bool(_YES_NO.match(words(text)))
+
+
+def answers_not_known(text: str) -> bool:
+    """Does ``text`` say the value is not known ("we do n't have that information")? Right
+    after a question about an attribute the database does not know, that is the answer."""
+    return bool(_NOT_KNOWN.search(words(text)))
+
+
+def answers(question: str, answer: str, slot: str, value: str | None) -> bool:
+    """Does ``answer``, right after the user's ``question``, give ``slot`` (true value
+    ``value``) without naming it: a yes or a no to a flag, "not known" to an unknown value?"""
+    if value is None or norm_value(value) in UNKNOWN_VALUES:
+        return asks_about(question, slot) and answers_not_known(answer)
+    return norm_value(value) in ("yes", "no") and asks_flag(question, slot) and answers_yes_or_no(answer)

@@ -35,7 +35,7 @@ from typing import Mapping
 from pipelines.env.tools import Database, name_key, same_name
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.ontology import ACT_SLOT, BOOK_SLOTS, INFO_SLOTS, is_dont_care, norm_value, parse_time, values_match
-from pipelines.multiwoz.text import answers_yes_or_no, asks_flag
+from pipelines.multiwoz.text import answers
 from pipelines.records import DialogAct, Dialogue, DomainGoal, Entity, Goal
 from pipelines.simulators.base import UserTurn
 from pipelines.simulators.goals import pursuit_order, reference_order
@@ -402,7 +402,7 @@ class AgendaSession:
             else:
                 given = reader.gives(reading, slot, d.attribute(slot))
                 # The checker's rule too: a yes or a no right after "Do they have free parking?".
-                given = given or (asks_flag(self._state.said, slot) and answers_yes_or_no(reading.text))
+                given = given or answers(self._state.said, reading.text, slot, d.attribute(slot))
             if given:
                 d.received.add(slot)
 
