@@ -38,6 +38,10 @@ class DomainGoal:
     fail_book: Mapping[str, str] = field(default_factory=frozen_dict)
     reqt: tuple[str, ...] = ()
     book_invalid: bool | None = None
+    # Constraints that refer to another domain's booking, {slot: (domain, slot)}: real goal
+    # messages say "arrives the restaurant by the booked time", the goal's value being what
+    # the generator expected that booking to be.
+    references: Mapping[str, tuple[str, str]] = field(default_factory=frozen_dict)
 
     @property
     def wants_booking(self) -> bool:

@@ -289,10 +289,14 @@ def test_a_taxi_booking_plus_car_and_phone_succeeds(db):
 
 
 def test_a_taxi_at_the_wrong_time_or_without_its_phone_fails(db):
-    state, taxi = taxi_episode(db, leaveAt="17:45")
+    state, taxi = taxi_episode(db, leaveAt="16:45")
     texts = [(1, f"A {taxi['car type']}; contact number {taxi['phone']}.")]
     result = check_goal(TAXI_GOAL, state, texts).domain("taxi")
-    assert result.book is False and result.reasons == ("taxi booked with leaveAt 17:45, the goal wants 17:15",)
+    assert result.book is False and result.reasons == ("taxi booked with leaveAt 16:45, the goal wants 17:15",)
+    assert [(p.kind, p.slot, p.expected, p.got) for p in result.problems] == [("taxi_value", "leaveAt", "17:15", "16:45")]
+    # leaveAt means "leave at or after", as for trains: "the taxi should leave after 17:15".
+    state, taxi = taxi_episode(db, leaveAt="17:45")
+    assert check_goal(TAXI_GOAL, state, [(1, f"A {taxi['car type']}; contact number {taxi['phone']}.")]).domain("taxi").book is True
 
     state, taxi = taxi_episode(db)
     result = check_goal(TAXI_GOAL, state, [(1, f"A {taxi['car type']} is on its way.")]).domain("taxi")

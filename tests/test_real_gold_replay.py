@@ -9,11 +9,11 @@ import zipfile
 
 import pytest
 
-from pipelines.env.checker import check_goal
+from pipelines.env.checker import Reason, check_goal
 from pipelines.env.replay import gold_tool_calls, replay
 from pipelines.env.tools import Database, ToolEnvironment
 from pipelines.episodes import EpisodeSpec, ReplayAgent, get_format, run_episodes_sync
-from pipelines.episodes.causes import CAUSES, classify, classify_reason, offline_result
+from pipelines.episodes.causes import CAUSES, classify, classify_problem, offline_result
 from pipelines.multiwoz.ontology import norm_value
 from pipelines.multiwoz.parse import parse_database, parse_dialogue
 from pipelines.simulators.agenda import AgendaSimulator
@@ -186,15 +186,20 @@ def test_train_offered_by_its_departure_time(database):
 
 def test_cross_domain_reference_and_db_mismatch_are_classified(database):
     dialogue = _attraction_by_name("Their number is 01223000444 .")
-    assert classify_reason("taxi: taxi booked with destination lotus palace, the goal wants riverside lido", dialogue, database) == "cross_domain_refs"
-    assert classify_reason("taxi: taxi booked with leaveAt 15:30, the goal wants 03:30", dialogue, database) == "value_normalisation"
+    wrong_place = Reason("taxi_value", "taxi", "taxi booked with destination lotus palace, the goal wants riverside lido",
+                         "destination", "riverside lido", "lotus palace")
+    assert classify_problem(wrong_place, dialogue, database) == "cross_domain_refs"
+    twelve_hours = Reason("booked_info_mismatch", "train", "booked TR1002 has leaveAt 15:30, the goal wants 03:30", "leaveAt", "03:30", "15:30")
+    assert classify_problem(twelve_hours, dialogue, database) == "value_normalisation"
     # The human told a postcode no venue of this database has: the dataset's database differs.
     goal = {"attraction": {"info": {"name": "old gaol museum"}, "reqt": ["postcode"]}}
     differing = _dialogue("DB01.json", goal, [
         ("Where is the old gaol museum ?", {}, {}),
         ("Old gaol museum , postcode cb99zz .", _belief(attraction=({"name": "old gaol museum"}, {})), {"Attraction-Inform": [["Post", "cb99zz"]]}),
     ])
-    assert classify_reason(offline_result(differing, database).reasons[0], differing, database) == "db_mismatch"
+    problem = offline_result(differing, database).problems[0]
+    assert (problem.kind, problem.slot, problem.got) == ("request_not_given", "postcode", "cb30ff")
+    assert classify_problem(problem, differing, database) == "db_mismatch"
 
 
 def test_replay_agent_limits_domains_in_the_reference_users_order(database):
@@ -233,6 +238,294 @@ def test_genuine_human_failure_is_classified_with_evidence(database):
     assert any("duration" in reason for reason in reasons)
 
 
+def _database_with(**extra) -> Database:
+    """The invented database plus ``extra`` records per domain."""
+    raw = {domain: records + extra.get(domain, []) for domain, records in _RAW_DB.items()}
+    entities = {domain: parse_database(domain, records, f"{domain}_db.json")[0] for domain, records in raw.items()}
+    _, taxi = parse_database("taxi", [{"taxi_colors": ["red"], "taxi_types": ["skoda"], "taxi_phone": ["^07\\d{9}$"]}], "taxi_db.json")
+    return Database(entities, taxi)
+
+
+def test_value_normalisation_belief_spellings_of_database_values():
+    """Real belief states write "night club", "multiple sports" (the database: "mutliple
+    sports"), "portugese" and parking "free"; the environment queries the database's spelling."""
+    database = _database_with(attraction=[
+        {"id": "9", "name": "the velvet cellar", "type": "nightclub", "area": "centre", "entrance fee": "5 pounds",
+         "address": "4 cellar row", "phone": "01223000777", "postcode": "cb21gg"},
+        {"id": "10", "name": "fenland sports hall", "type": "mutliple sports", "area": "east", "entrance fee": "?",
+         "address": "9 track road", "phone": "01223000888", "postcode": "cb15hh"},
+    ])
+    from pipelines.env.tools import same_name
+
+    assert same_name("cafe uno", "caffe uno", shortened=True)  # a taxi's "cafe uno" is the database's "caffe uno"
+    environment = ToolEnvironment(database)
+    assert environment.call("query_attraction", {"type": "night club"})["count"] == 1
+    assert environment.call("query_attraction", {"type": "multiple sports"})["count"] == 1
+    assert environment.call("query_hotel", {"parking": "free", "area": "east"})["count"] == 1
+    goal = {"attraction": {"info": {"type": "nightclub", "area": "centre"}, "reqt": ["postcode"]}}
+    semi = {"type": "night club", "area": "centre", "name": ""}
+    dialogue = _dialogue("VALUE03.json", goal, [
+        ("A night club in the centre , with its postcode ?", {}, {}),
+        ("Try the velvet cellar , postcode cb21gg .", _belief(attraction=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("attraction").offered == "the velvet cellar"
+
+
+def test_multi_entity_offer_beyond_the_five_results_shown():
+    """A query of seven museums shows five; the human system, who sees them all, offers the
+    seventh. An older query's venue named earlier is not the offer."""
+    museums = [{"id": str(20 + n), "name": f"gallery number {word}", "type": "museum", "area": "centre", "entrance fee": "free",
+                "address": f"{n} gallery walk", "phone": f"0122300090{n}", "postcode": f"cb2{n}jj"}
+               for n, word in enumerate(("one", "two", "three", "four", "five", "six"), start=1)]
+    database = _database_with(attraction=museums)
+    goal = {"attraction": {"info": {"type": "museum", "area": "centre"}, "reqt": ["postcode"]}}
+    pools = {"type": "swimmingpool", "area": "north", "name": ""}
+    museum = {"type": "museum", "area": "centre", "name": ""}
+    dialogue = _dialogue("MULTI02.json", goal, [
+        ("A swimming pool in the north ?", {}, {}),
+        ("Riverside lido is in the north .", _belief(attraction=(pools, {})), {}),
+        ("No , a museum in the centre then .", {}, {}),
+        ("Gallery number six is lovely , postcode cb26jj .", _belief(attraction=(museum, {})), {}),
+    ])
+    state = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0)).state
+    assert state.queries[-1].count == 7 and "gallery number six" not in {e.name for e in state.queries[-1].results}
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("attraction").offered == "gallery number six"
+
+
+def _with_message(dialogue_id: str, goal: dict, message: list[str], turns: list[tuple[str, dict, dict]]):
+    log = [{"text": text, "metadata": metadata, "dialog_act": acts} for text, metadata, acts in turns]
+    return parse_dialogue(dialogue_id, {"goal": {**goal, "message": message}, "log": log}, "data.json", "val")
+
+
+def test_cross_domain_reference_taxi_arrives_by_the_booked_time(database):
+    """The goal's taxi arriveBy (17:00) is the restaurant backup time its generator
+    expected; the message says "by the booked time", and the table was booked at 18:00."""
+    goal = {"restaurant": {"info": {"food": "british", "area": "centre"}, "book": {"people": "2", "day": "monday", "time": "18:00", "invalid": True}},
+            "taxi": {"info": {"arriveBy": "17:00"}, "reqt": ["phone"]}}
+    message = ["Once you find the <span class='emphasis'>restaurant</span> you want to book a table for 2 people at 18:00 on monday",
+               "If the booking fails how about 17:00",
+               "You want to make sure it arrives the restaurant by the booked time"]
+    restaurant = ({"food": "british", "area": "centre", "name": "copper kettle bistro"},
+                  {"people": "2", "day": "monday", "time": "18:00", "booked": [{"name": "copper kettle bistro", "reference": "AB12CD34"}]})
+    taxi_semi = {"departure": "lotus garden", "destination": "copper kettle bistro", "arriveBy": "18:00", "leaveAt": ""}
+    taxi = (taxi_semi, {"booked": [{"phone": "07000111222", "type": "red skoda"}]})
+    dialogue = _with_message("REF01.json", goal, message, [
+        ("A british place in the centre for 2 at 18:00 on monday .", {}, {}),
+        ("The copper kettle bistro is booked , reference AB12CD34 .", _belief(restaurant=restaurant), {}),
+        ("And a taxi from lotus garden to get there by 18:00 .", {}, {}),
+        ("A red skoda , phone 07000111222 .", _belief(restaurant=restaurant, taxi=taxi), {}),
+    ])
+    assert dialogue.goal.get("taxi").references == {"arriveBy": ("restaurant", "time")}
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    # Without the booking the goal's own value stands, and 18:00 is too late for it.
+    unbooked = _with_message("REF02.json", goal, message, [
+        ("A taxi from lotus garden to the copper kettle bistro by 18:00 .", {}, {}),
+        ("A red skoda , phone 07000111222 .", _belief(taxi=taxi), {}),
+    ])
+    problems = _grade(unbooked, database).domain("taxi").problems
+    assert ("taxi_value", "arriveBy", "17:00", "18:00") in [(p.kind, p.slot, p.expected, p.got) for p in problems]
+
+
+def test_booking_semantics_taxi_leave_after_and_the_taxi_told(database):
+    """"Leave after 09:00" is met by a taxi at 09:15; a later ``booked`` record the system
+    never told about (real annotations add them) does not hide the taxi it did tell."""
+    goal = {"taxi": {"info": {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "09:00"}, "reqt": ["phone", "car type"]}}
+    semi = {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "09:15", "arriveBy": ""}
+    told = (semi, {"booked": [{"phone": "07000333444", "type": "grey skoda"}]})
+    again = (semi, {"booked": [{"phone": "07000555666", "type": "red skoda"}]})
+    dialogue = _dialogue("TAXI01.json", goal, [
+        ("A taxi from lotus garden to riverside lido after 09:00 , 09:15 is fine .", {}, {}),
+        ("A gray Skoda will come , contact 0 7000 - 333 - 444 .", _belief(taxi=told), {}),
+        ("Thanks , bye .", {}, {}),
+        ("Goodbye .", _belief(taxi=again), {}),
+    ])
+    state = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0)).state
+    assert len(state.successful_bookings("taxi")) == 2
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("taxi").offered == state.successful_bookings("taxi")[0].reference
+
+
+def test_requested_attributes_said_in_words(database):
+    """"A four star guesthouse", "no entry fee", an address from its street on: the checker
+    and the simulated user share one matcher (pipelines.multiwoz.text.states)."""
+    from pipelines.multiwoz.text import TextView, states
+    from pipelines.simulators.understanding import AgentReader, read
+
+    understanding = AgentReader(database)
+    for text, slot, value in [("It is a four star guesthouse .", "stars", "4"), ("It has a zero star rating .", "stars", "0"),
+                              ("Meadow pool , with no entry fee .", "entrance fee", "free"),
+                              ("It does n't charge an entrance fee .", "entrance fee", "free"),
+                              ("Camboats is a boating attraction .", "type", "boat"),
+                              ("It is on 13 magdalene street .", "address", "cafe jello gallery, 13 magdalene street")]:
+        assert states(TextView.of(text), slot, value), (text, slot)
+        assert understanding.gives(read(text), slot, value), (text, slot)
+    assert states(TextView.of("The cost is not listed , call them ."), "entrance fee", "?")
+    assert states(TextView.of("I do n't have price info on either of them ."), "entrance fee", "?")
+    assert not states(TextView.of("The total fee is 80.8 GBP payable at the station ."), "entrance fee", "?")
+    assert states(TextView.of("Neither park has an entrance fee ."), "entrance fee", "free")
+    assert not states(TextView.of("No , the fee is 5 pounds ."), "entrance fee", "free")
+    assert not states(TextView.of("There are two options ."), "stars", "2")
+    assert not states(TextView.of("Yes , it is ."), "internet", "yes")
+
+
+def _taxi_after(dialogue_id: str, user_text: str):
+    goal = {"taxi": {"info": {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "22:30"}, "reqt": ["phone"]}}
+    semi = {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "", "arriveBy": "22:30"}
+    return _dialogue(dialogue_id, goal, [
+        (user_text, {}, {}),
+        ("I have booked your taxi , contact number 07000111333 .", _belief(taxi=(semi, {"booked": [{"phone": "07000111333", "type": "red skoda"}]})), {}),
+    ])
+
+
+def test_annotation_error_and_human_failure_told_apart_by_the_users_words(database):
+    """The belief records arriveBy 22:30 for a goal leaving after 22:30: a wrong annotation
+    when the user said "after 22:30", the human user's own mistake when they said "arrive"."""
+    for dialogue, cause in [(_taxi_after("ANNOT01.json", "A taxi from lotus garden to riverside lido , I need it after 22:30 ."), "annotation_error"),
+                            (_taxi_after("ANNOT02.json", "A taxi from lotus garden to riverside lido , I must arrive by 22:30 ."), "human_failure")]:
+        episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+        assert not episode.success
+        assert classify(episode, dialogue, database)[0] == cause, dialogue.dialogue_id
+
+
+def test_value_normalisation_times_recorded_as_said(database):
+    """Real belief states hold "5:45pm", "8pm" or "after 15:45"; the replayed call states HH:MM."""
+    from pipelines.multiwoz.ontology import spoken_time
+
+    assert [spoken_time(v) for v in ("5:45pm", "8pm", "after 15:45", "12am", "9", "after lunch")] == [1065, 1200, 945, 0, None, None]
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}, "reqt": ["duration"]}}
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "9:30am"}
+    dialogue = _dialogue("TIME02.json", goal, [
+        ("A train to ely on monday after half past nine ?", {}, {}),
+        ("TR1002 leaves at 10:05 , it takes 17 minutes .", _belief(train=(semi, {})), {}),
+    ])
+    assert gold_tool_calls(dialogue)[0][1].arguments["leaveAt"] == "09:30"
+    assert _grade(dialogue, database).success
+
+
+def test_multi_entity_offer_train_by_time_fitting_the_goal(database):
+    """A query without a day shows the same train time on several days; "arrives at 10:22
+    on monday" offers the goal's day's train, not the first shown."""
+    tuesday = {"trainID": "TR2002", "day": "tuesday", "departure": "cambridge", "destination": "ely", "leaveAt": "10:05",
+               "arriveBy": "10:22", "duration": "17 minutes", "price": "10.10 pounds"}
+    database = _database_with(train=[tuesday])
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "tuesday", "arriveBy": "11:00"}, "reqt": ["price"]}}
+    semi = {"departure": "cambridge", "destination": "ely", "arriveBy": "11:00"}
+    dialogue = _dialogue("TIME03.json", goal, [
+        ("A train to ely arriving by 11:00 , on tuesday . How much is it ?", {}, {}),
+        ("The latest arrives at 10:22 on a tuesday , 10.10 pounds .", _belief(train=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("train").offered == "TR2002"
+
+
+def test_classification_of_untaken_domains_and_unnamed_answers(database):
+    """A dialogue that never takes a goal domain up is the human user's failure, not the
+    replay's; "Yes , they do ." to "free parking ?" answers without naming the attribute,
+    which the checker (reading the system's side) cannot hear: requested_attributes."""
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "reqt": ["phone"]},
+            "hotel": {"info": {"type": "guesthouse", "area": "east"}, "reqt": ["parking"]}}
+    restaurant = {"food": "chinese", "area": "north", "name": "", "pricerange": ""}
+    untaken = _dialogue("HUMAN02.json", goal, [
+        ("A chinese place in the north ?", {}, {}),
+        ("Lotus garden , phone 01223000222 .", _belief(restaurant=(restaurant, {}), hotel=({}, {})), {}),
+    ])
+    problems = offline_result(untaken, database).problems
+    assert [(p.kind, p.domain) for p in problems] == [("not_offered", "hotel"), ("request_without_offer", "hotel")]
+    assert {classify_problem(p, untaken, database) for p in problems} == {"human_failure"}
+    hotel = {"type": "guesthouse", "area": "east", "name": ""}
+    unnamed = _dialogue("REQT01.json", {"hotel": goal["hotel"]}, [
+        ("A guesthouse in the east ? Do they have free parking ?", {}, {}),
+        ("Willow guest house . Yes , they do .", _belief(hotel=(hotel, {})), {"Hotel-Inform": [["Name", "willow guest house"], ["Parking", "none"]]}),
+    ])
+    problems = offline_result(unnamed, database).problems
+    assert [(p.kind, p.slot) for p in problems] == [("request_not_given", "parking")]
+    assert classify_problem(problems[0], unnamed, database) == "requested_attributes"
+
+
+def test_requested_attributes_a_flag_answered_yes(database):
+    """"Do they have free parking ?" - "Yes , they do .": the checker and the simulated user
+    both take the yes as the flag given."""
+    goal = {"hotel": {"info": {"type": "guesthouse", "area": "east"}, "reqt": ["parking"]}}
+    hotel = {"type": "guesthouse", "area": "east", "name": ""}
+    dialogue = _dialogue("REQT02.json", goal, [
+        ("A guesthouse in the east please .", {}, {}),
+        ("Willow guest house is a guesthouse in the east .", _belief(hotel=(hotel, {})), {}),
+        ("Do they have free parking ?", {}, {}),
+        ("Yes , they do .", _belief(hotel=(hotel, {})), {}),
+    ])
+    result = offline_result(dialogue, database)
+    assert result.success, result.reasons
+    replayed = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+    assert not check_goal(dialogue.goal, replayed.state, replayed.system_texts, None).success  # without the question
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    assert episode.success, (episode.result.reasons, [e.text for e in episode.events if e.text])
+    session = AgendaSimulator(database).session(dialogue.goal, 0)
+    session.opening_turn()
+    assert "parking?" in session.reply("Willow guest house is a guesthouse in the east .").text
+    assert session.reply("Yes , they do .").end  # heard: nothing left to ask
+
+
+def test_requested_attributes_a_ticket_price_stated_as_the_total(database):
+    """"The total fee is 30.3 GBP" for 3 tickets states a price of 10.10 pounds each."""
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"},
+                      "book": {"people": "3"}, "reqt": ["price"]}}
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}
+    booked = (semi, {"people": "3", "booked": [{"trainID": "TR1002", "reference": "TT11TT22"}]})
+    dialogue = _dialogue("PRICE01.json", goal, [
+        ("Three tickets to ely on monday after 09:30 , and the price please .", {}, {}),
+        ("Booked on TR1002 , the total fee is 30.3 GBP , reference TT11TT22 .", _belief(train=booked), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+
+
+def test_classification_booking_acts_say_nothing_about_trains(database):
+    """A restaurant booking's "Booking-Book Time 12:00" is not a train's duration told: the
+    duration never given is the human system's failure."""
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "book": {"people": "2", "day": "monday", "time": "12:00"}},
+            "train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}, "reqt": ["duration"]}}
+    restaurant = ({"food": "chinese", "area": "north", "name": "lotus garden"},
+                  {"people": "2", "day": "monday", "time": "12:00", "booked": [{"name": "lotus garden", "reference": "AB12CD34"}]})
+    train = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:30"}
+    dialogue = _dialogue("HUMAN03.json", goal, [
+        ("Lotus garden for 2 on monday at 12:00 .", {}, {}),
+        ("Booked , reference AB12CD34 .", _belief(restaurant=restaurant), {"Booking-Book": [["Ref", "AB12CD34"], ["Time", "12:00"]]}),
+        ("And a train to ely on monday after 09:30 , how long is it ?", {}, {}),
+        ("TR1002 leaves at 10:05 .", _belief(restaurant=restaurant, train=(train, {})), {"Train-Inform": [["Id", "TR1002"]]}),
+    ])
+    problems = offline_result(dialogue, database).problems
+    assert [(p.kind, p.slot) for p in problems] == [("request_not_given", "duration")]
+    assert classify_problem(problems[0], dialogue, database) == "human_failure"
+
+
+def test_requested_attributes_an_unknown_fee_answered_not_known(database):
+    """"How much is the entrance fee ?" - "I am unsure of that , sorry .": the database does
+    not know it either ("?"), so that is the answer, for the checker and the simulated user."""
+    goal = {"attraction": {"info": {"name": "riverside lido"}, "reqt": ["entrance fee"]}}
+    semi = {"name": "riverside lido", "type": "", "area": ""}
+    dialogue = _dialogue("REQT03.json", goal, [
+        ("Tell me about riverside lido .", {}, {}),
+        ("Riverside lido is a swimming pool in the north .", _belief(attraction=(semi, {})), {}),
+        ("How much is the entrance fee ?", {}, {}),
+        ("I am unsure of that , sorry .", _belief(attraction=(semi, {})), {}),
+    ])
+    assert offline_result(dialogue, database).success
+    replayed = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+    assert not check_goal(dialogue.goal, replayed.state, replayed.system_texts, None).success  # without the question
+    session = AgendaSimulator(database).session(dialogue.goal, 0)
+    session.opening_turn()
+    asked = session.reply("Riverside lido is a swimming pool in the north .").text
+    assert "entrance fee" in asked and asked.rstrip().endswith("?")
+    assert session.reply("I am unsure of that , sorry .").end
+
+
 # -- the real validation dialogues -------------------------------------------------------
 
 
@@ -249,7 +542,7 @@ def real_val_dir(tmp_path_factory, real_db_dir):
 def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):
     """All 999 real dialogues, replayed as the gold_replay stage does (its params.yaml
     simulator settings); every failure gets a cause, and the success rate does not fall
-    below what was measured (0.8238)."""
+    below what was measured (0.8238 before issue 18's second round, 0.8559 after)."""
     from pipelines.simulators.agenda import AgendaConfig
     from stages.io import read_params
     from stages.multiwoz_dir import load_multiwoz
@@ -262,7 +555,7 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
-    assert success >= 0.82, success
+    assert success >= 0.85, success
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     causes = [classify(e, by_id[e.dialogue_id], database)[0] for e in episodes if not e.success]
     assert set(causes) <= set(CAUSES)

@@ -3,8 +3,9 @@
 Per goal domain (SpeakRL appendix B: success = every constraint of the goal is met):
 
 * **offered** entity: the entity of the last successful booking in the domain; else the
-  latest-mentioned entity of the latest query whose results the system named afterwards;
-  else a database entity of the domain that the system named.
+  latest-mentioned entity of the latest query whose results (shown, or beyond the five
+  shown: a human system sees every match) the system named afterwards; else a database
+  entity of the domain that the system named.
 * **inform**: the offered entity satisfies the goal's final ``info`` (``values_match``:
   ``leaveAt`` at/after, ``arriveBy`` at/before; a ``name`` must be that venue).
 * **book**: a successful booking whose entity satisfies ``info``, whose arguments match
@@ -12,10 +13,18 @@ Per goal domain (SpeakRL appendix B: success = every constraint of the goal is m
   appendix A: the task is complete when the agent returns the correct booking ids).
   Taxi goals have no ``book`` dict: a successful ``book_taxi`` matching the taxi ``info``.
 * **request**: every ``reqt`` attribute of the offered entity (of the taxi booking for
-  taxis) was given: its value appears in a system text, or a system dialog act informs
-  that slot. An attribute the database does not know ("?") counts as given when the system
-  talks about it by name ("entrance fee"); so do yes/no attributes (internet, parking),
-  which agents state in words, never as "yes".
+  taxis) was given: a system text states it (:func:`pipelines.multiwoz.text.states`, the
+  user simulator's test too), or a system dialog act informs that slot. An attribute the
+  database does not know ("?") counts as given when the system talks about it by name
+  ("entrance fee"); so do yes/no attributes (internet, parking), which agents state in
+  words, never as "yes", or with a plain yes or no right after the user asked about them.
+* **taxi**: a successful ``book_taxi`` whose places are the goal's and whose times meet
+  it (``leaveAt`` at or after, ``arriveBy`` at or before, as for trains); a goal time
+  that refers to another domain's booking ("arrives the restaurant by the booked time",
+  ``DomainGoal.references``) is that booking's.
+
+Every false flag comes with :class:`Reason` records (kind, domain, slot, expected, got),
+which triage reads, and their English texts (``DomainResult.reasons``).
 
 Police and hospital have no tools: their static entity (the police station; the hospital
 department of ``info``) is the offered one, inform means the system named it.
@@ -26,12 +35,12 @@ domain succeeds when no applicable flag is false. Every false flag comes with a 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
-from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, VALUE_SYNONYMS, possessive_split, street_of, is_dont_care, norm_value, parse_time, same_value, values_match
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, is_dont_care, norm_value, parse_time, same_value, twelve_hours_apart, values_match
+from pipelines.multiwoz.text import UNKNOWN_VALUES, TextView, answers, states, words
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
 # Domains graded on their static database entity rather than on tool calls.
@@ -40,29 +49,47 @@ STATIC_DOMAINS: tuple[str, ...] = ("police", "hospital")
 _BOOKING_ACT_DOMAINS = frozenset({"restaurant", "hotel"})
 # Dialog-act intents that give the user a value (Request / NoOffer / NoBook do not).
 _INFORMING_INTENTS = frozenset({"inform", "recommend", "select", "offerbook", "offerbooked", "book"})
-# How a system talks about an attribute without stating a value.
-_SLOT_WORDS: dict[str, tuple[str, ...]] = {
-    "entrance fee": ("entrance fee", "admission"),
-    "openhours": ("opening hours", "open"),
-    "internet": ("internet", "wifi", "wi fi"),
-    "parking": ("parking",),
-    "pricerange": ("price range", "priced"),
-    "car type": ("car",),
-}
-# Values written with or without inner spaces ("CB1 2DP", "01223 315702").
-_COMPACT_SLOTS = frozenset({"phone", "postcode"})
-# Values whose number alone is how people state them ("£23.60", "5 quid", "51 min").
-_NUMERIC_SLOTS = frozenset({"price", "entrance fee", "duration"})
-_UNKNOWN_VALUES = frozenset({"", "?"})
 
-_WORD = re.compile(r"[a-z0-9]+")
-_CLOCK = re.compile(r"(?<!\d)(\d{1,2})\s*[:.]\s*(\d{2})(?!\d)")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 # --------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------
+
+
+# What a Reason can be about (``Reason.kind``).
+REASON_KINDS: tuple[str, ...] = (
+    "not_offered",  # no entity of the domain was offered
+    "info_mismatch",  # the offered entity has another value for ``slot``
+    "no_booking",  # no successful booking (``got``: how many attempts were refused)
+    "booked_info_mismatch",  # the booked entity has another value for ``slot``
+    "booking_value",  # booked with another ``slot`` value (people, day, time, stay)
+    "reference_not_given",  # the booking's reference was never told
+    "request_not_given",  # a requested attribute was never given (``got``: its true value)
+    "request_without_offer",  # attributes requested, but nothing offered or booked
+    "no_taxi",  # no taxi was booked
+    "taxi_value",  # the taxi was booked with another ``slot`` value
+    "static_unknown",  # no police station / hospital department fits the goal
+    "static_not_named",  # the static entity was never named
+)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One way an episode missed its goal: for people (``text``) and for triage tables (the
+    rest: ``expected`` is the goal's value, ``got`` what the episode has)."""
+
+    kind: str
+    domain: str
+    text: str
+    slot: str | None = None
+    expected: str | None = None
+    got: str | None = None
+    entity: str | None = None  # the venue, train or taxi reference it is about
+
+    def __post_init__(self) -> None:
+        if self.kind not in REASON_KINDS:
+            raise ValueError(f"unknown reason kind {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -72,7 +99,8 @@ class DomainResult:
     inform: bool | None
     book: bool | None
     request: bool | None
-    reasons: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()  # the problems' texts
+    problems: tuple[Reason, ...] = ()
 
     @property
     def success(self) -> bool:
@@ -108,6 +136,10 @@ class GoalResult:
     def reasons(self) -> tuple[str, ...]:
         return tuple(f"{d.domain}: {reason}" for d in self.domains for reason in d.reasons)
 
+    @property
+    def problems(self) -> tuple[Reason, ...]:
+        return tuple(problem for d in self.domains for problem in d.problems)
+
     def domain(self, name: str) -> DomainResult | None:
         return next((d for d in self.domains if d.domain == name), None)
 
@@ -137,41 +169,36 @@ def success_rate(results: Iterable[GoalResult]) -> float:
 # --------------------------------------------------------------------------------------
 
 
-def _words(text: object) -> str:
-    return " ".join(_WORD.findall(norm_value(text)))
+_words = words
 
 
 @dataclass(frozen=True)
 class _Utterance:
     turn: int
-    padded: str  # " words " so that " phrase " matches whole words only
-    compact: str  # words without spaces
-    times: frozenset[int]  # clock times mentioned, in minutes
-    numbers: frozenset[float]  # numbers mentioned: "10.1 GBP" states a price of 10.10 pounds
+    text: TextView
 
 
 class _Transcript:
     """The system's texts, searchable for whole-word phrases, times and compact values."""
 
-    def __init__(self, system_texts: Iterable[str | tuple[int, str]]):
-        utterances = []
+    def __init__(self, system_texts: Iterable[str | tuple[int, str]], user_texts: Iterable[tuple[int, str]] = ()):
+        utterances, raw = [], []
         for position, item in enumerate(system_texts):
             turn, text = (position, item) if isinstance(item, str) else item
-            # Both forms of possessives: "king 's college" and "curry prince 's phone".
-            words = f"{_words(text)}  {_words(possessive_split(text))}"
-            times = frozenset(int(h) * 60 + int(m) for h, m in _CLOCK.findall(text) if int(h) <= 24 and int(m) < 60)
-            numbers = frozenset(float(n) for n in _NUMBER.findall(str(text)))
-            utterances.append(_Utterance(int(turn), f" {words} ", words.replace(" ", ""), times, numbers))
+            utterances.append(_Utterance(int(turn), TextView.of(str(text))))
+            raw.append((int(turn), str(text)))
         self._utterances = tuple(utterances)
-        self._vocabulary = frozenset(w for u in utterances for w in u.padded.split())
+        self._vocabulary = frozenset(w for u in utterances for w in u.text.padded.split())
+        # Each user question with the system's next utterance: "Do they have free parking ?"
+        # - "Yes , they do ." answers without naming the attribute.
+        self._exchanges = tuple((question, next((t for n, t in raw if n > turn), "")) for turn, question in user_texts if "?" in question)
 
     def last_mention(self, phrase: object, since: int | None = None) -> int | None:
         """The last turn (at or after ``since``) whose text contains ``phrase`` as whole words."""
-        words = _words(phrase)
-        if not words or not set(words.split()) <= self._vocabulary:
+        needle = _words(phrase)
+        if not needle or not set(needle.split()) <= self._vocabulary:
             return None
-        needle = f" {words} "
-        turns = [u.turn for u in self._utterances if (since is None or u.turn >= since) and needle in u.padded]
+        turns = [u.turn for u in self._utterances if (since is None or u.turn >= since) and u.text.mentions(needle)]
         return max(turns) if turns else None
 
     def mentions(self, phrase: object, since: int | None = None) -> bool:
@@ -179,18 +206,19 @@ class _Transcript:
 
     def mentions_time(self, value: object, since: int | None = None) -> bool:
         minutes = parse_time(value)
-        return minutes is not None and any(minutes in u.times for u in self._utterances if since is None or u.turn >= since)
-
-    def mentions_number(self, number: float) -> bool:
-        return any(number in u.numbers for u in self._utterances)
-
-    def mentions_compact(self, value: object) -> bool:
-        return self.last_mention_compact(value) is not None
+        return minutes is not None and any(minutes in u.text.times for u in self._utterances if since is None or u.turn >= since)
 
     def last_mention_compact(self, value: object, since: int | None = None) -> int | None:
         needle = _words(value).replace(" ", "")
-        turns = [u.turn for u in self._utterances if (since is None or u.turn >= since) and needle and needle in u.compact]
+        turns = [u.turn for u in self._utterances if (since is None or u.turn >= since) and needle and needle in u.text.compact]
         return max(turns) if turns else None
+
+    def states(self, slot: str, value: str | None) -> bool:
+        """Some utterance gives attribute ``slot`` of true value ``value`` (:func:`states`),
+        or answers the user's yes/no question about it."""
+        if any(answers(question, answer, slot, value) for question, answer in self._exchanges):
+            return True
+        return any(states(u.text, slot, value) for u in self._utterances)
 
 
 # --------------------------------------------------------------------------------------
@@ -203,15 +231,19 @@ def check_goal(
     state: EnvState,
     system_texts: Iterable[str | tuple[int, str]],
     system_acts: Iterable[DialogAct] | None = None,
+    user_texts: Iterable[tuple[int, str]] = (),
 ) -> GoalResult:
     """Grade an episode.
 
     ``system_texts`` are the system's utterances: plain strings (the i-th has turn i) or
     ``(turn, text)`` pairs in the numbering the tool calls were made with, so that "a
     reference told after the booking" can be checked. ``system_acts`` are the system's
-    dialog acts when the source has them.
+    dialog acts when the source has them. ``user_texts`` are ``(turn, text)`` pairs of the
+    user's side: a yes/no attribute the user asked about ("free parking?") is given by a
+    system turn that then opens with a yes or a no; one the database does not know, by a
+    system turn that then says it is not known.
     """
-    transcript = _Transcript(system_texts)
+    transcript = _Transcript(system_texts, user_texts)
     acts = tuple(system_acts or ())
     results = []
     for domain_goal in goal.domains:
@@ -230,12 +262,12 @@ def _constraints(values: Mapping[str, str]) -> dict[str, str]:
 
 def _check_venue(goal: DomainGoal, state: EnvState, transcript: _Transcript, acts: Sequence[DialogAct]) -> DomainResult:
     domain, info = goal.domain, _constraints(goal.info)
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     offered = _offered(domain, state, transcript, info)
 
     inform = None
     if info:
-        problems = _info_problems(offered, info) if offered else [f"no {domain} was offered"]
+        problems = _info_problems(domain, offered, info) if offered else [Reason("not_offered", domain, f"no {domain} was offered")]
         inform = not problems
         reasons += problems
 
@@ -248,57 +280,80 @@ def _check_venue(goal: DomainGoal, state: EnvState, transcript: _Transcript, act
     request = None
     if goal.reqt:
         if offered is None:
-            problems = [f"requested {', '.join(goal.reqt)} but no {domain} was offered"]
+            problems = [Reason("request_without_offer", domain, f"requested {', '.join(goal.reqt)} but no {domain} was offered", ", ".join(goal.reqt))]
         else:
-            problems = _request_problems(domain, goal.reqt, lambda slot: _attribute(offered, slot), transcript, acts)
+            # A ticket's price is also stated as the booking's total ("70.7 GBP" for 7 tickets).
+            totals = [b.details["total price"] for b in state.successful_bookings(domain) if b.entity == offered and "total price" in b.details]
+            problems = _request_problems(domain, goal.reqt, lambda slot: _attribute(offered, slot), transcript, acts, offered.name, {"price": totals})
         request = not problems
         reasons += problems
 
-    return DomainResult(domain, offered.name if offered else None, inform, book, request, tuple(reasons))
+    return _result(domain, offered.name if offered else None, inform, book, request, reasons)
+
+
+def _result(domain: str, offered: str | None, inform: bool | None, book: bool | None, request: bool | None, problems: Sequence[Reason]) -> DomainResult:
+    return DomainResult(domain, offered, inform, book, request, tuple(p.text for p in problems), tuple(problems))
 
 
 def _check_taxi(goal: DomainGoal, state: EnvState, transcript: _Transcript, acts: Sequence[DialogAct]) -> DomainResult:
-    info = _constraints(goal.info)
+    info = _resolved(goal, state)
     booked = state.successful_bookings("taxi")
     fitting = [b for b in booked if not _taxi_problems(info, b)]
+    reasons: list[Reason]
     if fitting:
-        chosen, reasons = fitting[-1], []
+        # The taxi the user was told about: the last fitting one whose details were given.
+        told = [b for b in fitting if not _request_problems("taxi", goal.reqt, b.details.get, transcript, acts, b.reference)]
+        chosen, reasons = (told or fitting)[-1], []
     elif booked:
         chosen, reasons = booked[-1], _taxi_problems(info, booked[-1])
     else:
-        chosen, reasons = None, ["no taxi was booked"]
+        chosen, reasons = None, [Reason("no_taxi", "taxi", "no taxi was booked")]
 
     request = None
     if goal.reqt:
         if chosen is None:
-            problems = [f"requested {', '.join(goal.reqt)} but no taxi was booked"]
+            problems = [Reason("request_without_offer", "taxi", f"requested {', '.join(goal.reqt)} but no taxi was booked", ", ".join(goal.reqt))]
         else:
-            problems = _request_problems("taxi", goal.reqt, chosen.details.get, transcript, acts)
+            problems = _request_problems("taxi", goal.reqt, chosen.details.get, transcript, acts, chosen.reference)
         request = not problems
         reasons += problems
-    return DomainResult("taxi", chosen.reference if chosen else None, None, bool(fitting), request, tuple(reasons))
+    return _result("taxi", chosen.reference if chosen else None, None, bool(fitting), request, reasons)
+
+
+def _resolved(goal: DomainGoal, state: EnvState) -> dict[str, str]:
+    """The goal's constraints with its cross-domain references resolved: "arrive at the
+    restaurant by the booked time" is the time of the restaurant booking made, which the
+    goal's own value (the generator's guess) need not be."""
+    info = _constraints(goal.info)
+    for slot, (domain, other) in goal.references.items():
+        booked = [b for b in state.successful_bookings(domain) if b.arguments.get(other)]
+        if booked:
+            info[slot] = booked[-1].arguments[other]
+    return info
 
 
 def _check_static(goal: DomainGoal, state: EnvState, transcript: _Transcript, acts: Sequence[DialogAct]) -> DomainResult:
     domain, info = goal.domain, _constraints(goal.info)
     entities = state.database.search(domain, info) if info else list(state.database.entities(domain))
     entity = entities[0] if entities else None
-    reasons: list[str] = []
+    reasons: list[Reason] = []
 
     inform = None
     if info:
         if entity is None:
-            reasons.append(f"no {domain} has {', '.join(f'{k} {v}' for k, v in info.items())}")
+            wanted = ", ".join(f"{k} {v}" for k, v in info.items())
+            reasons.append(Reason("static_unknown", domain, f"no {domain} has {wanted}", expected=wanted))
         elif not transcript.mentions(name_key(entity.name)):
-            reasons.append(f"{entity.name} was never named")
+            reasons.append(Reason("static_not_named", domain, f"{entity.name} was never named", entity=entity.name))
         inform = not reasons
 
     request = None
     if goal.reqt:
-        problems = _request_problems(domain, goal.reqt, lambda slot: _attribute(entity, slot) if entity else None, transcript, acts)
+        problems = _request_problems(domain, goal.reqt, lambda slot: _attribute(entity, slot) if entity else None, transcript, acts,
+                                     entity.name if entity else None)
         request = not problems
         reasons += problems
-    return DomainResult(domain, entity.name if entity else None, inform, None, request, tuple(reasons))
+    return _result(domain, entity.name if entity else None, inform, None, request, reasons)
 
 
 # -- offered entity ----------------------------------------------------------------------
@@ -316,7 +371,11 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
                 # is about that venue, named again or not.
                 return query.results[0]
             if named is None and domain == "train":
-                named = _train_by_time(query.results, transcript, query.turn)
+                named = _train_by_time(query.results, transcript, query.turn, info)
+            if named is None and query.count > len(query.results):
+                # Real systems see every match, not the first five: "would you like the
+                # Williams Art and Antiques museum?" after a query of eleven museums.
+                named = _latest_named(state.database.search(domain, query.constraints), transcript, query.turn, info)
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.
@@ -340,19 +399,21 @@ def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: in
         # chain share a phone number, "newmarket road fen ditton" is inside "451 newmarket
         # road fen ditton").
         said = transcript.last_mention(name_key(entity.name), since)
-        key = (turn, -1 if said is None else said, len(name_key(entity.name)), not _info_problems(entity, info), -position)
+        key = (turn, -1 if said is None else said, len(name_key(entity.name)), not _info_problems(entity.domain, entity, info), -position)
         if best_key is None or key > best_key:
             best, best_key = entity, key
     return best
 
 
-def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int) -> Entity | None:
+def _train_by_time(trains: Sequence[Entity], transcript: _Transcript, since: int, info: Mapping[str, str]) -> Entity | None:
     """The shown train whose departure (else arrival) time the system said ("I have a train
-    leaving at 21:01"): within one query's results such a time picks one train."""
+    leaving at 21:01"): within one query's results such a time picks one train, or one a
+    day, for a query without a day; then, as for names, the one fitting the goal ("the
+    latest train arrives at 17:52 on a Wednesday")."""
     for slot in ("leaveAt", "arriveBy"):
-        for train in trains:
-            if transcript.mentions_time(train.get(slot), since):
-                return train
+        said = [train for train in trains if transcript.mentions_time(train.get(slot), since)]
+        if said:
+            return next((train for train in said if not _info_problems("train", train, info)), said[0])
     return None
 
 
@@ -362,7 +423,7 @@ def _last_reference(entity: Entity, transcript: _Transcript, since: int | None) 
     number of X?" with the number alone, and that identifies X as well as its name does."""
     turns = [transcript.last_mention(name_key(entity.name), since)]
     phone, address, postcode = entity.get("phone"), entity.get("address"), entity.get("postcode")
-    if phone and norm_value(phone) not in _UNKNOWN_VALUES and len(_words(phone).replace(" ", "")) >= 10:
+    if phone and norm_value(phone) not in UNKNOWN_VALUES and len(_words(phone).replace(" ", "")) >= 10:
         turns.append(transcript.last_mention_compact(phone, since))
     if postcode and len(_words(postcode).replace(" ", "")) >= 5:
         # Which of two venues offered together "it" is: the one whose postcode came next.
@@ -380,7 +441,7 @@ def _attribute(entity: Entity, slot: str) -> str | None:
     return entity.name if slot == "name" else entity.get(slot)
 
 
-def _info_problems(entity: Entity, info: Mapping[str, str]) -> list[str]:
+def _info_problems(domain: str, entity: Entity, info: Mapping[str, str], kind: str = "info_mismatch", prefix: str = "") -> list[Reason]:
     problems = []
     for slot, wanted in info.items():
         actual = _attribute(entity, slot)
@@ -389,18 +450,19 @@ def _info_problems(entity: Entity, info: Mapping[str, str]) -> list[str]:
         else:
             fits = values_match(slot, wanted, actual)
         if not fits:
-            problems.append(f"{entity.name} has {slot} {actual or 'unknown'}, the goal wants {wanted}")
+            text = f"{prefix}{entity.name} has {slot} {actual or 'unknown'}, the goal wants {wanted}"
+            problems.append(Reason(kind, domain, text, slot, wanted, actual, entity.name))
     return problems
 
 
-def _booking_problems(goal: DomainGoal, state: EnvState, transcript: _Transcript) -> list[str]:
+def _booking_problems(goal: DomainGoal, state: EnvState, transcript: _Transcript) -> list[Reason]:
     """No problems when some successful booking is right; else those of the last one."""
     attempts = [b for b in state.bookings if b.domain == goal.domain]
     booked = [b for b in attempts if b.success]
     if not booked:
         refused = f" ({len(attempts)} attempt(s) refused)" if attempts else ""
-        return [f"no successful {goal.domain} booking{refused}"]
-    last_problems: list[str] = []
+        return [Reason("no_booking", goal.domain, f"no successful {goal.domain} booking{refused}", got=str(len(attempts)))]
+    last_problems: list[Reason] = []
     for booking in reversed(booked):
         problems = _wrong_booking(goal, booking, transcript)
         if not problems:
@@ -409,35 +471,33 @@ def _booking_problems(goal: DomainGoal, state: EnvState, transcript: _Transcript
     return last_problems
 
 
-def _wrong_booking(goal: DomainGoal, booking: BookingRecord, transcript: _Transcript) -> list[str]:
-    problems = [f"booked {p}" for p in _info_problems(booking.entity, _constraints(goal.info))] if booking.entity else []
+def _wrong_booking(goal: DomainGoal, booking: BookingRecord, transcript: _Transcript) -> list[Reason]:
+    domain = goal.domain
+    problems = _info_problems(domain, booking.entity, _constraints(goal.info), "booked_info_mismatch", "booked ") if booking.entity else []
     for slot, wanted in _constraints(goal.book).items():
         actual = booking.arguments.get(slot)
         if actual is None or not same_value(slot, actual, wanted):
-            problems.append(f"booked {booking.name} with {slot} {actual or 'unset'}, the goal wants {wanted}")
+            text = f"booked {booking.name} with {slot} {actual or 'unset'}, the goal wants {wanted}"
+            problems.append(Reason("booking_value", domain, text, slot, wanted, actual, booking.name))
     if not transcript.mentions(booking.reference, since=booking.turn):
-        problems.append(f"reference {booking.reference} of {booking.name} was never given to the user")
+        text = f"reference {booking.reference} of {booking.name} was never given to the user"
+        problems.append(Reason("reference_not_given", domain, text, "reference", got=booking.reference, entity=booking.name))
     return problems
 
 
-def _taxi_problems(info: Mapping[str, str], booking: BookingRecord) -> list[str]:
+def _taxi_problems(info: Mapping[str, str], booking: BookingRecord) -> list[Reason]:
     problems = []
     for slot, wanted in info.items():
         actual = booking.arguments.get(slot)
         if slot in TIME_SLOTS:
-            fits = actual is not None and (same_value(slot, actual, wanted) or _twelve_hours_apart(actual, wanted))
+            # "Leave after 20:30" / "arrive by 10:00", as for trains; a 12-hour goal time too.
+            fits = actual is not None and (values_match(slot, wanted, actual) or twelve_hours_apart(actual, wanted))
         else:
             fits = actual is not None and same_name(actual, wanted, shortened=True)
         if not fits:
-            problems.append(f"taxi booked with {slot} {actual or 'unset'}, the goal wants {wanted}")
+            text = f"taxi booked with {slot} {actual or 'unset'}, the goal wants {wanted}"
+            problems.append(Reason("taxi_value", "taxi", text, slot, wanted, actual, booking.reference))
     return problems
-
-
-def _twelve_hours_apart(actual: object, wanted: object) -> bool:
-    """MultiWOZ goals sometimes give a 12-hour time ("03:30" for half past three in the
-    afternoon) that the dialogue states as 15:30."""
-    a, w = parse_time(actual), parse_time(wanted)
-    return a is not None and w is not None and w < 13 * 60 and a - w == 12 * 60
 
 
 # -- request -----------------------------------------------------------------------------
@@ -449,13 +509,18 @@ def _request_problems(
     value_of: Callable[[str], str | None],
     transcript: _Transcript,
     acts: Sequence[DialogAct],
-) -> list[str]:
+    entity: str | None = None,
+    also: Mapping[str, Sequence[str]] | None = None,
+) -> list[Reason]:
+    """``also``: other values that state a slot as well as its own."""
     problems = []
     for slot in reqt:
         value = value_of(slot)
-        if not (_act_gives(domain, slot, acts) or _text_gives(slot, value, transcript)):
-            shown = f" ({value})" if value and norm_value(value) not in _UNKNOWN_VALUES else ""
-            problems.append(f"requested {slot}{shown} was never given")
+        stated = transcript.states(slot, value) or any(transcript.states(slot, other) for other in (also or {}).get(slot, ()))
+        if not (_act_gives(domain, slot, acts) or stated):
+            known = value if value and norm_value(value) not in UNKNOWN_VALUES else None
+            text = f"requested {slot}{f' ({known})' if known else ''} was never given"
+            problems.append(Reason("request_not_given", domain, text, slot, got=known, entity=entity))
     return problems
 
 
@@ -467,19 +532,3 @@ def _act_gives(domain: str, slot: str, acts: Sequence[DialogAct]) -> bool:
             return True
     return False
 
-
-def _text_gives(slot: str, value: str | None, transcript: _Transcript) -> bool:
-    if value is None or norm_value(value) in _UNKNOWN_VALUES or norm_value(value) in ("yes", "no"):
-        return any(transcript.mentions(word) for word in _SLOT_WORDS.get(slot, (slot,)))
-    if slot in TIME_SLOTS and parse_time(value) is not None:
-        return transcript.mentions_time(value)
-    if slot in _COMPACT_SLOTS:
-        return transcript.mentions_compact(value)
-    synonyms = [phrase for phrase, meant in VALUE_SYNONYMS.get(slot, {}).items() if meant == norm_value(value)]
-    if slot == "address":
-        synonyms.append(street_of(value))  # "on saint mary's lane" gives "12 saint mary's lane"
-    # A category is often said in the plural: "both are guesthouses", "two museums".
-    if any(transcript.mentions(phrase) for phrase in (value, *synonyms)) or (slot == "type" and transcript.mentions(f"{value}s")):
-        return True
-    number = _NUMBER.search(value) if slot in _NUMERIC_SLOTS else None
-    return number is not None and transcript.mentions_number(float(number.group()))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pipelines.env.tools import TOOLS, EnvState, ToolEnvironment
-from pipelines.multiwoz.ontology import is_dont_care
+from pipelines.multiwoz.ontology import TIME_SLOTS, format_time, is_dont_care, parse_time, spoken_time
 from pipelines.records import BookedRecord, DialogAct, Dialogue, DomainBelief, ToolCall, frozen_dict
 
 QUERY_TOOLS: Mapping[str, str] = frozen_dict(
@@ -88,7 +88,7 @@ def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
     def rewrite(turn: int, text: str) -> str:
         for since, gold, mine in substitutions:
             if turn >= since:
-                text = re.sub(re.escape(gold), mine, text, flags=re.IGNORECASE)
+                text = _as_said(gold).sub(mine, text)
         return text
 
     system_turns = [t for t in dialogue.turns if t.speaker == "system"]
@@ -97,6 +97,15 @@ def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
         DialogAct(act.act, act.slot, rewrite(t.index, act.value)) for t in system_turns for act in t.dialog_acts or ()
     )
     return ReplayResult(environment.state, texts, acts, tuple(calls))
+
+
+def _as_said(gold: str) -> re.Pattern[str]:
+    """How a system text states a gold value: a phone number with spaces or dashes between
+    its digits ("0 754 - 399 - 4513"), a car's colour spelled either way ("gray skoda")."""
+    if re.fullmatch(r"\d{6,}", gold):
+        return re.compile(r"[\s-]*".join(gold))
+    pattern = r"\s+".join(re.escape(word) for word in gold.split())
+    return re.compile(re.sub(r"gr[ae]y", "gr[ae]y", pattern, flags=re.IGNORECASE), re.IGNORECASE)
 
 
 def _gold_steps(dialogue: Dialogue) -> list[_GoldStep]:
@@ -123,7 +132,14 @@ def _gold_steps(dialogue: Dialogue) -> list[_GoldStep]:
 
 
 def _stated(values: Mapping[str, str]) -> dict[str, str]:
-    return {slot: value for slot, value in values.items() if not is_dont_care(value)}
+    """The values a belief states; times as "HH:MM" when recorded as said ("5:45pm")."""
+    stated = {}
+    for slot, value in values.items():
+        if is_dont_care(value):
+            continue
+        minutes = spoken_time(value) if slot in TIME_SLOTS and parse_time(value) is None else None
+        stated[slot] = format_time(minutes) if minutes is not None else value
+    return stated
 
 
 def _call(tool: str, values: Mapping[str, str]) -> ToolCall:

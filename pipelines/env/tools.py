@@ -43,6 +43,7 @@ from pipelines.multiwoz.ontology import (
     DAYS,
     PRICERANGES,
     TIME_SLOTS,
+    canonical_value,
     is_dont_care,
     norm_value,
     parse_time,
@@ -206,7 +207,7 @@ def name_key(name: object) -> str:
 
 
 # Words that name the kind of venue, not the venue: people add or drop them.
-_GENERIC_NAME_WORDS = frozenset({"restaurant", "hotel", "guesthouse", "guest", "house", "the", "and", "cafe", "bar"})
+_GENERIC_NAME_WORDS = frozenset({"restaurant", "hotel", "guesthouse", "guest", "house", "the", "and", "cafe", "caffe", "bar"})
 
 
 def _short_name(key: str) -> str:
@@ -248,7 +249,7 @@ class _Table:
             names.setdefault(name_key(entity.name), []).append(position)
             for slot, value in entity.attributes.items():
                 if slot not in TIME_SLOTS:
-                    index.setdefault(slot, {}).setdefault(norm_value(value), set()).add(position)
+                    index.setdefault(slot, {}).setdefault(canonical_value(slot, value), set()).add(position)
         self._index = {slot: {value: frozenset(p) for value, p in values.items()} for slot, values in index.items()}
         self._names = {key: tuple(p) for key, p in names.items()}
         short: dict[str, list[int]] = {}
@@ -271,7 +272,7 @@ class _Table:
     def positions(self, slot: str, value: object) -> frozenset[int]:
         if slot == "name":
             return frozenset(self._lookup(value))
-        return self._index.get(slot, {}).get(norm_value(value), frozenset())
+        return self._index.get(slot, {}).get(canonical_value(slot, value), frozenset())
 
 
 class Database:
@@ -458,7 +459,8 @@ def _normalise(param: Param, raw: object) -> str | None:
         return f"{minutes // 60:02d}:{minutes % 60:02d}"
     if param.kind == IDENT:
         return str(raw).strip().upper()
-    value = norm_value(raw)
+    # The database's spelling: a real belief's "night club" queries type "nightclub".
+    value = canonical_value(param.name, raw)
     if param.kind == ENUM and value not in param.enum:
         raise _CallError(f"{param.name} must be one of {', '.join(param.enum)}; got {raw!r}")
     return value

@@ -40,7 +40,8 @@ class World(Protocol):
 
     def ended(self, environment: EpisodeEnvironment) -> bool: ...
 
-    def grade(self, goal: Any, environment: EpisodeEnvironment, visible_texts: Iterable[tuple[int, str]], finished: bool) -> GoalResult: ...
+    def grade(self, goal: Any, environment: EpisodeEnvironment, visible_texts: Iterable[tuple[int, str]], finished: bool,
+              user_texts: Iterable[tuple[int, str]] = ()) -> GoalResult: ...
 
 
 class MultiWozWorld:
@@ -58,9 +59,11 @@ class MultiWozWorld:
     def ended(self, environment: EpisodeEnvironment) -> bool:
         return False
 
-    def grade(self, goal: Any, environment: EpisodeEnvironment, visible_texts: Iterable[tuple[int, str]], finished: bool) -> GoalResult:
-        # MultiWOZ grades what was booked and said, however the dialogue ended.
-        return check_goal(goal, environment.state, list(visible_texts), None)
+    def grade(self, goal: Any, environment: EpisodeEnvironment, visible_texts: Iterable[tuple[int, str]], finished: bool,
+              user_texts: Iterable[tuple[int, str]] = ()) -> GoalResult:
+        # MultiWOZ grades what was booked and said, however the dialogue ended; the user's
+        # turns tell which yes/no answers answered a question of theirs.
+        return check_goal(goal, environment.state, list(visible_texts), None, user_texts)
 
 
 def as_world(world_or_database: World | Database) -> World:
@@ -131,7 +134,8 @@ class TauBenchWorld:
     def ended(self, environment: EpisodeEnvironment) -> bool:
         return isinstance(environment, TauEpisodeEnvironment) and environment.tau.transferred
 
-    def grade(self, goal: Any, environment: EpisodeEnvironment, visible_texts: Iterable[tuple[int, str]], finished: bool) -> TauGoalResult:
+    def grade(self, goal: Any, environment: EpisodeEnvironment, visible_texts: Iterable[tuple[int, str]], finished: bool,
+              user_texts: Iterable[tuple[int, str]] = ()) -> TauGoalResult:
         if not isinstance(goal, TauTask) or not isinstance(environment, TauEpisodeEnvironment):
             raise TypeError(f"the {self.name} world grades TauTask goals in its own environments, got {type(goal).__name__}")
         expected = self._expected.get(goal.task_id)

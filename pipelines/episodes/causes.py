@@ -2,9 +2,12 @@
 
 A failing gold replay is either a disagreement between askflow and the dataset or a
 dialogue that really missed its goal. The episode is compared with an offline grading of
-the same dialogue (its gold calls replayed in a fresh environment, graded on every gold
-system text, without dialog acts as episodes are): when the offline grade succeeds, the user simulator cut the dialogue short or
-led it elsewhere; otherwise the offline grade's first reason names the cause:
+the same dialogue (its gold calls replayed once in a fresh environment, graded on every
+gold system text, without dialog acts as episodes are): when the offline grade succeeds,
+the user simulator cut the dialogue short or led it elsewhere; otherwise each of the
+offline grade's structured problems (:class:`pipelines.env.checker.Reason`) gets a cause,
+and the dialogue's cause is the first of them, unless one shows that the dialogue fails
+whatever askflow does (in the order ``human_failure``, ``annotation_error``, ``db_mismatch``):
 
 * ``simulator_ended_early``: the offline grade succeeds, the episode does not;
 * ``value_normalisation``: the dataset and the goal state one value differently (a 12-hour
@@ -18,18 +21,23 @@ led it elsewhere; otherwise the offline grade's first reason names the cause:
 * ``db_mismatch``: no database entity fits the goal, or the one named is not in the database;
 * ``replay_agent_limits``: the annotations imply no tool call where the dialogue plainly
   made one (a taxi booked without a belief-state record);
-* ``human_failure``: the human system never offered or booked what the goal asks.
+* ``annotation_error``: the belief state contradicts the user's own words (a taxi time the
+  user gave as "after 22:30" recorded as ``arriveBy``): the replayed call is wrong, the
+  human dialogue may well have succeeded, and nothing but reading the text could tell;
+* ``human_failure``: the human system never offered, booked or told what the goal asks,
+  or the human user asked for something else than the goal.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from pipelines.env.checker import GoalResult, check_goal
-from pipelines.env.replay import BOOKING_TOOLS, gold_tool_calls, replay
+from pipelines.env.checker import GoalResult, Reason, check_goal
+from pipelines.env.replay import BOOKING_TOOLS, ReplayResult, gold_tool_calls, replay
 from pipelines.env.tools import Database, ToolEnvironment, name_key
 from pipelines.episodes.records import Episode
-from pipelines.multiwoz.ontology import ACT_SLOT, norm_value, parse_time
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, canonical_value, is_dont_care, norm_value, parse_time, twelve_hours_apart
 from pipelines.records import Dialogue
 
 CAUSES: tuple[str, ...] = (
@@ -41,45 +49,198 @@ CAUSES: tuple[str, ...] = (
     "multi_entity_offers",
     "db_mismatch",
     "replay_agent_limits",
+    "annotation_error",
     "human_failure",
 )
+# Causes that make the dialogue fail whatever askflow does, strongest first.
+_DECISIVE: tuple[str, ...] = ("human_failure", "annotation_error", "db_mismatch")
 
-_MISMATCH = re.compile(r"^(?P<domain>\w+): (?P<who>.+?) (?:has|with) (?P<slot>[\w ]+?) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
-_REQUESTED = re.compile(r"^requested (?P<slot>[\w ]+?)(?: \((?P<value>.*)\))? was never given$")
-_BOOKED_WITH = re.compile(r"^booked (?P<who>.+?) with (?P<slot>people|day|time|stay) (?P<actual>.+), the goal wants (?P<wanted>.+)$")
 _SEMI_SLOTS = frozenset({"day", "departure", "destination", "leaveAt", "arriveBy", "area", "pricerange", "food", "type", "stars", "internet", "parking"})
 _TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
+# How a user says which of a taxi's times a clock time is.
+_TIME_CUES = {
+    "leaveAt": re.compile(r"\b(?:after|leave|leaving|depart|departing|pick(?:ed)? (?:me |us |you )?up|pickup)\b", re.I),
+    "arriveBy": re.compile(r"\b(?:arrive|arriving|arrival|get there|be there|get (?:me )?to|gets me there)\b", re.I),
+}
 
 
-def offline_result(dialogue: Dialogue, database: Database) -> GoalResult:
+@dataclass(frozen=True)
+class _Case:
+    """One dialogue under triage, with its gold calls replayed once."""
+
+    dialogue: Dialogue
+    database: Database
+    replayed: ReplayResult
+
+
+def replay_offline(dialogue: Dialogue, database: Database) -> ReplayResult:
+    """The dialogue's gold calls run in a fresh environment."""
+    return replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+
+
+def offline_result(dialogue: Dialogue, database: Database, replayed: ReplayResult | None = None) -> GoalResult:
     """The dialogue's gold calls replayed in a fresh environment, graded on every gold text.
     Without dialog acts, as episodes are graded: an agent produces none."""
-    result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
-    return check_goal(dialogue.goal, result.state, result.system_texts, None)
+    result = replayed or replay_offline(dialogue, database)
+    user_texts = [(t.index, t.text) for t in dialogue.turns if t.speaker == "user"]
+    return check_goal(dialogue.goal, result.state, result.system_texts, None, user_texts)
 
 
-def _same_modulo_normalisation(slot: str, actual: str, wanted: str) -> bool:
-    a, w = parse_time(actual), parse_time(wanted)
-    if a is not None and w is not None:
-        return (a - w) % (12 * 60) == 0  # "03:30" written for "15:30"
+def triage(dialogue: Dialogue, database: Database) -> tuple[tuple[Reason, str], ...]:
+    """Every problem of the dialogue's offline grade with its cause (none when it succeeds)."""
+    replayed = replay_offline(dialogue, database)
+    offline = offline_result(dialogue, database, replayed)
+    return tuple((problem, classify_problem(problem, dialogue, database, replayed)) for problem in offline.problems)
+
+
+def dialogue_cause(triaged: tuple[tuple[Reason, str], ...]) -> tuple[str, Reason]:
+    """The dialogue's cause among its problems' (see the module docstring), and the problem it rests on."""
+    for decisive in _DECISIVE:
+        for problem, cause in triaged:
+            if cause == decisive:
+                return cause, problem
+    problem, cause = triaged[0]
+    return cause, problem
+
+
+def classify(episode: Episode, dialogue: Dialogue, database: Database) -> tuple[str, tuple[str, ...]]:
+    """The cause of a failing gold-replay episode (see the module docstring), with the
+    reasons it rests on: the offline grade's, or the episode's when that one succeeds."""
+    triaged = triage(dialogue, database)
+    if not triaged:
+        return "simulator_ended_early", episode.result.reasons
+    return dialogue_cause(triaged)[0], tuple(f"{problem.domain}: {problem.text}" for problem, _ in triaged)
+
+
+def classify_problem(problem: Reason, dialogue: Dialogue, database: Database, replayed: ReplayResult | None = None) -> str:
+    """The cause of one problem the checker found in the offline grade."""
+    case = _Case(dialogue, database, replayed or replay_offline(dialogue, database))
+    kind, domain = problem.kind, problem.domain
+    if kind == "request_not_given":
+        return _classify_request(domain, problem.slot or "", problem.got, case)
+    if kind in ("not_offered", "request_without_offer") and domain != "taxi":
+        return _classify_not_offered(domain, case)
+    if kind in ("no_taxi", "request_without_offer"):
+        said = any(t.speaker == "system" and _TAXI_WORDS.search(t.text) and re.search(r"\d{10}", t.text.replace(" ", "")) for t in dialogue.turns)
+        return "replay_agent_limits" if said else "human_failure"
+    if kind == "no_booking":
+        return _classify_no_booking(domain, case)
+    if kind == "reference_not_given":
+        return "booking_semantics"
+    if kind == "booking_value":
+        # The replayed booking carries the belief state's values: what the human user asked for.
+        goal = dialogue.goal.get(domain)
+        fail_value = goal.fail_book.get(problem.slot or "") if goal else None
+        return "booking_semantics" if fail_value and norm_value(fail_value) == norm_value(problem.got or "") else "human_failure"
+    if kind == "taxi_value":
+        return _classify_taxi(problem, case)
+    if kind in ("info_mismatch", "booked_info_mismatch"):
+        return _classify_mismatch(problem, case)
+    return "db_mismatch"  # static_unknown, static_not_named: the police or hospital database differs
+
+
+def _classify_mismatch(problem: Reason, case: _Case) -> str:
+    slot, actual, wanted = problem.slot or "", problem.got, problem.expected or ""
+    if actual is None:
+        return "db_mismatch"  # the database does not know the value
+    if _same_modulo_normalisation(actual, wanted):
+        return "value_normalisation"
+    if slot in _SEMI_SLOTS and not _belief_held(case.dialogue, problem.domain, slot, wanted):
+        return "human_failure"  # the human dialogue never established the goal's value
+    return "multi_entity_offers"
+
+
+def _same_modulo_normalisation(actual: str, wanted: str) -> bool:
+    if parse_time(actual) is not None and parse_time(wanted) is not None:
+        return twelve_hours_apart(actual, wanted) or twelve_hours_apart(wanted, actual)  # "03:30" written for "15:30"
     a, w = name_key(actual), name_key(wanted)
     return bool(a) and bool(w) and (a in w or w in a)
 
 
-def _classify_request(domain: str, slot: str, value: str | None, dialogue: Dialogue, database: Database) -> str:
+def _classify_taxi(problem: Reason, case: _Case) -> str:
+    slot, actual, wanted = problem.slot or "", problem.got, problem.expected or ""
+    if slot in TIME_SLOTS:
+        return _classify_taxi_time(slot, wanted, case)
+    if actual is None:
+        return "human_failure"
+    if _same_modulo_normalisation(actual, wanted):
+        return "value_normalisation"
+    return _classify_taxi_place(actual, wanted, case)
+
+
+def _classify_taxi_time(slot: str, wanted: str, case: _Case) -> str:
+    """A taxi booked for another time than the goal's. When the user's own sentence with
+    the goal's time says it the goal's way ("after 22:30" for ``leaveAt``), the belief
+    state recorded it the other way and no system turn confirmed that other way ("will
+    pick you up at 14:45"), the annotation is wrong. Otherwise the human user asked for the
+    other time (or another time, or to arrive at the place the taxi leaves from), which the
+    human system booked."""
+    other = "arriveBy" if slot == "leaveAt" else "leaveAt"
+    minutes = parse_time(wanted)
+    if minutes is None:
+        return "human_failure"
+    recorded = [b for t in case.dialogue.turns for b in t.belief_state or () if b.domain == "taxi"]
+    if not any(parse_time(b.semi.get(other, "")) == minutes for b in recorded):
+        return "human_failure"
+    departures = {name_key(b.semi.get("departure", "")) for b in recorded} - {"", "not mentioned"}
+    # The places the taxi leaves from, by name or by the kind of venue booked there ("the restaurant").
+    booked_at = {(call.name, name_key(call.arguments.get("name", ""))) for _, call in case.replayed.calls}
+    origins = departures | {d.domain for d in case.dialogue.goal.domains
+                            if any((BOOKING_TOOLS.get(d.domain), place) in booked_at for place in departures)}
+    user_said, system_said = False, False
+    for turn in case.dialogue.turns:
+        if minutes not in _clock_minutes(turn.text):
+            continue
+        if turn.speaker == "system" and _TIME_CUES[other].search(turn.text):
+            system_said = True
+        words = f" {norm_value(turn.text)} "
+        if (turn.speaker == "user" and _TIME_CUES[slot].search(turn.text) and not _TIME_CUES[other].search(turn.text)
+                and not (slot == "arriveBy" and any(f" {origin} " in words for origin in origins))):
+            user_said = True
+    return "annotation_error" if user_said and not system_said else "human_failure"
+
+
+def _clock_minutes(text: str) -> set[int]:
+    """Clock times in a text, in minutes, with their afternoon readings ("at 2:45")."""
+    times = {int(h) * 60 + int(m) for h, m in re.findall(r"(?<!\d)(\d{1,2})[:.](\d{2})(?!\d)", text) if int(h) <= 24}
+    return times | {t + 12 * 60 for t in times if t < 13 * 60}
+
+
+def _classify_taxi_place(actual: str, wanted: str, case: _Case) -> str:
+    """A taxi between other places than the goal's. When the goal's place is the venue of
+    another of its domains and the booked one is not a venue at all ("the hotel", "home"),
+    the annotation refers across domains; a different venue is the human's mistake."""
+    database = case.database
+    venues = {name_key(e.name) for domain in ("restaurant", "hotel", "attraction") for e in database.entities(domain)}
+    other_goal_venues = {name_key(d.info.get("name", "")) for d in case.dialogue.goal.domains if d.domain != "taxi"}
+    if name_key(actual) not in venues and (name_key(wanted) in other_goal_venues or name_key(wanted) in venues):
+        return "cross_domain_refs"
+    return "human_failure"
+
+
+def _classify_request(domain: str, slot: str, value: str | None, case: _Case) -> str:
     """A requested attribute not recognised as given. The gold dialog acts say what the
     human system informed: the database's value (the checker missed it in the text), a
     value of another venue the system named that fits the goal (the checker graded the
-    wrong offer), of one
-    that does not (the human answered about the wrong one), a value no venue
-    has (the dataset's database differs from this one), or nothing at all."""
+    wrong offer), of one that does not (the human answered about the wrong one), a value
+    no venue has (the dataset's database differs from this one), or nothing at all."""
+    dialogue, database = case.dialogue, case.database
     code = norm_value(ACT_SLOT.get(slot, slot))
     told = [act.value for turn in dialogue.turns if turn.speaker == "system" for act in turn.dialog_acts or ()
-            if act.domain in (domain, "booking") and act.intent in ("inform", "recommend", "offerbooked", "book")
+            if (act.domain == domain or (act.domain == "booking" and domain in ("restaurant", "hotel")))
+            and act.intent in ("inform", "recommend", "offerbooked", "book")
             and norm_value(act.slot) == code]
-    if not told or value is None:
-        return "requested_attributes" if told else "human_failure"
-    if any(norm_value(t) == norm_value(value) or norm_value(value) in norm_value(t) for t in told):
+    if not told:
+        return "human_failure"
+    if slot in ("internet", "parking"):
+        # "Do they have free parking?" - "Yes, they do.": the answer names no attribute, and
+        # the checker reads the system's side only.
+        return "requested_attributes"
+    if domain == "taxi" or value is None:
+        # A taxi's details are the environment's own; told ones that did not reach the
+        # graded booking were told about a booking the annotations did not tie to it.
+        return "requested_attributes" if value is None else "replay_agent_limits"
+    if any(canonical_value(slot, t) == canonical_value(slot, value) or norm_value(value) in norm_value(t) for t in told):
         return "requested_attributes"
     goal = dialogue.goal.get(domain)
     info = {k: v for k, v in goal.info.items() if k != "name"} if goal else {}
@@ -91,98 +252,42 @@ def _classify_request(domain: str, slot: str, value: str | None, dialogue: Dialo
     return "human_failure" if any(norm_value(t) in others for t in told) else "db_mismatch"
 
 
-def _classify_no_booking(domain: str, dialogue: Dialogue, database: Database) -> str:
+def _classify_no_booking(domain: str, case: _Case) -> str:
     """No successful booking in ``domain``: refused for ``fail_book`` (booking semantics), the
     annotated venue or train unknown to this database, a ``booked`` record whose call the
     annotations do not determine, or no booking in the annotations at all."""
-    result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
-    attempts = [call for _, call in result.calls if call.name == BOOKING_TOOLS.get(domain)]
+    attempts = [call for _, call in case.replayed.calls if call.name == BOOKING_TOOLS.get(domain)]
     if any(call.observation.get("unavailable") for call in attempts):
         return "booking_semantics"
     if attempts:
         return "db_mismatch"
-    annotated = any(belief.domain == domain and belief.booked for turn in dialogue.turns for belief in turn.belief_state or ())
-    if annotated:
-        return "replay_agent_limits"
+    annotated = any(belief.domain == domain and belief.booked for turn in case.dialogue.turns for belief in turn.belief_state or ())
+    return "replay_agent_limits" if annotated else "human_failure"
+
+
+def _classify_not_offered(domain: str, case: _Case) -> str:
+    goal = case.dialogue.goal.get(domain)
+    info = dict(goal.info) if goal else {}
+    if info and not case.database.search(domain, info):
+        return "db_mismatch"
+    if not any(call.name.endswith(domain) for _, call in gold_tool_calls(case.dialogue)):
+        # Annotated constraints without a call the replay could make, or a dialogue that
+        # never took the domain up (the human user left it out).
+        stated = any(b.domain == domain and (_stated_values(b.semi) or b.booked) for t in case.dialogue.turns for b in t.belief_state or ())
+        return "replay_agent_limits" if stated else "human_failure"
+    if any(call.name == BOOKING_TOOLS.get(domain) and "error" in call.observation and not call.observation.get("unavailable")
+           for _, call in case.replayed.calls):
+        return "db_mismatch"  # the annotated booking names a venue or train this database lacks
     return "human_failure"
+
+
+def _stated_values(values) -> dict[str, str]:
+    return {k: v for k, v in values.items() if not is_dont_care(v)}
 
 
 def _belief_held(dialogue: Dialogue, domain: str, slot: str, wanted: str) -> bool:
     """Did some belief state of the dialogue hold the goal's value for ``slot``?"""
     return any(
-        belief.domain == domain and norm_value(belief.semi.get(slot, "")) == norm_value(wanted)
+        belief.domain == domain and canonical_value(slot, belief.semi.get(slot, "")) == canonical_value(slot, wanted)
         for turn in dialogue.turns for belief in turn.belief_state or ()
     )
-
-
-def _classify_taxi_place(actual: str, wanted: str, dialogue: Dialogue, database: Database) -> str:
-    """A taxi between other places than the goal's. When the goal's place is the venue of
-    another of its domains and the booked one is not a venue at all ("the hotel", "home"),
-    the annotation refers across domains; a different venue is the human's mistake."""
-    venues = {name_key(e.name) for domain in ("restaurant", "hotel", "attraction") for e in database.entities(domain)}
-    other_goal_venues = {name_key(d.info.get("name", "")) for d in dialogue.goal.domains if d.domain != "taxi"}
-    if name_key(actual) not in venues and (name_key(wanted) in other_goal_venues or name_key(wanted) in venues):
-        return "cross_domain_refs"
-    return "human_failure"
-
-
-def classify_reason(reason: str, dialogue: Dialogue, database: Database) -> str:
-    """The cause of one checker reason (``"<domain>: <what is wrong>"``)."""
-    domain, _, what = reason.partition(": ")
-    requested = _REQUESTED.match(what)
-    if requested:
-        return _classify_request(domain, requested["slot"], requested["value"], dialogue, database)
-    if what.startswith("requested") and "but no" in what:
-        return classify_reason(f"{domain}: no {domain} was offered", dialogue, database)
-    if what.startswith("no successful"):
-        return _classify_no_booking(domain, dialogue, database)
-    if what.startswith("reference"):
-        return "booking_semantics"
-    booked = _BOOKED_WITH.match(what)
-    if booked:
-        # The replayed booking carries the belief state's values: what the human user asked for.
-        goal = dialogue.goal.get(domain)
-        fail_value = goal.fail_book.get(booked["slot"]) if goal else None
-        return "booking_semantics" if fail_value and norm_value(fail_value) == norm_value(booked["actual"]) else "human_failure"
-    match = _MISMATCH.match(reason)
-    if match:
-        slot, actual, wanted = match["slot"], match["actual"], match["wanted"]
-        if actual in ("unset", "unknown"):
-            # A taxi booked by the other time than the goal's: the human user asked so.
-            return "human_failure" if domain == "taxi" else "db_mismatch"
-        if _same_modulo_normalisation(slot, actual, wanted):
-            return "value_normalisation"
-        if domain == "taxi":
-            if parse_time(actual) is not None:
-                return "human_failure"  # the human user asked for another time than the goal's
-            return _classify_taxi_place(actual, wanted, dialogue, database)
-        if slot in _SEMI_SLOTS and not _belief_held(dialogue, domain, slot, wanted):
-            return "human_failure"  # the human dialogue never established the goal's value
-        return "multi_entity_offers"
-    if what == "no taxi was booked":
-        said = any(t.speaker == "system" and _TAXI_WORDS.search(t.text) and re.search(r"\d{10}", t.text.replace(" ", "")) for t in dialogue.turns)
-        return "replay_agent_limits" if said else "human_failure"
-    if what.startswith(f"no {domain} was offered"):
-        goal = dialogue.goal.get(domain)
-        info = {k: v for k, v in (goal.info if goal else {}).items()}
-        if info and not database.search(domain, info):
-            return "db_mismatch"
-        if not any(call.name.endswith(domain) for _, call in gold_tool_calls(dialogue)):
-            return "replay_agent_limits"
-        result = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
-        if any(call.name == BOOKING_TOOLS.get(domain) and "error" in call.observation and not call.observation.get("unavailable")
-               for _, call in result.calls):
-            return "db_mismatch"  # the annotated booking names a venue or train this database lacks
-        return "human_failure"
-    if what.startswith(f"no {domain} has") or "was never named" in what:
-        return "db_mismatch"
-    return "human_failure"
-
-
-def classify(episode: Episode, dialogue: Dialogue, database: Database) -> tuple[str, tuple[str, ...]]:
-    """The cause of a failing gold-replay episode (see the module docstring), with the
-    reasons it rests on: the offline grade's, or the episode's when that one succeeds."""
-    offline = offline_result(dialogue, database)
-    if offline.success:
-        return "simulator_ended_early", episode.result.reasons
-    return classify_reason(offline.reasons[0], dialogue, database), offline.reasons

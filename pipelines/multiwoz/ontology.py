@@ -73,11 +73,16 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
     "area": {"center": "centre", "city centre": "centre", "town centre": "centre", "city center": "centre", "town center": "centre",
              "centre of town": "centre", "center of town": "centre", "centre of the city": "centre"},
     "type": {"guest house": "guesthouse", "b and b": "guesthouse", "bed and breakfast": "guesthouse", "swimming pool": "swimmingpool",
-             "nightclub": "nightclub", "night club": "nightclub", "concert hall": "concerthall"},
+             "nightclub": "nightclub", "night club": "nightclub", "concert hall": "concerthall",
+             # Real belief states spell MultiWOZ's database typo correctly; "boating attraction".
+             "multiple sports": "mutliple sports", "boating": "boat"},
+    "food": {"portugese": "portuguese"},
     "pricerange": {"moderately priced": "moderate", "moderately": "moderate", "mid range": "moderate", "midrange": "moderate",
                    "inexpensive": "cheap", "cheaply priced": "cheap", "pricey": "expensive"},
     "entrance fee": {"no entrance fee": "free", "no fee": "free", "not a fee": "free", "no charge": "free", "free of charge": "free",
-                     "free entry": "free", "free to enter": "free", "free admission": "free", "doesnt charge": "free"},
+                     "free entry": "free", "free to enter": "free", "free admission": "free", "doesnt charge": "free",
+                     # "does not charge an entrance fee", "does n't charge" (tokenised), "with no entry fee"
+                     "not charge": "free", "nt charge": "free", "no entry fee": "free", "no admission": "free"},
 }
 
 
@@ -106,6 +111,21 @@ def street_of(address: object) -> str:
     return street if len(street.split()) >= 2 else text
 
 
+# Values (not phrases in a text) that real belief states spell otherwise than the database:
+# "free parking" recorded as parking "free". Kept apart from VALUE_SYNONYMS, which the user
+# simulator also hears in texts, where a bare "free" is not about parking.
+VALUE_SPELLINGS: dict[str, dict[str, str]] = {"parking": {"free": "yes"}, "internet": {"free": "yes"}}
+
+
+def canonical_value(slot: str, value: object) -> str:
+    """:func:`norm_value`, then the database's own spelling when ``value`` is one of the
+    slot's :data:`VALUE_SYNONYMS` or :data:`VALUE_SPELLINGS` ("night club" -> "nightclub",
+    "center" -> "centre"): real belief states and goals write values either way."""
+    text = norm_value(value)
+    text = VALUE_SPELLINGS.get(slot, {}).get(text, text)
+    return VALUE_SYNONYMS.get(slot, {}).get(text, text)
+
+
 def is_dont_care(value: object) -> bool:
     return value is None or norm_value(value) in DONT_CARE
 
@@ -119,6 +139,29 @@ def parse_time(value: object) -> int | None:
     if hours > 24 or minutes > 59:
         return None
     return hours * 60 + minutes
+
+
+_SPOKEN_TIME = re.compile(r"^\s*(?:after|before|by|at|around)?\s*(\d{1,2})(?:\s*[:.]\s*(\d{2}))?\s*([ap])\.?\s*m\.?\s*$|"
+                          r"^\s*(?:after|before|by|at|around)\s+(\d{1,2})\s*[:.]\s*(\d{2})\s*$", re.I)
+
+
+def spoken_time(value: object) -> int | None:
+    """Minutes after midnight for the times real belief states record as said: "5:45pm",
+    "8pm", "after 15:45"; :func:`parse_time` for plain "HH:MM"; None otherwise ("9" could
+    be morning or evening)."""
+    minutes = parse_time(value)
+    if minutes is not None:
+        return minutes
+    match = _SPOKEN_TIME.match(str(value))
+    if not match:
+        return None
+    if match.group(1) is not None:
+        hours, mins, half = int(match.group(1)), int(match.group(2) or 0), match.group(3).lower()
+        if not 1 <= hours <= 12 or mins > 59:
+            return None
+        return (hours % 12 + (12 if half == "p" else 0)) * 60 + mins
+    hours, mins = int(match.group(4)), int(match.group(5))
+    return hours * 60 + mins if hours <= 24 and mins <= 59 else None
 
 
 def format_time(minutes: int) -> str:
@@ -145,7 +188,7 @@ def values_match(slot: str, wanted: object, actual: object) -> bool:
         if slot == "arriveBy":
             return have <= want
         return have == want
-    return norm_value(wanted) == norm_value(actual)
+    return canonical_value(slot, wanted) == canonical_value(slot, actual)
 
 
 def same_value(slot: str, a: object, b: object) -> bool:
@@ -154,7 +197,15 @@ def same_value(slot: str, a: object, b: object) -> bool:
         ta, tb = parse_time(a), parse_time(b)
         if ta is not None and tb is not None:
             return ta == tb
-    return norm_value(a) == norm_value(b)
+    return canonical_value(slot, a) == canonical_value(slot, b)
+
+
+def twelve_hours_apart(actual: object, wanted: object) -> bool:
+    """MultiWOZ goals sometimes give a 12-hour time ("03:30" for half past three in the
+    afternoon) that the dialogue states as 15:30; users say "at 5" for 17:00. True when
+    ``actual`` is ``wanted`` read as an afternoon time."""
+    a, w = parse_time(actual), parse_time(wanted)
+    return a is not None and w is not None and w < 13 * 60 and a - w == 12 * 60
 
 # MultiWOZ dialog-act slot codes (data.json ``dialog_act``), keyed by goal/DB slot name.
 ACT_SLOT: dict[str, str] = {

@@ -13,6 +13,8 @@ malformed raises :class:`DataError` naming the file, record and field.
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
 from pipelines.errors import DataError
@@ -93,7 +95,28 @@ def parse_goal(dialogue_id: str, raw: Any, source: str, strict: bool = False) ->
         message = tuple(message_raw)
     else:
         raise DataError(source, "goal message must be a list of strings", dialogue_id, "goal.message")
+    domains = _with_references(domains, message)
     return Goal(dialogue_id=dialogue_id, domains=tuple(domains), message=message, missing=tuple(missing), ignored=tuple(ignored))
+
+
+# Cross-domain references that real goal messages state and the goal dicts resolve in
+# advance: (message pattern, domain, slot, referred domain, referred slot). The goal's
+# taxi ``arriveBy`` is the restaurant time the generator expected to be booked (often the
+# ``If the booking fails how about ...`` backup), whereas the user is told the booked time.
+_MESSAGE_REFERENCES: tuple[tuple[re.Pattern[str], str, str, str, str], ...] = (
+    (re.compile(r"arrives? (?:at )?the restaurant by the booked time", re.I), "taxi", "arriveBy", "restaurant", "time"),
+)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _with_references(domains: list[DomainGoal], message: tuple[str, ...]) -> list[DomainGoal]:
+    text = _TAG.sub("", " ".join(message))
+    present = {d.domain for d in domains}
+    references: dict[str, dict[str, tuple[str, str]]] = {}
+    for pattern, domain, slot, other, other_slot in _MESSAGE_REFERENCES:
+        if domain in present and other in present and pattern.search(text):
+            references.setdefault(domain, {})[slot] = (other, other_slot)
+    return [replace(d, references=frozen_dict(references[d.domain])) if d.domain in references else d for d in domains]
 
 
 _DOMAIN_GOAL_FIELDS = ("book", "fail_book", "fail_info", "info", "reqt")

@@ -35,6 +35,7 @@ from typing import Mapping
 from pipelines.env.tools import Database, name_key, same_name
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.ontology import ACT_SLOT, BOOK_SLOTS, INFO_SLOTS, is_dont_care, norm_value, parse_time, values_match
+from pipelines.multiwoz.text import answers
 from pipelines.records import DialogAct, Dialogue, DomainGoal, Entity, Goal
 from pipelines.simulators.base import UserTurn
 from pipelines.simulators.goals import pursuit_order, reference_order
@@ -207,6 +208,8 @@ class _SessionState:
     rng: random.Random
     stalled: int = 0  # consecutive agent turns without progress
     ended: bool = False
+    said: str = ""  # the user's last utterance: "Yes , they do ." answers what it asked
+
 
     def focus(self) -> _DomainState | None:
         """The domain being pursued: the first one not done."""
@@ -218,7 +221,7 @@ class _SessionState:
     def copy(self) -> _SessionState:
         rng = random.Random()
         rng.setstate(self.rng.getstate())
-        return _SessionState([d.copy() for d in self.domains], rng, self.stalled, self.ended)
+        return _SessionState([d.copy() for d in self.domains], rng, self.stalled, self.ended, self.said)
 
 
 # --------------------------------------------------------------------------------------
@@ -284,7 +287,7 @@ class AgendaSession:
         if focus is None:  # a goal without domains: nothing to ask for
             return self._end(utterance, phraser, "done")
         self._open(focus, utterance, phraser, also=False)
-        return UserTurn(phraser.finish(utterance), acts=tuple(utterance.acts))
+        return self._said(UserTurn(phraser.finish(utterance), acts=tuple(utterance.acts)))
 
     def reply(self, agent_text: str) -> UserTurn:
         state = self._state
@@ -304,7 +307,11 @@ class AgendaSession:
         state.stalled = 0 if state.signature() != before else state.stalled + 1
         if state.stalled >= self._simulator.config.max_stalled_turns:
             return self._end(Utterance(), phraser, "give_up")
-        return UserTurn(phraser.finish(utterance), acts=tuple(utterance.acts))
+        return self._said(UserTurn(phraser.finish(utterance), acts=tuple(utterance.acts)))
+
+    def _said(self, turn: UserTurn) -> UserTurn:
+        self._state.said = turn.text
+        return turn
 
     # -- one agent turn ---------------------------------------------------------------------
 
@@ -394,6 +401,8 @@ class AgendaSession:
                 given = d.entity is not None and reading.mentions(name_key(d.entity.name))
             else:
                 given = reader.gives(reading, slot, d.attribute(slot))
+                # The checker's rule too: a yes or a no right after "Do they have free parking?".
+                given = given or answers(self._state.said, reading.text, slot, d.attribute(slot))
             if given:
                 d.received.add(slot)
 

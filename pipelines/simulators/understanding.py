@@ -6,9 +6,10 @@ and against a few phrase patterns (questions about slots, "no matches", "fully b
 booking references). The user only needs to notice what concerns its own goal, and it can
 check every claim against the database, so no parse of the agent's grammar is needed.
 
-Text is compared in one normal form, ``words``: ``norm_value`` (lower case, no
-apostrophes, "&" as "and"), then runs of letters and digits separated by single spaces.
-Phrases are matched as whole words by padding both sides with spaces.
+Text is compared in one normal form, ``words`` (:mod:`pipelines.multiwoz.text`, shared with
+the goal checker): ``norm_value`` (lower case, no apostrophes, "&" as "and"), then runs of
+letters and digits separated by single spaces. Phrases are matched as whole words by
+padding both sides with spaces; whether an attribute was given is the checker's own test.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pipelines.env.tools import Database
-from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, parse_time, possessive_split, street_of
+from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, VALUE_SYNONYMS, norm_value, possessive_split
+from pipelines.multiwoz.text import UNKNOWN_VALUES, TextView, clock_times, states, train_ids, words
 from pipelines.records import Entity
 
-_WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-_CLOCK = re.compile(r"(?<!\d)(\d{1,2})\s*[:.]\s*(\d{2})(?!\d)")
 # Booking references: 8 upper-case letters/digits as the tool environment issues them, or
 # 8 letters/digits with a digit among them right after the word "reference" (agents may
 # lower-case them; the digit keeps "reference number is provided" from reading as one).
@@ -35,11 +35,6 @@ _TRAIN_ID = re.compile(r"\btr\s?-?(\d{4})\b", re.I)
 # A phone number once the spaces and dashes between its digits are gone.
 _PHONE = re.compile(r"(?<!\d)0\d{9,10}(?!\d)")
 _DIGIT_GAP = re.compile(r"(?<=\d)[\s-](?=\d)")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-
-
-def words(text: object) -> str:
-    return " ".join(_WORD.findall(norm_value(text)))
 
 
 def _padded(text: object) -> str:
@@ -116,19 +111,8 @@ _SLOT_CUES: dict[str, tuple[re.Pattern[str], ...]] = {
 _WHEN = re.compile(r"\b(?:when|what time)\b")
 # Synonyms an agent may use for a database value.
 _VALUE_SYNONYMS = VALUE_SYNONYMS
-# Attributes a user recognises by name rather than value: yes/no flags, and values the
-# database does not know ("?"), where the agent can only talk about the attribute.
-_ATTRIBUTE_WORDS: dict[str, tuple[str, ...]] = {
-    "internet": ("internet", "wifi", "wi fi"),
-    "parking": ("parking", "park"),
-    "entrance fee": ("entrance fee", "admission", "entry fee", "free entry", "free to enter"),
-    "openhours": ("opening hours", "open", "opens"),
-    "pricerange": ("price range", "priced", "cheap", "moderate", "expensive"),
-    "car type": ("car",),
-}
-_COMPACT_SLOTS = frozenset({"phone", "postcode"})
-_NUMERIC_SLOTS = frozenset({"price", "entrance fee", "duration"})
-_UNKNOWN = frozenset({"", "?", "none"})
+# Values the database does not know ("?"): never offered as choices.
+_UNKNOWN = UNKNOWN_VALUES
 # Taxi makes when the database lists none (the official taxi_db.json's).
 _DEFAULT_TAXI_TYPES = ("toyota", "skoda", "bmw", "honda", "ford", "audi", "lexus", "volvo", "volkswagen", "tesla")
 
@@ -153,6 +137,7 @@ class Reading:
     phones: tuple[str, ...]
     no_offer: bool
     no_book: bool
+    view: TextView  # what :func:`pipelines.multiwoz.text.states` reads, shared with the goal checker
 
     def mentions(self, phrase: object) -> bool:
         needle = words(phrase)
@@ -179,13 +164,14 @@ def read(text: str) -> Reading:
         padded=padded,
         compact=padded.replace(" ", ""),
         questions=questions,
-        times=frozenset(int(h) * 60 + int(m) for h, m in _CLOCK.findall(text) if int(h) <= 24 and int(m) < 60),
+        times=clock_times(text),
         references=tuple(dict.fromkeys(references)),
         says_reference=bool(re.search(r"\b(?:reference|ref|confirmation)\b", padded)),
-        train_ids=tuple(dict.fromkeys(f"TR{m.group(1)}" for m in _TRAIN_ID.finditer(text))),
+        train_ids=train_ids(text),
         phones=tuple(dict.fromkeys(_PHONE.findall(digits))),
         no_offer=_any(_NO_OFFER, padded),
         no_book=_any(_NO_BOOK, padded),
+        view=TextView.of(text),
     )
 
 
@@ -325,27 +311,10 @@ class AgentReader:
     # -- attribute values -------------------------------------------------------------------
 
     def gives(self, reading: Reading, slot: str, value: str | None) -> bool:
-        """Does the utterance give attribute ``slot`` whose true value is ``value``?"""
-        unknown = value is None or norm_value(value) in _UNKNOWN
-        # Flags are said in words ("free wifi"), opening hours paraphrased: the attribute's
-        # name is the evidence then, as for values the database does not know.
-        if unknown or norm_value(value) in ("yes", "no") or slot == "openhours":
-            return any(reading.mentions(word) for word in _ATTRIBUTE_WORDS.get(slot, (slot,)))
-        if slot in ("leaveAt", "arriveBy") and parse_time(value) is not None:
-            return parse_time(value) in reading.times
-        if slot == "trainID":
-            return value.upper() in reading.train_ids
-        if slot in _COMPACT_SLOTS:
-            needle = words(value).replace(" ", "")
-            return bool(needle) and needle in reading.compact
-        synonyms = [phrase for phrase, meant in _VALUE_SYNONYMS.get(slot, {}).items() if meant == norm_value(value)]
-        if slot == "address":
-            synonyms.append(street_of(value))
-        if any(reading.mentions(phrase) for phrase in (value, *synonyms)):
-            return True
-        number = _NUMBER.search(value) if slot in _NUMERIC_SLOTS else None
-        # As numbers: "10.1 GBP" states a price of "10.10 pounds".
-        return number is not None and float(number.group()) in {float(n) for n in _NUMBER.findall(reading.text)}
+        """Does the utterance give attribute ``slot`` whose true value is ``value``? The
+        goal checker's test (:func:`pipelines.multiwoz.text.states`), so that the user asks
+        again exactly for what the checker would not count as given."""
+        return states(reading.view, slot, value)
 
     def taxi_details(self, reading: Reading) -> dict[str, str]:
         """What a taxi confirmation gives: the car (make, with its colour when said) and the
