@@ -92,9 +92,10 @@ def artifact_specs() -> dict[str, ArtifactSpec]:
     """Every artifact spec askflow publishes, by name (the stem of its Parquet file)."""
     from pipelines.episodes.tables import SPECS as EPISODES
     from pipelines.multiwoz.tables import SPECS as MULTIWOZ
+    from pipelines.learn_to_ask.tables import SPECS as LEARN_TO_ASK
     from pipelines.speaker.tables import SPECS as SPEAKER
 
-    return {**MULTIWOZ, **SPEAKER, **EPISODES}
+    return {**MULTIWOZ, **SPEAKER, **EPISODES, **LEARN_TO_ASK}
 
 
 def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table:

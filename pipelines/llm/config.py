@@ -36,7 +36,7 @@ from pipelines.secrets import refuse_secrets
 BACKEND_KINDS: tuple[str, ...] = ("rules", "openai", "hf")
 
 #: Every role a code path uses, with the backends that code accepts. ``hf`` (a local
-#: transformers model, :class:`pipelines.llm.hf.HFBackend`) is no role's backend yet: the
+#: transformers model, :class:`pipelines.llm.hf.HFBackend`) is the extractor's only: the
 #: evaluated policies load their models through ``evaluate.models``, not through a role.
 ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "synthesizer": ("rules", "openai"),  # SpeakER synthesis (stages/speaker.py)
@@ -45,6 +45,9 @@ ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # The policy under evaluation when it sits behind an endpoint (the openai agent); its
     # calls are accounted apart from the helper roles above.
     "agent": ("openai",),
+    # Learn-to-Ask hindsight (stages/hindsight.py): rules reads the source's annotations; hf / openai
+    # run the paper's extractor prompt.
+    "extractor": ("rules", "openai", "hf"),
 })
 ROLES: tuple[str, ...] = tuple(ROLE_BACKENDS)
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("auto", "prompt")
