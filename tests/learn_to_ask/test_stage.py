@@ -130,3 +130,19 @@ def test_an_llm_extractor_must_decode_greedily(tmp_path):
     with pytest.raises(ConfigError, match="llm.roles.extractor.sampling.temperature"):
         extractor_backend({"roles": {"extractor": {"backend": "hf", "model_path": "models/smollm2", "sampling": {"temperature": 0.7}}}})
     assert extractor_backend(None).kind == "rules"
+
+
+@pytest.mark.slow
+def test_dvc_repro_hindsight_on_the_embedded_corpus_is_idempotent(tmp_path):
+    from tests.test_dvc_pipeline import _run, pipeline_project, shrink
+
+    project = pipeline_project(tmp_path / "project", shrink)
+    first = _run([sys.executable, "-m", "dvc", "repro", "hindsight"], project)
+    assert "Running stage 'corpus'" in first.stdout and "Running stage 'hindsight'" in first.stdout
+    table = read_artifact(project / "data/processed/l2a/l2a_samples.parquet")
+    metrics = json.loads((project / "reports/hindsight.json").read_text())
+    assert metrics["sessions"] == 60 and metrics["extractor"] == "rules" and metrics["kept"] == table.num_rows
+    assert metrics["decisions"]["continue"] > 0 and metrics["decisions"]["stop"] >= 60  # every last turn stops
+    second = _run([sys.executable, "-m", "dvc", "repro", "hindsight"], project)
+    assert "Running stage" not in second.stdout
+    assert "Data and pipelines are up to date" in second.stdout
