@@ -13,8 +13,9 @@ extracted target (I*_t, s*_t):
     a value the user later replaces is not a target), and that the context did not hold;
   - :class:`LLMExtractor`, the paper's extractor prompt (appendix G) through any backend
     that completes a conversation, decoded deterministically, its reply read as JSON
-    ``{"info": [{"field", "value"}]}``. A reply that is not that is a failure with its
-    reason, never turned into a string of garbage.
+    ``{"info": [{"field", "value"}]}``. A reply that is not that, or names an item with no
+    word in the future segment (:func:`ground`), is a failure with its reason, never turned
+    into a string of garbage.
 
   No extractor is asked about a future without a user message: nothing can be revealed
   there, and eq. 1 sets I*_{T_C} = {} for the last turn.
@@ -26,7 +27,7 @@ extracted target (I*_t, s*_t):
     as the paper's appendix F.1 drops them.
 
 Dropped samples stay in the output with ``failure`` set (``empty_info``, ``unannotated``,
-``invalid_output`` or ``llm_<reason>``) and no target, so every drop is counted and auditable.
+``invalid_output``, ``ungrounded`` or ``llm_<reason>``) and no target, so every drop is counted and auditable.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ STOP_RULES: tuple[str, ...] = ("no_info", "no_user_reply")
 EMPTY_INFO = "empty_info"
 UNANNOTATED = "unannotated"
 INVALID_OUTPUT = "invalid_output"
+UNGROUNDED = "ungrounded"
 #: Failure reasons; an LLM call that failed adds ``llm_<reason>`` (pipelines.llm.FAILURE_REASONS).
-FAILURES: tuple[str, ...] = (EMPTY_INFO, UNANNOTATED, INVALID_OUTPUT)
+FAILURES: tuple[str, ...] = (EMPTY_INFO, UNANNOTATED, INVALID_OUTPUT, UNGROUNDED)
 
 Info = tuple[tuple[str, str], ...]
 
@@ -183,15 +185,41 @@ def _transcript(messages: Sequence[Message]) -> str:
     return "\n".join(f'{"User" if m.role == USER else "Assistant"}: "{m.content}"' for m in messages) or "(nothing yet)"
 
 
-def extractor_messages(point: Point, instruction: str = EXTRACTOR_INSTRUCTION) -> list[dict[str, str]]:
-    """The extractor's conversation for one point: the goal, the full context, the future."""
-    body = (
-        f"[Goal] {point.session.goal or '(not given)'}\n\n"
-        f"[Current Context]\n{_transcript(point.context)}\n\n"
-        f"[Future Conversation]\n{_transcript(point.future)}\n\n"
+def _extractor_request(goal: str, context: Sequence[Message], future: Sequence[Message], instruction: str) -> str:
+    return (
+        f"[Goal] {goal or '(not given)'}\n\n"
+        f"[Current Context]\n{_transcript(context)}\n\n"
+        f"[Future Conversation]\n{_transcript(future)}\n\n"
         f"[Instruction] {instruction}\n\n[Output Format] {EXTRACTOR_FORMAT}"
     )
-    return [{"role": "system", "content": EXTRACTOR_SYSTEM}, {"role": "user", "content": body}]
+
+
+#: The worked example of the paper's seed prompt (appendix G), shown as one exchange before
+#: the real request: a small instruct model copies its output format.
+EXAMPLE_REQUEST = _extractor_request(
+    "The user wants to find medication for a cold with a cough.",
+    (Message(USER, "I have a cold and a bad cough."),
+     Message(ASSISTANT, "Okay, I understand. To help you better, I need more details.")),
+    (Message(ASSISTANT, "Do you have a fever?"), Message(USER, "No, no fever."),
+     Message(ASSISTANT, "Is your cough productive, meaning are you coughing up phlegm?"),
+     Message(USER, "Yes, and it's yellow.")),
+    EXTRACTOR_INSTRUCTION,
+)
+EXAMPLE_REPLY = json.dumps({"info": [
+    {"field": "fever", "value": "absent"}, {"field": "type of cough", "value": "productive"},
+    {"field": "color of phlegm", "value": "yellow"},
+]})
+
+
+def extractor_messages(point: Point, instruction: str = EXTRACTOR_INSTRUCTION) -> list[dict[str, str]]:
+    """The extractor's conversation for one point: the paper's worked example, then the
+    goal, the full context and the future of this point."""
+    return [
+        {"role": "system", "content": EXTRACTOR_SYSTEM},
+        {"role": "user", "content": EXAMPLE_REQUEST},
+        {"role": "assistant", "content": EXAMPLE_REPLY},
+        {"role": "user", "content": _extractor_request(point.session.goal, point.context, point.future, instruction)},
+    ]
 
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
@@ -228,6 +256,34 @@ def parse_extraction(text: str) -> Extraction:
     return Extraction(tuple(info))
 
 
+_WORDS = re.compile(r"[a-z0-9]+")
+_FILLER = frozenset("the and for with about any your you are was has have not what which this that type kind".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORDS.findall(text.lower()) if (len(w) > 2 or w.isdigit()) and w not in _FILLER}
+
+
+def ground(extraction: Extraction, point: Point) -> Extraction:
+    """The extraction, or an ``ungrounded`` failure when an item shares no word (field or
+    value) with the future segment: the model made it up, e.g. copied the worked example,
+    and the whole reply is suspect.
+
+    >>> p = Point(Session("s", (Message(USER, "Hi"), Message(ASSISTANT, "Fever?"), Message(USER, "No."))), 1)
+    >>> ground(Extraction((("fever", "absent"),)), p).failure is None
+    True
+    >>> ground(Extraction((("phlegm colour", "yellow"),)), p).failure
+    'ungrounded'
+    """
+    if not extraction.info:
+        return extraction
+    said = _words(" ".join(m.content for m in point.future))
+    made_up = [item for item in extraction.info if not _words(" ".join(item)) & said]
+    if made_up:
+        return Extraction(None, UNGROUNDED, f"item(s) with no word in the future conversation: {made_up!r}")
+    return extraction
+
+
 class LLMExtractor:
     """The paper's extractor through ``complete``: conversations in, one reply each out,
     a reply being the text or a ``(reason, detail)`` pair for a call that failed (recorded
@@ -250,7 +306,7 @@ class LLMExtractor:
                 reason, detail = reply
                 results[i] = Extraction(None, f"llm_{reason}", detail)
             else:
-                results[i] = parse_extraction(reply)
+                results[i] = ground(parse_extraction(reply), points[i])
         return [r for r in results if r is not None]
 
 

@@ -165,3 +165,30 @@ def test_samples_table_passes_its_suite():
     bad = table.set_column(table.schema.get_field_index("decision_truth"), "decision_truth",
                            pa.array(["maybe"] * table.num_rows))
     assert not validate(bad, L2A_SAMPLES, {}).success
+
+
+def test_an_extraction_with_words_absent_from_the_future_is_ungrounded():
+    from pipelines.learn_to_ask.hindsight import EXAMPLE_REPLY, UNGROUNDED
+
+    session = Session("s5", (u("A table please."), a("Which area?"), u("North.", ("area", "north")), a("Booked.")))
+    # What a small model does with the prompt's worked example: copy it.
+    (first, last) = hindsight_samples([session], LLMExtractor(lambda convs: [EXAMPLE_REPLY] * len(convs), "hf"))
+    assert (first.failure, first.info_truth, first.decision_truth) == (UNGROUNDED, None, None)
+    assert "color of phlegm" in first.failure_detail and last.decision_truth == STOP
+    (first, _) = hindsight_samples([session], LLMExtractor(
+        lambda convs: ['{"info": [{"field": "area", "value": "north"}]}'] * len(convs), "hf"))
+    assert first.info_truth == (("area", "north"),) and first.failure is None
+
+
+def test_the_hf_backend_runs_the_extractor_and_records_what_it_cannot_read(tiny_model_dir, single_torch_thread):
+    from pipelines.llm import Accounting
+    from stages.hindsight import extractor_backend, make_extractor
+
+    llm = {"roles": {"extractor": {"backend": "hf", "model_path": str(tiny_model_dir), "sampling": {"max_tokens": 24}}}}
+    extractor = make_extractor(extractor_backend(llm), llm, Accounting())
+    samples = by_turn(hindsight_samples([SESSION], extractor))
+    assert {s.extractor for s in samples.values()} == {"hf"}
+    # An untrained model writes no valid extraction: each asked point is a recorded failure.
+    for turn in (1, 3, 5):
+        assert samples[turn].failure in (INVALID_OUTPUT, "ungrounded") and samples[turn].info_truth is None
+    assert samples[7].decision_truth == STOP
