@@ -192,3 +192,35 @@ def test_the_hf_backend_runs_the_extractor_and_records_what_it_cannot_read(tiny_
     for turn in (1, 3, 5):
         assert samples[turn].failure in (INVALID_OUTPUT, "ungrounded") and samples[turn].info_truth is None
     assert samples[7].decision_truth == STOP
+
+
+def test_the_openai_backend_extracts_through_a_real_local_server_and_caches(make_server, monkeypatch, tmp_path):
+    from pipelines.learn_to_ask.hindsight import LLMExtractor
+    from pipelines.llm import Accounting
+    from pipelines.llm.testing import fake_server
+    from stages.hindsight import extractor_backend, make_extractor
+
+    def reply(messages, seed, index, as_json):
+        request = messages[-1]["content"]
+        future = request[request.index("[Future Conversation]"):].split("\n")[1]  # its first message
+        if "Is your cough" in future:  # turn 3: prose instead of JSON
+            return "The cough is productive."
+        return json.dumps({"info": [{"field": "fever", "value": "absent"}]} if "fever" in future else {"info": []})
+
+    monkeypatch.setattr(fake_server, "reply_text", reply)
+    server = make_server()
+    llm = {"cache_dir": str(tmp_path / "cache"), "roles": {"extractor": {
+        "backend": "openai", "base_url": server.base_url, "model": "fake", "max_retries": 0, "repair_retries": 0}}}
+    accounting = Accounting()
+    extractor = make_extractor(extractor_backend(llm), llm, accounting)
+    assert isinstance(extractor, LLMExtractor) and extractor.name == "openai"
+    samples = by_turn(hindsight_samples([SESSION], extractor))
+    assert samples[1].info_truth == (("fever", "absent"),)
+    assert samples[5].decision_truth == STOP and samples[5].info_truth == ()
+    assert samples[3].failure == "llm_invalid_output"  # the client's schema check: never a garbage target
+    calls = accounting.as_dict()["roles"]["extractor"]["calls"]
+    # A re-run with the same inputs is served from the response cache; a failure is not cached.
+    replay = Accounting()
+    again = make_extractor(extractor_backend(llm), llm, replay)
+    assert by_turn(hindsight_samples([SESSION], again))[1].info_truth == (("fever", "absent"),)
+    assert calls == 3 and replay.as_dict()["roles"]["extractor"]["cache_hits"] == 2 and server.stats.requests == 4
