@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from pipelines.learn_to_ask.autoprompt import Prompt
 from pipelines.learn_to_ask.logs import ASSISTANT, USER, Message, Session
 
 CONTINUE, STOP = "continue", "stop"
@@ -159,8 +160,8 @@ EXTRACTOR_INSTRUCTION = (
     "generic information that any conversation would collect."
 )
 EXTRACTOR_FORMAT = (
-    'Answer with JSON only: {"info": [{"field": "<what the information is about>", "value": "<what the user said>"}]}. '
-    'Use {"info": []} when the user revealed nothing new.'
+    'Answer with JSON only: {"info": [{"field": "<what the information is about>", "value": "<what the user said>"}]}; '
+    '{"info": []} when the user revealed nothing new.'
 )
 #: The reply's JSON schema (the openai backend enforces it; every reply is checked against it).
 EXTRACTION_SCHEMA: Mapping[str, Any] = {
@@ -185,41 +186,46 @@ def _transcript(messages: Sequence[Message]) -> str:
     return "\n".join(f'{"User" if m.role == USER else "Assistant"}: "{m.content}"' for m in messages) or "(nothing yet)"
 
 
-def _extractor_request(goal: str, context: Sequence[Message], future: Sequence[Message], instruction: str) -> str:
+def case_text(goal: str, context: Sequence[Message], future: Sequence[Message]) -> str:
+    """One extraction case as the extractor reads it: the goal, the context, the future."""
     return (
         f"[Goal] {goal or '(not given)'}\n\n"
         f"[Current Context]\n{_transcript(context)}\n\n"
-        f"[Future Conversation]\n{_transcript(future)}\n\n"
-        f"[Instruction] {instruction}\n\n[Output Format] {EXTRACTOR_FORMAT}"
+        f"[Future Conversation]\n{_transcript(future)}"
     )
 
 
 #: The worked example of the paper's seed prompt (appendix G), shown as one exchange before
 #: the real request: a small instruct model copies its output format.
-EXAMPLE_REQUEST = _extractor_request(
+EXAMPLE_CASE = case_text(
     "The user wants to find medication for a cold with a cough.",
     (Message(USER, "I have a cold and a bad cough."),
      Message(ASSISTANT, "Okay, I understand. To help you better, I need more details.")),
     (Message(ASSISTANT, "Do you have a fever?"), Message(USER, "No, no fever."),
      Message(ASSISTANT, "Is your cough productive, meaning are you coughing up phlegm?"),
      Message(USER, "Yes, and it's yellow.")),
-    EXTRACTOR_INSTRUCTION,
 )
 EXAMPLE_REPLY = json.dumps({"info": [
     {"field": "fever", "value": "absent"}, {"field": "type of cough", "value": "productive"},
     {"field": "color of phlegm", "value": "yellow"},
 ]})
+#: The seed extractor prompt (appendix G): what Auto-Prompt's EXTRACT track starts from.
+SEED_EXTRACTOR_PROMPT = Prompt(EXTRACTOR_INSTRUCTION, examples=((EXAMPLE_CASE, EXAMPLE_REPLY),), rules=(EXTRACTOR_FORMAT,))
 
 
-def extractor_messages(point: Point, instruction: str = EXTRACTOR_INSTRUCTION) -> list[dict[str, str]]:
-    """The extractor's conversation for one point: the paper's worked example, then the
-    goal, the full context and the future of this point."""
-    return [
-        {"role": "system", "content": EXTRACTOR_SYSTEM},
-        {"role": "user", "content": EXAMPLE_REQUEST},
-        {"role": "assistant", "content": EXAMPLE_REPLY},
-        {"role": "user", "content": _extractor_request(point.session.goal, point.context, point.future, instruction)},
-    ]
+def _request(case: str, prompt: Prompt) -> str:
+    rules = "\n".join(f"- {rule}" for rule in prompt.rules) or "- (none)"
+    return f"{case}\n\n[Instruction] {prompt.instruction}\n\n[Output Format]\n{rules}"
+
+
+def extractor_messages(case: str, prompt: Prompt = SEED_EXTRACTOR_PROMPT) -> list[dict[str, str]]:
+    """The extractor's conversation for one case (:func:`case_text`): the prompt's few-shot
+    examples as earlier exchanges, each with the prompt's instruction and output rules,
+    then the case itself."""
+    messages = [{"role": "system", "content": EXTRACTOR_SYSTEM}]
+    for example_case, reply in prompt.examples:
+        messages += [{"role": "user", "content": _request(example_case, prompt)}, {"role": "assistant", "content": reply}]
+    return messages + [{"role": "user", "content": _request(case, prompt)}]
 
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
@@ -290,15 +296,16 @@ class LLMExtractor:
     as ``llm_<reason>``). ``name`` is the backend's (``hf``, ``openai``)."""
 
     def __init__(self, complete: Callable[[list[list[dict[str, str]]]], list[Any]], name: str,
-                 instruction: str = EXTRACTOR_INSTRUCTION):
+                 prompt: Prompt = SEED_EXTRACTOR_PROMPT):
         self.complete = complete
         self.name = name
-        self.instruction = instruction
+        self.prompt = prompt
 
     def extract(self, points: Sequence[Point]) -> list[Extraction]:
         results: list[Extraction | None] = [None if p.user_replies else Extraction(()) for p in points]
         asked = [i for i, r in enumerate(results) if r is None]
-        replies = self.complete([extractor_messages(points[i], self.instruction) for i in asked]) if asked else []
+        cases = [case_text(points[i].session.goal, points[i].context, points[i].future) for i in asked]
+        replies = self.complete([extractor_messages(case, self.prompt) for case in cases]) if asked else []
         if len(replies) != len(asked):
             raise RuntimeError(f"{self.name} extractor: {len(replies)} replies for {len(asked)} conversations")
         for i, reply in zip(asked, replies):
