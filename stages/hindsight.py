@@ -8,6 +8,8 @@ params.yaml ``hindsight``:
 * ``stop_when``: ``no_info`` (the paper's eq. 2, default) or ``no_user_reply`` (the
   reference code's rule; CONTINUE samples with nothing to collect are then dropped);
 * ``max_sessions``: the first N sessions by id (null: all), for a quick run;
+* ``prompts``: the calibrated prompts file of stage ``calibrate`` (its ``extract`` prompt is
+  what an LLM extractor reads); null: the paper's seed prompt;
 * ``max_llm_failure_rate`` (default 0.05): more failed extractor calls than this (the
   model's own invalid output aside) is an outage: exit non-zero, publish nothing;
 * ``output`` (the ``l2a_samples`` Parquet file), ``metrics`` (JSON).
@@ -25,14 +27,24 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pipelines.errors import ConfigError, DataError
-from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, STOP_RULES, Extractor, LLMExtractor, RulesExtractor, hindsight_samples
+from pipelines.learn_to_ask.autoprompt import Prompt
+from pipelines.learn_to_ask.calibration import prompt_from_document
+from pipelines.learn_to_ask.hindsight import (
+    EXTRACTION_SCHEMA,
+    SEED_EXTRACTOR_PROMPT,
+    STOP_RULES,
+    Extractor,
+    LLMExtractor,
+    RulesExtractor,
+    hindsight_samples,
+)
 from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_dialogue
 from pipelines.learn_to_ask.tables import L2A_SAMPLES, hindsight_metrics, samples_table
 from pipelines.llm import Accounting, BackendConfig, CompletionRequest, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from stages.io import main_wrapper, publish, read_json, read_params, read_text, write_json_atomic, write_timings
 
-_KEYS = {"source", "format", "db_dir", "stop_when", "max_sessions", "max_llm_failure_rate", "output", "metrics"}
+_KEYS = {"source", "format", "db_dir", "stop_when", "max_sessions", "prompts", "max_llm_failure_rate", "output", "metrics"}
 FORMATS = ("multiwoz", "chat_log")
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 ROLE = "extractor"
@@ -90,30 +102,43 @@ def extractor_backend(llm: Mapping[str, Any] | None) -> BackendConfig:
     return backend
 
 
-def make_extractor(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting: Accounting) -> Extractor:
-    if backend.kind == "rules":
-        return RulesExtractor()
-    complete: Callable[[list[list[dict[str, str]]]], list[Any]]
+def completer(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting: Accounting) -> Callable[[list[list[dict[str, str]]]], list[Any]]:
+    """What an LLM extractor calls: conversations in, a reply (or a (reason, detail) failure) each out."""
     if backend.kind == "hf":
         from pipelines.llm.hf import HFBackend
 
         assert backend.hf is not None
         if not Path(backend.hf.model_path).exists():
-            raise ConfigError(f"params.yaml llm.roles.{ROLE}.model_path: {backend.hf.model_path} does not exist "
+            raise ConfigError(f"{backend.role} model_path: {backend.hf.model_path} does not exist "
                               "(models/smollm2: python -m stages.smollm2)")
         model = HFBackend.from_config(backend.hf)
 
         def complete(conversations: list[list[dict[str, str]]]) -> list[Any]:
             return model.generate(conversations, backend.sampling)
-    else:
-        assert backend.client is not None
-        cache = ResponseCache((llm or {}).get("cache_dir") or "data/cache/llm")
-        client = LLMClient(backend.client, cache=cache, accounting=accounting)
+        return complete
+    if backend.kind != "openai" or backend.client is None:
+        raise ConfigError(f"{backend.role}: an LLM backend (hf or openai) is needed here, got {backend.kind!r}")
+    cache = ResponseCache((llm or {}).get("cache_dir") or "data/cache/llm")
+    client = LLMClient(backend.client, cache=cache, accounting=accounting)
 
-        def complete(conversations: list[list[dict[str, str]]]) -> list[Any]:
-            requests = [CompletionRequest(c, ROLE, backend.sampling, seed=0, response_schema=EXTRACTION_SCHEMA) for c in conversations]
-            return [r.text if r.ok else (r.reason, r.last_error) for r in client.complete_many_sync(requests)]
-    return LLMExtractor(complete, backend.kind)
+    def complete(conversations: list[list[dict[str, str]]]) -> list[Any]:
+        requests = [CompletionRequest(c, backend.role, backend.sampling, seed=0, response_schema=EXTRACTION_SCHEMA) for c in conversations]
+        return [r.text if r.ok else (r.reason, r.last_error) for r in client.complete_many_sync(requests)]
+    return complete
+
+
+def make_extractor(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting: Accounting,
+                   prompt: Prompt = SEED_EXTRACTOR_PROMPT) -> Extractor:
+    if backend.kind == "rules":
+        return RulesExtractor()
+    return LLMExtractor(completer(backend, llm, accounting), backend.kind, prompt)
+
+
+def extractor_prompt(path: Any) -> Prompt:
+    """The calibrated extractor prompt (stage calibrate's prompts file), or the seed prompt."""
+    if path is None:
+        return SEED_EXTRACTOR_PROMPT
+    return prompt_from_document(read_json(Path(path)), "extract", str(path))
 
 
 def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
@@ -134,7 +159,7 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     started = time.perf_counter()
     sessions = load_sessions(params)
     accounting = Accounting()
-    extractor = make_extractor(backend, llm, accounting)
+    extractor = make_extractor(backend, llm, accounting, extractor_prompt(params.get("prompts")))
     loaded = time.perf_counter()
     samples = hindsight_samples(sessions, extractor, stop_when)
     check_failure_rate(accounting, max_failure_rate, "hindsight")

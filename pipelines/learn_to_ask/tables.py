@@ -63,7 +63,13 @@ L2A_SAMPLES = ArtifactSpec(
     ),
 )
 
-SPECS: dict[str, ArtifactSpec] = {L2A_SAMPLES.name: L2A_SAMPLES}
+def _specs() -> dict[str, ArtifactSpec]:
+    from pipelines.learn_to_ask.calibration import CALIBRATION_RUNS
+
+    return {L2A_SAMPLES.name: L2A_SAMPLES, CALIBRATION_RUNS.name: CALIBRATION_RUNS}
+
+
+SPECS: dict[str, ArtifactSpec] = _specs()
 
 
 def _messages(messages: Iterable[Any]) -> list[dict[str, str]]:

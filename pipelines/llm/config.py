@@ -48,6 +48,8 @@ ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # Learn-to-Ask hindsight (stages/hindsight.py): rules reads the source's annotations; hf / openai
     # run the paper's extractor prompt.
     "extractor": ("rules", "openai", "hf"),
+    # Auto-Prompt (stages/calibrate.py): rules mutates prompts deterministically.
+    "prompt_proposer": ("rules",),
 })
 ROLES: tuple[str, ...] = tuple(ROLE_BACKENDS)
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("auto", "prompt")

@@ -99,7 +99,7 @@ def test_sampling_is_immutable_and_json_ready():
     assert sampling.as_dict()["extra_body"] == {"top_k": 5}
 
 
-@pytest.mark.parametrize("role", ["grader", "prompt_proposer", "teacher"])
+@pytest.mark.parametrize("role", ["grader", "teacher"])
 def test_roles_without_a_code_path_are_refused_with_the_registry_named(role):
     # Each method adds its role to ROLE_BACKENDS with the code that calls it; until then the
     # configuration must not offer it.

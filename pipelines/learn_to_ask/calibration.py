@@ -1,0 +1,169 @@
+"""Auto-Prompt's EXTRACT track: anchor cases, the proposer's pools, the score, the records.
+
+Anchor cases (:class:`Anchor`) are points of logged sessions with a verified I*_t. A user
+curates them as a JSON Lines file, one chat-log session (the layout of
+:mod:`pipelines.learn_to_ask.logs`) per line with two more fields, the assistant ``turn``
+whose target is verified and that target ``info``::
+
+    {"session_id": "a1", "goal": "...", "messages": [...], "turn": 1,
+     "info": [{"field": "fever", "value": "absent"}]}
+
+On the embedded default they are built from the corpus annotations (:func:`corpus_anchors`:
+the rules extractor's I*_t, grounded in the belief states). The few-shot examples the
+proposer may add come from other sessions (the calibration pool), never from an anchor's
+session: a prompt must not contain the answers it is scored on.
+
+Each candidate prompt runs the extraction pipeline (:class:`LLMExtractor`, with its JSON and
+grounding checks) on the anchor cases and scores the micro F1 of its items against the
+anchors' (:func:`pipelines.learn_to_ask.autoprompt.extraction_f1`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+
+from pipelines.artifacts.spec import ArtifactSpec, between, in_set, length_between
+from pipelines.errors import DataError
+from pipelines.learn_to_ask.autoprompt import MUTATIONS, TRACKS, Candidate, Prompt, extraction_f1
+from pipelines.learn_to_ask.hindsight import Info, LLMExtractor, Point, annotated_targets, case_text, points
+from pipelines.learn_to_ask.logs import Session, parse_chat_log
+
+#: Rewordings of the extractor instruction the rules proposer tries (hand-written paraphrases).
+EXTRACT_REWORDINGS: tuple[str, ...] = (
+    "List every new fact the user states in the [Future Conversation] that the [Current Context] does not already contain.",
+    "Read the user's replies in the [Future Conversation]. Write down each constraint or preference they give "
+    "(what it is about, and its value) that was not known from the [Current Context].",
+    "Which details did the assistant collect from the user after the [Current Context]? Give each detail once, "
+    "as the topic and the user's answer.",
+)
+#: Output-format rules the rules proposer adds or drops.
+EXTRACT_RULES: tuple[str, ...] = (
+    "Copy each value as the user said it, in a few words.",
+    "Only include information the user states in the [Future Conversation]; never copy the examples.",
+    "List each piece of information once.",
+)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A verified target: ``point`` (its session and turn) and its I*_t, ``info``."""
+
+    point: Point
+    info: Info
+
+
+def anchor_from_record(raw: Any, source: str, position: str) -> Anchor:
+    """One line of a curated anchor file (module docstring)."""
+    if not isinstance(raw, Mapping):
+        raise DataError(source, f"an anchor must be an object, got {type(raw).__name__}", position)
+    record = str(raw.get("session_id", position))
+    for required in ("turn", "info"):
+        if required not in raw:
+            raise DataError(source, "missing required field", record, required)
+    session = parse_chat_log({k: v for k, v in raw.items() if k not in ("turn", "info")}, source, position)
+    turn = raw["turn"]
+    valid = {p.turn for p in points(session)}
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn not in valid:
+        raise DataError(source, f"expected the index of an assistant message after the first user message ({sorted(valid)}), got {turn!r}", record, "turn")
+    info = raw["info"]
+    if not isinstance(info, list) or not all(isinstance(i, Mapping) and set(i) == {"field", "value"}
+                                             and all(isinstance(i[k], str) and i[k].strip() for k in ("field", "value")) for i in info):
+        raise DataError(source, f"expected a list of {{field, value}} strings, got {info!r}", record, "info")
+    return Anchor(Point(session, turn), tuple((i["field"], i["value"]) for i in info))
+
+
+def corpus_anchors(sessions: Sequence[Session], n_anchors: int, n_pool: int, seed: int = 0) -> tuple[list[Anchor], list[Anchor]]:
+    """(anchors, pool) from annotated sessions: one point per session, drawn with ``seed``
+    among those a user message follows; the anchors from the first ``n_anchors`` eligible
+    sessions by id, the pool from the next ``n_pool`` (disjoint sessions)."""
+    rng = random.Random(seed)
+    chosen: list[Anchor] = []
+    for session in sorted(sessions, key=lambda s: s.session_id):
+        if len(chosen) == n_anchors + n_pool:
+            break
+        eligible = [p for p in points(session) if p.user_replies] if session.annotated else []
+        if eligible:
+            point = rng.choice(eligible)
+            chosen.append(Anchor(point, annotated_targets(point)))
+    if len(chosen) < n_anchors + n_pool:
+        raise DataError("calibrate", f"{len(chosen)} annotated sessions with a user reply; {n_anchors} anchors and {n_pool} pool examples need {n_anchors + n_pool}")
+    return chosen[:n_anchors], chosen[n_anchors:]
+
+
+def as_example(anchor: Anchor) -> tuple[str, str]:
+    """A pool anchor as a few-shot example: its case and the reply it should get."""
+    point = anchor.point
+    reply = json.dumps({"info": [{"field": f, "value": v} for f, v in anchor.info]})
+    return case_text(point.session.goal, point.context, point.future), reply
+
+
+def extract_score(prompt: Prompt, anchors: Sequence[Anchor], complete: Callable[[list[list[dict[str, str]]]], list[Any]],
+                  name: str) -> float:
+    """F1 of the extraction pipeline with ``prompt`` on the anchor cases."""
+    extractions = LLMExtractor(complete, name, prompt).extract([a.point for a in anchors])
+    return extraction_f1([e.info for e in extractions], [a.info for a in anchors])
+
+
+# --- Records -------------------------------------------------------------------------------------
+
+CALIBRATION_RUNS = ArtifactSpec(
+    name="calibration_runs",
+    min_rows=1,
+    description="Auto-Prompt: every candidate prompt, its score on the anchor set, its lineage.",
+    schema=pa.schema([
+        pa.field("track", pa.string(), nullable=False),
+        pa.field("iteration", pa.int32(), nullable=False),
+        pa.field("position", pa.int32(), nullable=False),  # order within the run
+        pa.field("prompt_id", pa.string(), nullable=False),
+        ("parent_id", pa.string()),  # null for the seed
+        pa.field("mutation", pa.string(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("selected", pa.bool_(), nullable=False),
+        pa.field("instruction", pa.string(), nullable=False),
+        pa.field("n_examples", pa.int32(), nullable=False),
+        pa.field("rules", pa.list_(pa.string()), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),
+    ]),
+    keys=("track", "position"),
+    expectations=(in_set("track", TRACKS), in_set("mutation", MUTATIONS), between("iteration", 0, None),
+                  length_between("prompt_id", 16, 16), length_between("instruction", 1)),
+)
+
+
+def runs_table(history: Iterable[Candidate]) -> pa.Table:
+    rows = [
+        {"track": c.track, "iteration": c.iteration, "position": i, "prompt_id": c.prompt_id, "parent_id": c.parent_id,
+         "mutation": c.mutation, "score": c.score, "selected": c.selected, "instruction": c.prompt.instruction,
+         "n_examples": len(c.prompt.examples), "rules": list(c.prompt.rules), "prompt": c.prompt.render()}
+        for i, c in enumerate(history)
+    ]
+    return pa.Table.from_pylist(rows, schema=CALIBRATION_RUNS.schema)
+
+
+def prompts_document(winners: Mapping[str, tuple[Candidate, float]]) -> dict[str, Any]:
+    """The calibrated prompts file: per track the winning prompt's parts, its score and the
+    seed's; ``version`` is a hash of the prompts, which changes exactly when one does."""
+    tracks = {
+        track: {"prompt_id": c.prompt_id, "instruction": c.prompt.instruction, "examples": [list(e) for e in c.prompt.examples],
+                "rules": list(c.prompt.rules), "score": c.score, "seed_score": seed_score}
+        for track, (c, seed_score) in sorted(winners.items())
+    }
+    version = hashlib.sha256(json.dumps({t: v["prompt_id"] for t, v in tracks.items()}, sort_keys=True).encode()).hexdigest()[:16]
+    return {"version": version, **tracks}
+
+
+def prompt_from_document(document: Any, track: str, source: str) -> Prompt:
+    """A track's prompt from a calibrated prompts file; DataError naming the field."""
+    if not isinstance(document, Mapping) or track not in document:
+        raise DataError(source, f"no calibrated {track!r} prompt", field=track)
+    entry = document[track]
+    try:
+        return Prompt(entry["instruction"], tuple((str(a), str(b)) for a, b in entry["examples"]), tuple(entry["rules"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(source, f"malformed prompt: {exc!r}", field=track) from None
