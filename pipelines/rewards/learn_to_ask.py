@@ -30,7 +30,7 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pipelines.errors import DataError
 from pipelines.multiwoz.ontology import BOOK_SLOTS, INFO_SLOTS
@@ -79,9 +79,13 @@ class Grade:
 
 
 class Grader(Protocol):
+    """``grade(question, info, context)``: the content score of the last assistant message
+    ``question`` against I*_t ``info``; ``context`` is the sample's prompt as TRL passes it
+    (a string or a list of messages), for graders that read the dialogue."""
+
     name: str
 
-    def grade(self, question: str, info: Sequence[Item]) -> Grade: ...
+    def grade(self, question: str, info: Sequence[Item], context: Any = None) -> Grade: ...
 
 
 # --- The rules grader --------------------------------------------------------------------------
@@ -126,7 +130,7 @@ class RulesGrader:
 
     name = "rules"
 
-    def grade(self, question: str, info: Sequence[Item]) -> Grade:
+    def grade(self, question: str, info: Sequence[Item], context: Any = None) -> Grade:
         if not info:
             return Grade(None, EMPTY_REFERENCE)
         asked = asked_slots(question)
@@ -145,6 +149,91 @@ class RulesGrader:
         if any(asked & _DOMAIN_SLOTS[d] for d in domains) or any(_content_words(v) & said for _, v in info):
             return Grade(0.5, RELEVANT)
         return Grade(0.0, IRRELEVANT)
+
+
+# --- The LLM grader (appendix G's grading prompt) ------------------------------------------------
+
+GRADER_SYSTEM = (
+    "You are an evaluation assistant. The user will provide a dialogue history between an assistant and a "
+    "user. You must analyze the dialogue and evaluate the assistant's last message."
+)
+GRADER_INSTRUCTION = (
+    "Content Score:\n"
+    "- 1.0: The question(s) directly ask about any item in the [Reference Information].\n"
+    "- 0.5: The question(s) are highly relevant to, but not directly asking about, any item in the [Reference Information].\n"
+    "- 0.0: The question(s) are irrelevant to all items in the [Reference Information]."
+)
+GRADER_FORMAT = (
+    "Output <think>your reasoning in one sentence</think> then <content_score>the score: 1.0, 0.5 or 0.0</content_score>, "
+    "and nothing else."
+)
+_CONTENT_SCORE = re.compile(r"<content_score>\s*([0-9.]+)\s*</content_score>", re.DOTALL)
+
+
+def _dialogue(context: Any) -> str:
+    if isinstance(context, str):
+        return context
+    lines = [f"{m.get('role', '?')}: {m.get('content', '')}" for m in context or () if isinstance(m, Mapping) and m.get("role") != "system"]
+    return "\n".join(lines) or "(nothing yet)"
+
+
+def grader_case(context: Any, question: str, info: Sequence[Item]) -> str:
+    """What the grader reads: the dialogue, the assistant's last message, the reference."""
+    reference = "\n".join(f"- {field}: {value}" for field, value in info) or "- (none)"
+    return f"[Dialogue]\n{_dialogue(context)}\n\n[Last Message]\n{question}\n\n[Reference Information]\n{reference}"
+
+
+def parse_grade(text: str) -> Grade:
+    r"""The content score in ``<content_score>`` (DOTALL: the tags may span lines); anything
+    but 0, 0.5 or 1 there is no grade.
+
+    >>> parse_grade("<think>asks the area</think>\n<content_score>\n1.0\n</content_score>")
+    Grade(score=1.0, reason='llm')
+    >>> parse_grade("<content_score>0.7</content_score>").score is None
+    True
+    """
+    found = _CONTENT_SCORE.search(text)
+    if found is None:
+        return Grade(None, "unreadable_grade")
+    try:
+        value = float(found.group(1))
+    except ValueError:
+        return Grade(None, "unreadable_grade")
+    return Grade(value, "llm") if value in (0.0, 0.5, 1.0) else Grade(None, "grade_out_of_range")
+
+
+class LLMGrader:
+    """The grading prompt of appendix G (content score) through ``complete``: conversations
+    in, a reply or a ``(reason, detail)`` failure each out. ``prompt`` is an Auto-Prompt
+    :class:`~pipelines.learn_to_ask.autoprompt.Prompt`-like object with ``instruction``,
+    ``examples`` ((case, reply) pairs) and ``rules``."""
+
+    def __init__(self, complete: Callable[[list[list[dict[str, str]]]], list[Any]], name: str, prompt: Any):
+        self.complete = complete
+        self.name = name
+        self.prompt = prompt
+
+    def messages(self, case: str) -> list[dict[str, str]]:
+        rules = "\n".join(f"- {rule}" for rule in self.prompt.rules) or "- (none)"
+
+        def request(text: str) -> str:
+            return f"[Grading Policy]\n{self.prompt.instruction}\n\n{text}\n\n[Output Format]\n{rules}"
+
+        messages = [{"role": "system", "content": GRADER_SYSTEM}]
+        for example, reply in self.prompt.examples:
+            messages += [{"role": "user", "content": request(example)}, {"role": "assistant", "content": reply}]
+        return messages + [{"role": "user", "content": request(case)}]
+
+    def grade_many(self, cases: Sequence[str]) -> list[Grade]:
+        replies = self.complete([self.messages(case) for case in cases]) if cases else []
+        if len(replies) != len(cases):
+            raise RuntimeError(f"{self.name} grader: {len(replies)} replies for {len(cases)} cases")
+        return [Grade(None, f"llm_{r[0]}") if isinstance(r, tuple) else parse_grade(r) for r in replies]
+
+    def grade(self, question: str, info: Sequence[Item], context: Any = None) -> Grade:
+        if not info:
+            return Grade(None, EMPTY_REFERENCE)
+        return self.grade_many([grader_case(context, question, info)])[0]
 
 
 # --- The reward --------------------------------------------------------------------------------
@@ -198,7 +287,7 @@ class L2AReward:
     def __repr__(self) -> str:
         return f"L2AReward({self.grader.name}, beta={self.beta})"
 
-    def score(self, completion: Any, truth: Any, info: Any) -> tuple[float | None, str]:
+    def score(self, completion: Any, truth: Any, info: Any, prompt: Any = None) -> tuple[float | None, str]:
         """The reward of one output and why (``wrong_decision``, ``stop``, a grade reason)."""
         if truth not in (CONTINUE, STOP):
             raise DataError("l2a reward dataset row", f"expected 'continue' or 'stop', got {truth!r}", field=DECISION_TRUTH)
@@ -208,7 +297,7 @@ class L2AReward:
         if truth == STOP:
             return 1.0 + self.beta + (1.0 if text.strip() == STOP_TOKEN else 0.0), "stop"
         try:
-            grade = self.grader.grade(text, _items(info))
+            grade = self.grader.grade(text, _items(info), prompt)
         except _Malformed as exc:
             grade = Grade(None, "malformed_reference")
             logger.warning("%s: info_truth %s", self.__name__, exc)
@@ -222,7 +311,7 @@ class L2AReward:
                 raise DataError("l2a reward dataset", "the column is missing", field=column)
         if not len(prompts) == len(completions) == len(columns[DECISION_TRUTH]) == len(columns[INFO_TRUTH]):
             raise ValueError("prompts, completions and the target columns differ in length")
-        scored = [self.score(c, t, i) for c, t, i in zip(completions, columns[DECISION_TRUTH], columns[INFO_TRUTH])]
+        scored = [self.score(c, t, i, p) for p, c, t, i in zip(prompts, completions, columns[DECISION_TRUTH], columns[INFO_TRUTH])]
         unscored = Counter(reason for value, reason in scored if value is None)
         if unscored:
             self.failures.update(unscored)

@@ -70,18 +70,26 @@ def test_a_grader_failure_is_none_and_counted_never_zero():
     assert logged == {"l2a/unscored": 1.0} and reward.failures["empty_reference"] == 2
 
 
-def test_an_llm_like_grader_that_cannot_score_gives_none():
-    class Unreadable:
-        name = "flaky"
+def test_the_llm_grader_reads_the_dialogue_and_an_unreadable_grade_is_none():
+    from pipelines.learn_to_ask.autoprompt import Prompt
+    from pipelines.rewards.learn_to_ask import GRADER_FORMAT, GRADER_INSTRUCTION, LLMGrader
 
-        def grade(self, question, info):
-            return Grade(None, "unparseable_reply")
+    replies = iter(["<think>close</think><content_score>0.5</content_score>", "I would say 0.5", ("timeout", "60 s")])
+    seen = []
 
-    reward = L2AReward(Unreadable())
-    assert score("Which area?", "continue", AREA, reward) is None
-    assert reward.failures == {"unparseable_reply": 1}
-    # Wrong decisions and STOP never reach the grader.
-    assert score("<stop />", "continue", AREA, reward) == 0.0 and reward.failures["unparseable_reply"] == 1
+    def complete(conversations):
+        seen.extend(conversations)
+        return [next(replies) for _ in conversations]
+
+    reward = L2AReward(LLMGrader(complete, "hf", Prompt(GRADER_INSTRUCTION, rules=(GRADER_FORMAT,))))
+    prompt = [{"role": "system", "content": "policy"}, {"role": "user", "content": "A table in the north, please."}]
+    values = reward([prompt] * 4, ["How many people?", "How many people?", "How many people?", "<stop />"],
+                    decision_truth=["continue", "continue", "continue", "continue"], info_truth=[AREA] * 4)
+    assert values == [1 + 2 * 0.5 + 1, None, None, 0.0]  # a wrong decision never reaches the grader
+    assert reward.failures == {"unreadable_grade": 1, "llm_timeout": 1}
+    request = seen[0][-1]["content"]
+    assert "A table in the north, please." in request and "How many people?" in request and "restaurant-area: north" in request
+    assert "policy" not in request  # the policy's system prompt is not part of the dialogue
 
 
 def test_a_row_without_a_target_is_a_data_error():
