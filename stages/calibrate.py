@@ -1,13 +1,16 @@
-"""DVC stage ``calibrate``: Auto-Prompt (Learn-to-Ask appendix E, Algorithm 1), EXTRACT track.
+"""DVC stage ``calibrate``: Auto-Prompt (Learn-to-Ask appendix E, Algorithm 1), EXTRACT and GRADER tracks.
 
 params.yaml ``calibrate``:
 
 * ``source`` / ``format`` / ``db_dir``: the logs, as for stage ``hindsight``; their train
   split (or the sessions without a split) gives the anchors and the few-shot pool;
-* ``extractor``: the extractor under calibration, an LLM backend that reads its prompt
-  (``{backend: hf, model_path: models/smollm2, ...}`` offline, or ``openai``), greedy;
-* ``anchors``: a curated anchor file (JSON Lines, :mod:`pipelines.learn_to_ask.calibration`)
-  or null: ``n_anchors`` cases built from the corpus annotations;
+* ``tracks``: ``extract`` (F1 of extracted values against the anchors') and/or ``grader``
+  (minus the MSE of content grades against the anchor grades); ROLLOUT is not built;
+* ``extractor`` / ``grader``: the model under calibration, an LLM backend that reads its
+  prompt (``{backend: hf, model_path: models/smollm2, ...}`` offline, or ``openai``), greedy;
+* ``anchors``: ``{extract: file, grader: file}``, curated anchor files (JSON Lines,
+  :mod:`pipelines.learn_to_ask.calibration`), or null: ``n_anchors`` cases per track built
+  from the corpus annotations (grader: the expert's turns graded by the rules grader);
 * ``n_pool``: few-shot examples the proposer may add, from other sessions than the anchors;
 * ``iterations``, ``k`` (candidates per iteration), ``seed`` (the proposer's draws);
 * ``output.runs`` (``calibration_runs`` Parquet: every candidate, score, lineage),
@@ -30,19 +33,36 @@ from pipelines.learn_to_ask.calibration import (
     CALIBRATION_RUNS,
     EXTRACT_REWORDINGS,
     EXTRACT_RULES,
+    GRADER_REWORDINGS,
+    GRADER_RULES,
+    SEED_GRADER_PROMPT,
     anchor_from_record,
     as_example,
+    as_grader_example,
     corpus_anchors,
+    corpus_grader_anchors,
     extract_score,
+    grader_anchor_from_record,
+    grader_score,
     prompts_document,
     runs_table,
 )
-from pipelines.learn_to_ask.hindsight import EXTRACTOR_INSTRUCTION, SEED_EXTRACTOR_PROMPT
+from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
 from pipelines.llm import Accounting, BackendConfig
 from stages.hindsight import completer, load_sessions
 from stages.io import main_wrapper, publish, read_params, read_text, write_json_atomic, write_timings
 
-_KEYS = {"source", "format", "db_dir", "extractor", "anchors", "n_anchors", "n_pool", "iterations", "k", "seed", "output", "metrics"}
+_KEYS = {"source", "format", "db_dir", "tracks", "extractor", "grader", "anchors", "n_anchors", "n_pool", "iterations", "k", "seed",
+         "output", "metrics"}
+BUILT_TRACKS = ("extract", "grader")
+ROLE_OF = {"extract": "extractor", "grader": "grader"}
+SCORE_NAMES = {"extract": "f1", "grader": "negative_mse"}
+# build anchors from the corpus, parse a curated line, pool anchor -> few-shot example, score, seed prompt, rewordings, rules
+TRACK_PARTS = {
+    "extract": (corpus_anchors, anchor_from_record, as_example, extract_score, SEED_EXTRACTOR_PROMPT, EXTRACT_REWORDINGS, EXTRACT_RULES),
+    "grader": (corpus_grader_anchors, grader_anchor_from_record, as_grader_example, grader_score, SEED_GRADER_PROMPT,
+               GRADER_REWORDINGS, GRADER_RULES),
+}
 
 
 def _count(params: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
@@ -52,7 +72,7 @@ def _count(params: Mapping[str, Any], key: str, default: int, minimum: int) -> i
     return value
 
 
-def read_anchors(path: Path) -> list:
+def read_anchors(path: Path, parse: Any = anchor_from_record) -> list:
     import json
 
     if not path.is_file():
@@ -65,7 +85,7 @@ def read_anchors(path: Path) -> list:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(str(path), f"invalid JSON: {exc.msg} at column {exc.colno}", f"line {number}") from None
-        anchors.append(anchor_from_record(raw, str(path), f"line {number}"))
+        anchors.append(parse(raw, str(path), f"line {number}"))
     if not anchors:
         raise DataError(str(path), "no anchors")
     return anchors
@@ -76,6 +96,21 @@ def proposer_backend(llm: Mapping[str, Any] | None) -> BackendConfig:
     return BackendConfig.from_dict("prompt_proposer", roles.get("prompt_proposer", {"backend": "rules"}), "params.yaml llm.roles.prompt_proposer")
 
 
+def _llm_backend(role: str, section: Any) -> BackendConfig:
+    backend = BackendConfig.from_dict(role, section or {}, f"params.yaml calibrate.{role}")
+    if backend.kind == "rules":
+        raise ConfigError(f"params.yaml calibrate.{role}: the {role} under calibration must read its prompt: hf or openai")
+    if not backend.sampling.greedy:
+        raise ConfigError(f"params.yaml calibrate.{role}.sampling.temperature: the {role} decodes greedily; set 0.0")
+    return backend
+
+
+def _curated(path: Any, parse: Any) -> list | None:
+    if not path:
+        return None
+    return read_anchors(Path(path), parse)
+
+
 def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     unknown = sorted(set(params) - _KEYS)
     if unknown:
@@ -83,47 +118,51 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     output = params.get("output") or {}
     if "source" not in params or not isinstance(output, Mapping) or set(output) != {"runs", "prompts"} or "metrics" not in params:
         raise ConfigError("params.yaml calibrate: source, output: {runs, prompts} and metrics are required")
+    tracks = params.get("tracks", ["extract"])
+    if not isinstance(tracks, list) or not tracks or not set(tracks) <= set(BUILT_TRACKS) or len(set(tracks)) != len(tracks):
+        raise ConfigError(f"params.yaml calibrate.tracks: expected a list of distinct tracks among {list(BUILT_TRACKS)}, got {tracks!r}")
     n_anchors, n_pool = _count(params, "n_anchors", 8, 1), _count(params, "n_pool", 3, 0)
     iterations, k, seed = _count(params, "iterations", 2, 0), _count(params, "k", 2, 1), _count(params, "seed", 0, 0)
-    backend = BackendConfig.from_dict("extractor", params.get("extractor") or {}, "params.yaml calibrate.extractor")
-    if backend.kind == "rules":
-        raise ConfigError("params.yaml calibrate.extractor: the extractor under calibration must read its prompt: hf or openai")
-    if not backend.sampling.greedy:
-        raise ConfigError("params.yaml calibrate.extractor.sampling.temperature: the extractor decodes greedily; set 0.0")
+    backends = {track: _llm_backend(ROLE_OF[track], params.get(ROLE_OF[track])) for track in tracks}
     proposer_backend(llm)  # rules: the only proposer so far
+    anchor_files = params.get("anchors") or {}
+    if not isinstance(anchor_files, Mapping) or set(anchor_files) - set(BUILT_TRACKS):
+        raise ConfigError(f"params.yaml calibrate.anchors: expected a mapping track -> file or null, got {anchor_files!r}")
 
     started = time.perf_counter()
-    sessions = [s for s in load_sessions({k: params[k] for k in ("source", "format", "db_dir") if k in params})
+    sessions = [s for s in load_sessions({key: params[key] for key in ("source", "format", "db_dir") if key in params})
                 if s.split in (None, "train")]  # val and test stay out of the prompts
-    curated = (params.get("anchors") or {}).get("extract")
-    if curated:
-        anchors = read_anchors(Path(curated))
-        taken = {a.point.session.session_id for a in anchors}
-        _, pool = corpus_anchors([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
-    else:
-        anchors, pool = corpus_anchors(sessions, n_anchors, n_pool, seed)
     accounting = Accounting()
-    complete = completer(backend, llm, accounting)
-    proposer = RulesProposer((EXTRACTOR_INSTRUCTION, *EXTRACT_REWORDINGS), [as_example(a) for a in pool],
-                             (*SEED_EXTRACTOR_PROMPT.rules, *EXTRACT_RULES), seed)
-    loaded = time.perf_counter()
-    history = calibrate("extract", SEED_EXTRACTOR_PROMPT, proposer.propose,
-                        lambda prompt: extract_score(prompt, anchors, complete, backend.kind), iterations, k)
-    searched = time.perf_counter()
-    best = calibrated(history)
+    history, winners, metrics, timings = [], {}, {}, {}
+    for track in tracks:
+        backend = backends[track]
+        build, parse, to_example, score, seed_prompt, rewordings, rules = TRACK_PARTS[track]
+        anchors = _curated(anchor_files.get(track), parse)
+        if anchors is None:
+            anchors, pool = build(sessions, n_anchors, n_pool, seed)
+        else:
+            taken = {a.point.session.session_id for a in anchors}
+            _, pool = build([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
+        complete = completer(backend, llm, accounting, EXTRACTION_SCHEMA if track == "extract" else None)
+        proposer = RulesProposer((seed_prompt.instruction, *rewordings), [to_example(a) for a in pool], (*seed_prompt.rules, *rules), seed)
+        began = time.perf_counter()
+        runs = calibrate(track, seed_prompt, proposer.propose, lambda prompt: score(prompt, anchors, complete, backend.kind), iterations, k)
+        timings[f"{track}_s"] = round(time.perf_counter() - began, 2)
+        best = calibrated(runs)
+        history += runs
+        winners[track] = (best, runs[0].score)
+        metrics[track] = {
+            "backend": backend.kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
+            "candidates": len({c.prompt_id for c in runs}), "score": SCORE_NAMES[track],
+            "seed_score": round(runs[0].score, 4), "calibrated_score": round(best.score, 4), "winner": best.prompt_id,
+            "lineage": [c.mutation for c in runs if c.selected and c.mutation != "kept"],
+        }
+        print(f"calibrate {track}: {SCORE_NAMES[track]} {metrics[track]['seed_score']} (seed) -> {metrics[track]['calibrated_score']} "
+              f"over {metrics[track]['candidates']} prompts on {len(anchors)} anchors [{timings[f'{track}_s']:.1f}s]")
     publish({Path(output["runs"]): (runs_table(history), CALIBRATION_RUNS)})
-    write_json_atomic(Path(output["prompts"]), prompts_document({"extract": (best, history[0].score)}))
-    metrics = {"extract": {
-        "extractor": backend.kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
-        "candidates": len({c.prompt_id for c in history}), "seed_f1": round(history[0].score, 4),
-        "calibrated_f1": round(best.score, 4), "winner": best.prompt_id,
-        "lineage": [c.mutation for c in history if c.selected and c.mutation != "kept"],
-    }}
+    write_json_atomic(Path(output["prompts"]), prompts_document(winners))
     write_json_atomic(Path(params["metrics"]), metrics)
-    done = time.perf_counter()
-    write_timings("calibrate", {"load_s": round(loaded - started, 2), "search_s": round(searched - loaded, 2), "wall_s": round(done - started, 2)})
-    print(f"calibrate: extract F1 {metrics['extract']['seed_f1']} (seed) -> {metrics['extract']['calibrated_f1']} "
-          f"over {metrics['extract']['candidates']} prompts on {len(anchors)} anchors [search {searched - loaded:.1f}s]")
+    write_timings("calibrate", {**timings, "wall_s": round(time.perf_counter() - started, 2)})
     return metrics
 
 

@@ -102,8 +102,10 @@ def extractor_backend(llm: Mapping[str, Any] | None) -> BackendConfig:
     return backend
 
 
-def completer(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting: Accounting) -> Callable[[list[list[dict[str, str]]]], list[Any]]:
-    """What an LLM extractor calls: conversations in, a reply (or a (reason, detail) failure) each out."""
+def completer(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting: Accounting,
+              schema: Mapping[str, Any] | None = EXTRACTION_SCHEMA) -> Callable[[list[list[dict[str, str]]]], list[Any]]:
+    """What an LLM extractor (or grader) calls: conversations in, a reply (or a (reason,
+    detail) failure) each out; ``schema``: the JSON schema an openai reply must follow."""
     if backend.kind == "hf":
         from pipelines.llm.hf import HFBackend
 
@@ -122,7 +124,7 @@ def completer(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting:
     client = LLMClient(backend.client, cache=cache, accounting=accounting)
 
     def complete(conversations: list[list[dict[str, str]]]) -> list[Any]:
-        requests = [CompletionRequest(c, backend.role, backend.sampling, seed=0, response_schema=EXTRACTION_SCHEMA) for c in conversations]
+        requests = [CompletionRequest(c, backend.role, backend.sampling, seed=0, response_schema=schema) for c in conversations]
         return [r.text if r.ok else (r.reason, r.last_error) for r in client.complete_many_sync(requests)]
     return complete
 

@@ -1,4 +1,4 @@
-"""Auto-Prompt's EXTRACT track: anchor cases, the proposer's pools, the score, the records.
+"""Auto-Prompt's EXTRACT and GRADER tracks: anchor cases, the proposer's pools, the scores, the records.
 
 Anchor cases (:class:`Anchor`) are points of logged sessions with a verified I*_t. A user
 curates them as a JSON Lines file, one chat-log session (the layout of
@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from pipelines.artifacts.spec import ArtifactSpec, between, in_set, length_between
 from pipelines.errors import DataError
-from pipelines.learn_to_ask.autoprompt import MUTATIONS, TRACKS, Candidate, Prompt, extraction_f1
+from pipelines.learn_to_ask.autoprompt import MUTATIONS, TRACKS, Candidate, Prompt, extraction_f1, negative_mse
 from pipelines.learn_to_ask.hindsight import Info, LLMExtractor, Point, annotated_targets, case_text, points
 from pipelines.learn_to_ask.logs import Session, parse_chat_log
 
@@ -167,3 +167,104 @@ def prompt_from_document(document: Any, track: str, source: str) -> Prompt:
         return Prompt(entry["instruction"], tuple((str(a), str(b)) for a, b in entry["examples"]), tuple(entry["rules"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(source, f"malformed prompt: {exc!r}", field=track) from None
+
+
+# --- The GRADER track ------------------------------------------------------------------------------
+
+
+def _seed_grader_prompt() -> Prompt:
+    from pipelines.rewards.learn_to_ask import GRADER_FORMAT, GRADER_INSTRUCTION
+
+    return Prompt(GRADER_INSTRUCTION, rules=(GRADER_FORMAT,))
+
+
+#: The seed grader prompt: appendix G's content-score policy and output tags.
+SEED_GRADER_PROMPT = _seed_grader_prompt()
+
+#: Rewordings of the grading policy the rules proposer tries.
+GRADER_REWORDINGS: tuple[str, ...] = (
+    "Score the content of the last message against the [Reference Information]:\n"
+    "- 1.0 if it asks directly about one of the listed items;\n"
+    "- 0.5 if it is related to them without asking about any one of them;\n"
+    "- 0.0 if it has nothing to do with them.",
+    "Does the last message ask for information listed in the [Reference Information]? 1.0: yes, about an "
+    "item; 0.5: about something close to an item; 0.0: no.",
+)
+GRADER_RULES: tuple[str, ...] = (
+    "The score is exactly one of 1.0, 0.5 or 0.0.",
+    "Judge only the last message, not the earlier dialogue.",
+)
+
+
+@dataclass(frozen=True)
+class GraderAnchor:
+    """A verified grade: the assistant message ``question`` after ``point``'s context, the
+    reference ``info`` and the ``grade`` (0, 0.5 or 1) a person gave it."""
+
+    point: Point
+    question: str
+    info: Info
+    grade: float
+
+    @property
+    def case(self) -> str:
+        from pipelines.rewards.learn_to_ask import grader_case
+
+        context = [{"role": m.role, "content": m.content} for m in self.point.context]
+        return grader_case(context, self.question, self.info)
+
+
+def grader_anchor_from_record(raw: Any, source: str, position: str) -> GraderAnchor:
+    """A curated grader anchor: an extract anchor's fields plus ``question`` (the message
+    graded; the expert's own turn when absent) and ``grade``."""
+    if not isinstance(raw, Mapping):
+        raise DataError(source, f"an anchor must be an object, got {type(raw).__name__}", position)
+    record = str(raw.get("session_id", position))
+    grade = raw.get("grade")
+    if grade not in (0, 0.5, 1) or isinstance(grade, bool):
+        raise DataError(source, f"expected 0, 0.5 or 1, got {grade!r}", record, "grade")
+    anchor = anchor_from_record({k: v for k, v in raw.items() if k not in ("question", "grade")}, source, position)
+    question = raw.get("question", anchor.point.session.messages[anchor.point.turn].content)
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(source, f"expected a non-empty string, got {question!r}", record, "question")
+    return GraderAnchor(anchor.point, question, anchor.info, float(grade))
+
+
+def corpus_grader_anchors(sessions: Sequence[Session], n_anchors: int, n_pool: int, seed: int = 0) -> tuple[list[GraderAnchor], list[GraderAnchor]]:
+    """(anchors, pool): the expert's own turns at points with something to collect, graded by
+    the rules grader against the annotated I*_t, as evenly over the grades 0, 0.5 and 1 as
+    the sessions allow; one point per session, anchors and pool from different sessions."""
+    from pipelines.rewards.learn_to_ask import RulesGrader
+
+    grader = RulesGrader()
+    rng = random.Random(seed)
+    by_grade: dict[float, list[GraderAnchor]] = {0.0: [], 0.5: [], 1.0: []}
+    for session in sorted(sessions, key=lambda s: s.session_id):
+        eligible = [p for p in points(session) if p.user_replies] if session.annotated else []
+        rng.shuffle(eligible)
+        for point in eligible:
+            info = annotated_targets(point)
+            grade = grader.grade(point.future[0].content, info).score if info else None
+            if grade is not None:
+                by_grade[grade].append(GraderAnchor(point, point.future[0].content, info, grade))
+                break
+    order = [a for trio in zip(*by_grade.values()) for a in trio]  # 0, 0.5, 1, 0, 0.5, 1, ...
+    rest = [a for grade in by_grade.values() for a in grade if a not in order]
+    chosen = (order + rest)[: n_anchors + n_pool]
+    if len(chosen) < n_anchors + n_pool:
+        raise DataError("calibrate", f"{len(chosen)} gradable points; {n_anchors} anchors and {n_pool} pool examples need {n_anchors + n_pool}")
+    anchors = sorted(chosen[:n_anchors], key=lambda a: a.point.session.session_id)
+    return anchors, chosen[n_anchors:]
+
+
+def as_grader_example(anchor: GraderAnchor) -> tuple[str, str]:
+    return anchor.case, f"<think>as graded by a person</think><content_score>{anchor.grade}</content_score>"
+
+
+def grader_score(prompt: Prompt, anchors: Sequence[GraderAnchor], complete: Callable[[list[list[dict[str, str]]]], list[Any]],
+                 name: str) -> float:
+    """Minus the MSE of the grades the LLM grader with ``prompt`` gives the anchors."""
+    from pipelines.rewards.learn_to_ask import LLMGrader
+
+    grades = LLMGrader(complete, name, prompt).grade_many([a.case for a in anchors])
+    return negative_mse([g.score for g in grades], [a.grade for a in anchors])

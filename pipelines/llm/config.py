@@ -48,6 +48,9 @@ ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # Learn-to-Ask hindsight (stages/hindsight.py): rules reads the source's annotations; hf / openai
     # run the paper's extractor prompt.
     "extractor": ("rules", "openai", "hf"),
+    # Learn-to-Ask content grades: rules (the l2a reward, verifiable against I*_t); hf / openai run
+    # appendix G's grading prompt (stages/calibrate.py calibrates it).
+    "grader": ("rules", "openai", "hf"),
     # Auto-Prompt (stages/calibrate.py): rules mutates prompts deterministically.
     "prompt_proposer": ("rules",),
 })

@@ -28,8 +28,16 @@ def test_calibrate_records_every_candidate_and_writes_the_prompts_hindsight_read
     from stages.calibrate import run
     from stages.hindsight import extractor_prompt
 
-    metrics = run(params(tmp_path, small_corpus_dir, tiny_model_dir), llm={"roles": {"prompt_proposer": {"backend": "rules"}}})
-    runs = read_artifact(tmp_path / "runs.parquet").to_pylist()  # the calibration_runs suite
+    grader = {"backend": "hf", "model_path": str(tiny_model_dir), "batch_size": 8, "sampling": {"max_tokens": 12}}
+    metrics = run(params(tmp_path, small_corpus_dir, tiny_model_dir, tracks=["extract", "grader"], grader=grader),
+                  llm={"roles": {"prompt_proposer": {"backend": "rules"}}})
+    table = read_artifact(tmp_path / "runs.parquet").to_pylist()  # the calibration_runs suite
+    assert [r["position"] for r in table] == list(range(len(table)))
+    # An untrained model gives no readable grade: every grade counts as the largest error.
+    graded = [r for r in table if r["track"] == "grader"]
+    assert graded and all(r["score"] == -1.0 for r in graded) and metrics["grader"]["seed_score"] == -1.0
+    assert metrics["grader"]["score"] == "negative_mse" and metrics["grader"]["anchors"] == 3
+    runs = [r for r in table if r["track"] == "extract"]
     assert runs[0]["mutation"] == "seed" and runs[0]["parent_id"] is None and runs[0]["iteration"] == 0
     assert {r["iteration"] for r in runs} == {0, 1, 2} and sum(r["selected"] for r in runs) == 3
     selected = {r["prompt_id"] for r in runs if r["selected"]}
@@ -39,8 +47,9 @@ def test_calibrate_records_every_candidate_and_writes_the_prompts_hindsight_read
     prompt = extractor_prompt(tmp_path / "prompts.json")
     assert prompt.prompt_id == document["extract"]["prompt_id"] == metrics["extract"]["winner"]
     assert extractor_prompt(None) == SEED_EXTRACTOR_PROMPT
+    assert prompt_from_document(document, "grader", "prompts.json").prompt_id == metrics["grader"]["winner"]
     assert metrics["extract"]["anchors"] == 3 and metrics["extract"]["pool"] == 2
-    assert metrics["extract"]["calibrated_f1"] >= metrics["extract"]["seed_f1"]
+    assert metrics["extract"]["calibrated_score"] >= metrics["extract"]["seed_score"]
 
 
 def test_anchors_and_pool_come_from_different_sessions(small_corpus):
@@ -85,3 +94,22 @@ def test_calibrate_refuses_an_extractor_that_cannot_read_a_prompt(tmp_path, smal
         run(params(tmp_path, small_corpus_dir, tmp_path, k=0))
     with pytest.raises(DataError, match="no calibrated 'extract' prompt"):
         prompt_from_document({"version": "x"}, "extract", "prompts.json")
+
+
+def test_grader_anchors_mix_the_grades_and_curated_ones_are_validated(small_corpus, tmp_path):
+    from pipelines.learn_to_ask.calibration import corpus_grader_anchors
+    from stages.calibrate import read_anchors
+    from pipelines.learn_to_ask.calibration import grader_anchor_from_record
+
+    sessions = [session_from_dialogue(d) for d in small_corpus.dialogues]
+    anchors, pool = corpus_grader_anchors(sessions, 6, 3)
+    assert {a.grade for a in anchors} == {0.0, 0.5, 1.0}
+    assert not {a.point.session.session_id for a in anchors} & {p.point.session.session_id for p in pool}
+    path = tmp_path / "grades.jsonl"
+    path.write_text(json.dumps({**ANCHOR, "question": "Any fever?", "grade": 1}) + "\n")
+    (anchor,) = read_anchors(path, grader_anchor_from_record)
+    assert (anchor.question, anchor.grade) == ("Any fever?", 1.0) and "Any fever?" in anchor.case
+    path.write_text(json.dumps({**ANCHOR, "grade": 0.7}) + "\n")
+    with pytest.raises(DataError, match="record 'a1', field 'grade'"):
+        read_anchors(path, grader_anchor_from_record)
+
