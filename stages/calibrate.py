@@ -4,8 +4,10 @@ params.yaml ``calibrate``:
 
 * ``source`` / ``format`` / ``db_dir``: the logs, as for stage ``hindsight``; their train
   split (or the sessions without a split) gives the anchors and the few-shot pool;
-* ``tracks``: ``extract`` (F1 of extracted values against the anchors') and/or ``grader``
-  (minus the MSE of content grades against the anchor grades); ROLLOUT is not built;
+* ``tracks``: ``extract`` (F1 of extracted values against the anchors'), ``grader`` (minus
+  the MSE of content grades against the anchor grades), ``rollout`` (the mean L2A reward,
+  rules grader, of the policy's samples with the candidate sampler prompt);
+* ``policy``: ROLLOUT's model, ``{model_path, samples, batch_size, sampling}`` (seeded);
 * ``extractor`` / ``grader``: the model under calibration, an LLM backend that reads its
   prompt (``{backend: hf, model_path: models/smollm2, ...}`` offline, or ``openai``), greedy;
 * ``anchors``: ``{extract: file, grader: file}``, curated anchor files (JSON Lines,
@@ -35,16 +37,22 @@ from pipelines.learn_to_ask.calibration import (
     EXTRACT_RULES,
     GRADER_REWORDINGS,
     GRADER_RULES,
+    POLICY_EXTRA_RULES,
+    POLICY_REWORDINGS,
     SEED_GRADER_PROMPT,
+    SEED_POLICY_PROMPT,
     anchor_from_record,
     as_example,
     as_grader_example,
+    as_policy_example,
     corpus_anchors,
     corpus_grader_anchors,
+    corpus_rollout_cases,
     extract_score,
     grader_anchor_from_record,
     grader_score,
     prompts_document,
+    rollout_score,
     runs_table,
 )
 from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
@@ -52,17 +60,43 @@ from pipelines.llm import Accounting, BackendConfig
 from stages.hindsight import completer, load_sessions
 from stages.io import main_wrapper, publish, read_params, read_text, write_json_atomic, write_timings
 
-_KEYS = {"source", "format", "db_dir", "tracks", "extractor", "grader", "anchors", "n_anchors", "n_pool", "iterations", "k", "seed",
+_KEYS = {"source", "format", "db_dir", "tracks", "extractor", "grader", "policy", "anchors", "n_anchors", "n_pool", "iterations", "k", "seed",
          "output", "metrics"}
-BUILT_TRACKS = ("extract", "grader")
+BUILT_TRACKS = ("extract", "grader", "rollout")
 ROLE_OF = {"extract": "extractor", "grader": "grader"}
-SCORE_NAMES = {"extract": "f1", "grader": "negative_mse"}
+SCORE_NAMES = {"extract": "f1", "grader": "negative_mse", "rollout": "mean_reward"}
 # build anchors from the corpus, parse a curated line, pool anchor -> few-shot example, score, seed prompt, rewordings, rules
 TRACK_PARTS = {
     "extract": (corpus_anchors, anchor_from_record, as_example, extract_score, SEED_EXTRACTOR_PROMPT, EXTRACT_REWORDINGS, EXTRACT_RULES),
     "grader": (corpus_grader_anchors, grader_anchor_from_record, as_grader_example, grader_score, SEED_GRADER_PROMPT,
                GRADER_REWORDINGS, GRADER_RULES),
+    # no human anchors: the fixed rules grader scores the policy's samples
+    "rollout": (corpus_rollout_cases, None, as_policy_example, rollout_score, SEED_POLICY_PROMPT, POLICY_REWORDINGS, POLICY_EXTRA_RULES),
 }
+POLICY_KEYS = {"model_path", "samples", "batch_size", "sampling"}
+
+
+def policy_sampler(section: Any) -> tuple[Any, str]:
+    """``calibrate.policy``: the model whose sampler prompt ROLLOUT calibrates (``model_path``,
+    ``samples`` per context, ``batch_size``, ``sampling``; seeded, so a re-run samples the same)."""
+    from pipelines.llm import HFConfig, SamplingParams
+
+    if not isinstance(section, Mapping) or "model_path" not in section or set(section) - POLICY_KEYS:
+        raise ConfigError(f"params.yaml calibrate.policy: expected a mapping with model_path and optionally {sorted(POLICY_KEYS - {'model_path'})}, got {section!r}")
+    samples = _count(section, "samples", 2, 1)
+    sampling = SamplingParams.from_dict(section.get("sampling", {"temperature": 0.7, "max_tokens": 48}), "params.yaml calibrate.policy.sampling")
+    config = HFConfig(model_path=str(section["model_path"]), batch_size=section.get("batch_size", 8))
+    if not Path(config.model_path).exists():
+        raise ConfigError(f"params.yaml calibrate.policy.model_path: {config.model_path} does not exist (python -m stages.smollm2)")
+    from pipelines.llm.hf import HFBackend
+
+    model = HFBackend.from_config(config)
+
+    def sample(conversations: list[list[dict[str, str]]]) -> list[list[str]]:
+        # Sample s of every conversation is seeded with s: the same prompts get the same draws.
+        drawn = [model.generate(conversations, sampling, seed=s) for s in range(samples)]
+        return [[draws[i] for draws in drawn] for i in range(len(conversations))]
+    return sample, "hf"
 
 
 def _count(params: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
@@ -123,11 +157,13 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
         raise ConfigError(f"params.yaml calibrate.tracks: expected a list of distinct tracks among {list(BUILT_TRACKS)}, got {tracks!r}")
     n_anchors, n_pool = _count(params, "n_anchors", 8, 1), _count(params, "n_pool", 3, 0)
     iterations, k, seed = _count(params, "iterations", 2, 0), _count(params, "k", 2, 1), _count(params, "seed", 0, 0)
-    backends = {track: _llm_backend(ROLE_OF[track], params.get(ROLE_OF[track])) for track in tracks}
+    backends = {track: _llm_backend(ROLE_OF[track], params.get(ROLE_OF[track])) for track in tracks if track in ROLE_OF}
+    if "rollout" in tracks and "policy" not in params:
+        raise ConfigError("params.yaml calibrate.policy: the rollout track needs the policy model")
     proposer_backend(llm)  # rules: the only proposer so far
     anchor_files = params.get("anchors") or {}
-    if not isinstance(anchor_files, Mapping) or set(anchor_files) - set(BUILT_TRACKS):
-        raise ConfigError(f"params.yaml calibrate.anchors: expected a mapping track -> file or null, got {anchor_files!r}")
+    if not isinstance(anchor_files, Mapping) or set(anchor_files) - {"extract", "grader"}:
+        raise ConfigError(f"params.yaml calibrate.anchors: expected a mapping extract / grader -> file or null, got {anchor_files!r}")
 
     started = time.perf_counter()
     sessions = [s for s in load_sessions({key: params[key] for key in ("source", "format", "db_dir") if key in params})
@@ -135,7 +171,6 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     accounting = Accounting()
     history, winners, metrics, timings = [], {}, {}, {}
     for track in tracks:
-        backend = backends[track]
         build, parse, to_example, score, seed_prompt, rewordings, rules = TRACK_PARTS[track]
         anchors = _curated(anchor_files.get(track), parse)
         if anchors is None:
@@ -143,16 +178,19 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
         else:
             taken = {a.point.session.session_id for a in anchors}
             _, pool = build([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
-        complete = completer(backend, llm, accounting, EXTRACTION_SCHEMA if track == "extract" else None)
+        if track == "rollout":
+            complete, kind = policy_sampler(params["policy"])
+        else:
+            complete, kind = completer(backends[track], llm, accounting, EXTRACTION_SCHEMA if track == "extract" else None), backends[track].kind
         proposer = RulesProposer((seed_prompt.instruction, *rewordings), [to_example(a) for a in pool], (*seed_prompt.rules, *rules), seed)
         began = time.perf_counter()
-        runs = calibrate(track, seed_prompt, proposer.propose, lambda prompt: score(prompt, anchors, complete, backend.kind), iterations, k)
+        runs = calibrate(track, seed_prompt, proposer.propose, lambda prompt: score(prompt, anchors, complete, kind), iterations, k)
         timings[f"{track}_s"] = round(time.perf_counter() - began, 2)
         best = calibrated(runs)
         history += runs
         winners[track] = (best, runs[0].score)
         metrics[track] = {
-            "backend": backend.kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
+            "backend": kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
             "candidates": len({c.prompt_id for c in runs}), "score": SCORE_NAMES[track],
             "seed_score": round(runs[0].score, 4), "calibrated_score": round(best.score, 4), "winner": best.prompt_id,
             "lineage": [c.mutation for c in runs if c.selected and c.mutation != "kept"],

@@ -1,4 +1,7 @@
-"""Auto-Prompt's EXTRACT and GRADER tracks: anchor cases, the proposer's pools, the scores, the records.
+"""Auto-Prompt's tracks (EXTRACT, GRADER, ROLLOUT): anchor cases, the proposer's pools, the scores, the records.
+
+ROLLOUT needs no human anchors: the policy samples replies with the candidate sampler prompt on
+hindsight cases, and the fixed rules grader's L2A reward scores them (:func:`rollout_score`).
 
 Anchor cases (:class:`Anchor`) are points of logged sessions with a verified I*_t. A user
 curates them as a JSON Lines file, one chat-log session (the layout of
@@ -268,3 +271,94 @@ def grader_score(prompt: Prompt, anchors: Sequence[GraderAnchor], complete: Call
 
     grades = LLMGrader(complete, name, prompt).grade_many([a.case for a in anchors])
     return negative_mse([g.score for g in grades], [a.grade for a in anchors])
+
+
+# --- The ROLLOUT track -----------------------------------------------------------------------------
+
+#: The policy sampler prompt of appendix G (response generation), without the medical domain.
+POLICY_INSTRUCTION = (
+    "You are an assistant. Your task is to understand the ongoing conversation and continue the inquiry "
+    "in English, asking for what you still need to act on the user's request."
+)
+POLICY_RULES: tuple[str, ...] = (
+    "Each response must contain exactly one clear and concise question with 2 to 3 answer choices.",
+    "Do not repeat any previous question.",
+    "Your response must be a single sentence.",
+    "If enough information has been gathered to act on the request, output only: <stop />",
+)
+SEED_POLICY_PROMPT = Prompt(POLICY_INSTRUCTION, rules=POLICY_RULES)
+POLICY_REWORDINGS: tuple[str, ...] = (
+    "You help a user with a request. Read the conversation and ask the one question whose answer you need next; "
+    "when nothing is missing, stop.",
+    "Continue the conversation as the assistant: ask for the next missing detail of the user's request.",
+)
+POLICY_EXTRA_RULES: tuple[str, ...] = (
+    "Never ask about something the user has already said.",
+    "Ask about one thing only.",
+)
+
+
+@dataclass(frozen=True)
+class RolloutCase:
+    """A context to sample the policy on, with its hindsight target (I*_t, s*_t)."""
+
+    point: Point
+    info: Info
+    decision: str
+
+
+def corpus_rollout_cases(sessions: Sequence[Session], n_cases: int, n_pool: int, seed: int = 0) -> tuple[list[RolloutCase], list[RolloutCase]]:
+    """(cases, pool): one point per annotated session with its rules target (eq. 2), alternating
+    CONTINUE and STOP targets where the sessions allow; the pool (few-shot examples: the
+    expert's turn, or the stop token) from other sessions."""
+    from pipelines.learn_to_ask.hindsight import CONTINUE, STOP, decide
+
+    rng = random.Random(seed)
+    by_decision: dict[str, list[RolloutCase]] = {CONTINUE: [], STOP: []}
+    for session in sorted(sessions, key=lambda s: s.session_id):
+        eligible = points(session) if session.annotated else []
+        rng.shuffle(eligible)
+        if eligible:
+            point = eligible[0]
+            info = annotated_targets(point)
+            decision, _ = decide(point, info, "no_info")
+            by_decision[decision].append(RolloutCase(point, info, decision))
+    order = [c for pair in zip(by_decision[CONTINUE], by_decision[STOP]) for c in pair]
+    rest = [c for cases in by_decision.values() for c in cases if c not in order]
+    chosen = (order + rest)[: n_cases + n_pool]
+    if len(chosen) < n_cases + n_pool:
+        raise DataError("calibrate", f"{len(chosen)} annotated sessions; {n_cases} cases and {n_pool} pool examples need {n_cases + n_pool}")
+    return chosen[:n_cases], chosen[n_cases:]
+
+
+def _policy_case(point: Point) -> str:
+    return "\n".join(f"{m.role}: {m.content}" for m in point.context)
+
+
+def as_policy_example(case: RolloutCase) -> tuple[str, str]:
+    from pipelines.rewards.learn_to_ask import STOP_TOKEN
+
+    return _policy_case(case.point), STOP_TOKEN if case.decision == "stop" else case.point.future[0].content
+
+
+def policy_messages(prompt: Prompt, point: Point) -> list[dict[str, str]]:
+    """The policy's conversation: the prompt (examples and rules included) as the system
+    message, then the full context C_{t-1}."""
+    return [{"role": "system", "content": prompt.render()}, *({"role": m.role, "content": m.content} for m in point.context)]
+
+
+def rollout_score(prompt: Prompt, cases: Sequence[RolloutCase], sample: Callable[[list[list[dict[str, str]]]], list[Any]],
+                  name: str) -> float:
+    """The mean L2A reward (rules grader, beta 2) of the policy's samples with ``prompt``;
+    ``sample`` returns, per conversation, a list of sampled replies. Unscored samples (None)
+    are left out of the mean, as TRL leaves them out."""
+    from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader
+
+    reward = L2AReward(RulesGrader())
+    samples = sample([policy_messages(prompt, c.point) for c in cases])
+    values: list[float] = []
+    for case, replies in zip(cases, samples):
+        info = [{"field": f, "value": v} for f, v in case.info]
+        scored = reward([None] * len(replies), list(replies), decision_truth=[case.decision] * len(replies), info_truth=[info] * len(replies))
+        values += [v for v in scored if v is not None]
+    return sum(values) / len(values) if values else 0.0

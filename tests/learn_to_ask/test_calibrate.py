@@ -29,7 +29,8 @@ def test_calibrate_records_every_candidate_and_writes_the_prompts_hindsight_read
     from stages.hindsight import extractor_prompt
 
     grader = {"backend": "hf", "model_path": str(tiny_model_dir), "batch_size": 8, "sampling": {"max_tokens": 12}}
-    metrics = run(params(tmp_path, small_corpus_dir, tiny_model_dir, tracks=["extract", "grader"], grader=grader),
+    policy = {"model_path": str(tiny_model_dir), "samples": 2, "sampling": {"temperature": 1.0, "max_tokens": 8}}
+    metrics = run(params(tmp_path, small_corpus_dir, tiny_model_dir, tracks=["extract", "grader", "rollout"], grader=grader, policy=policy),
                   llm={"roles": {"prompt_proposer": {"backend": "rules"}}})
     table = read_artifact(tmp_path / "runs.parquet").to_pylist()  # the calibration_runs suite
     assert [r["position"] for r in table] == list(range(len(table)))
@@ -37,6 +38,9 @@ def test_calibrate_records_every_candidate_and_writes_the_prompts_hindsight_read
     graded = [r for r in table if r["track"] == "grader"]
     assert graded and all(r["score"] == -1.0 for r in graded) and metrics["grader"]["seed_score"] == -1.0
     assert metrics["grader"]["score"] == "negative_mse" and metrics["grader"]["anchors"] == 3
+    # ROLLOUT: the mean L2A reward of the sampled replies, in [0, 4].
+    assert metrics["rollout"]["score"] == "mean_reward" and 0.0 <= metrics["rollout"]["seed_score"] <= 4.0
+    assert metrics["rollout"]["calibrated_score"] >= metrics["rollout"]["seed_score"]
     runs = [r for r in table if r["track"] == "extract"]
     assert runs[0]["mutation"] == "seed" and runs[0]["parent_id"] is None and runs[0]["iteration"] == 0
     assert {r["iteration"] for r in runs} == {0, 1, 2} and sum(r["selected"] for r in runs) == 3
@@ -112,4 +116,23 @@ def test_grader_anchors_mix_the_grades_and_curated_ones_are_validated(small_corp
     path.write_text(json.dumps({**ANCHOR, "grade": 0.7}) + "\n")
     with pytest.raises(DataError, match="record 'a1', field 'grade'"):
         read_anchors(path, grader_anchor_from_record)
+
+
+def test_rollout_score_is_the_mean_l2a_reward_of_the_samples(small_corpus):
+    from pipelines.learn_to_ask.calibration import SEED_POLICY_PROMPT, corpus_rollout_cases, rollout_score
+
+    sessions = [session_from_dialogue(d) for d in small_corpus.dialogues]
+    cases, pool = corpus_rollout_cases(sessions, 4, 2)
+    assert [c.decision for c in cases] == ["continue", "stop", "continue", "stop"]
+    assert not {c.point.session.session_id for c in cases} & {c.point.session.session_id for c in pool}
+    seen = []
+
+    def sampler(conversations):
+        seen.extend(conversations)
+        return [["<stop />", "Tell me more."] for _ in conversations]
+
+    # continue cases: 0 (wrong stop) and 1 + 2*0 + 0 (no question); stop cases: 4 and 0 (wrong).
+    assert rollout_score(SEED_POLICY_PROMPT, cases, sampler, "scripted") == pytest.approx((0 + 1 + 4 + 0) * 2 / 8)
+    assert seen[0][0] == {"role": "system", "content": SEED_POLICY_PROMPT.render()}
+    assert seen[0][1:] == [{"role": m.role, "content": m.content} for m in cases[0].point.context]
 
