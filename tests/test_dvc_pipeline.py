@@ -80,8 +80,9 @@ def shrink(params: dict) -> None:
         params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
     if "calibrate" in params:  # Auto-Prompt with a real model: one anchor, one candidate, a few tokens
         params["calibrate"].update(n_anchors=1, n_pool=1, iterations=1, k=1)
-        for role in ("extractor", "grader"):
+        for role in ("extractor", "grader", "policy"):
             params["calibrate"][role]["sampling"]["max_tokens"] = 8
+        params["calibrate"]["policy"]["samples"] = 1
     shrink_training_and_evaluation(params)
 
 
