@@ -34,8 +34,17 @@ import pyarrow as pa
 from pipelines.artifacts.spec import ArtifactSpec, between, in_set, length_between
 from pipelines.errors import DataError
 from pipelines.learn_to_ask.autoprompt import MUTATIONS, TRACKS, Candidate, Prompt, extraction_f1, negative_mse
-from pipelines.learn_to_ask.hindsight import Info, LLMExtractor, Point, annotated_targets, case_text, points
+from pipelines.learn_to_ask.hindsight import CONTINUE, STOP, Info, LLMExtractor, Point, annotated_targets, case_text, decide, points
 from pipelines.learn_to_ask.logs import Session, parse_chat_log
+from pipelines.rewards.learn_to_ask import (
+    GRADER_FORMAT,
+    GRADER_INSTRUCTION,
+    STOP_TOKEN,
+    L2AReward,
+    LLMGrader,
+    RulesGrader,
+    grader_case,
+)
 
 #: Rewordings of the extractor instruction the rules proposer tries (hand-written paraphrases).
 EXTRACT_REWORDINGS: tuple[str, ...] = (
@@ -175,14 +184,8 @@ def prompt_from_document(document: Any, track: str, source: str) -> Prompt:
 # --- The GRADER track ------------------------------------------------------------------------------
 
 
-def _seed_grader_prompt() -> Prompt:
-    from pipelines.rewards.learn_to_ask import GRADER_FORMAT, GRADER_INSTRUCTION
-
-    return Prompt(GRADER_INSTRUCTION, rules=(GRADER_FORMAT,))
-
-
 #: The seed grader prompt: appendix G's content-score policy and output tags.
-SEED_GRADER_PROMPT = _seed_grader_prompt()
+SEED_GRADER_PROMPT = Prompt(GRADER_INSTRUCTION, rules=(GRADER_FORMAT,))
 
 #: Rewordings of the grading policy the rules proposer tries.
 GRADER_REWORDINGS: tuple[str, ...] = (
@@ -211,8 +214,6 @@ class GraderAnchor:
 
     @property
     def case(self) -> str:
-        from pipelines.rewards.learn_to_ask import grader_case
-
         context = [{"role": m.role, "content": m.content} for m in self.point.context]
         return grader_case(context, self.question, self.info)
 
@@ -237,8 +238,6 @@ def corpus_grader_anchors(sessions: Sequence[Session], n_anchors: int, n_pool: i
     """(anchors, pool): the expert's own turns at points with something to collect, graded by
     the rules grader against the annotated I*_t, as evenly over the grades 0, 0.5 and 1 as
     the sessions allow; one point per session, anchors and pool from different sessions."""
-    from pipelines.rewards.learn_to_ask import RulesGrader
-
     grader = RulesGrader()
     rng = random.Random(seed)
     by_grade: dict[float, list[GraderAnchor]] = {0.0: [], 0.5: [], 1.0: []}
@@ -267,8 +266,6 @@ def as_grader_example(anchor: GraderAnchor) -> tuple[str, str]:
 def grader_score(prompt: Prompt, anchors: Sequence[GraderAnchor], complete: Callable[[list[list[dict[str, str]]]], list[Any]],
                  name: str) -> float:
     """Minus the MSE of the grades the LLM grader with ``prompt`` gives the anchors."""
-    from pipelines.rewards.learn_to_ask import LLMGrader
-
     grades = LLMGrader(complete, name, prompt).grade_many([a.case for a in anchors])
     return negative_mse([g.score for g in grades], [a.grade for a in anchors])
 
@@ -311,8 +308,6 @@ def corpus_rollout_cases(sessions: Sequence[Session], n_cases: int, n_pool: int,
     """(cases, pool): one point per annotated session with its rules target (eq. 2), alternating
     CONTINUE and STOP targets where the sessions allow; the pool (few-shot examples: the
     expert's turn, or the stop token) from other sessions."""
-    from pipelines.learn_to_ask.hindsight import CONTINUE, STOP, decide
-
     rng = random.Random(seed)
     by_decision: dict[str, list[RolloutCase]] = {CONTINUE: [], STOP: []}
     for session in sorted(sessions, key=lambda s: s.session_id):
@@ -336,8 +331,6 @@ def _policy_case(point: Point) -> str:
 
 
 def as_policy_example(case: RolloutCase) -> tuple[str, str]:
-    from pipelines.rewards.learn_to_ask import STOP_TOKEN
-
     return _policy_case(case.point), STOP_TOKEN if case.decision == "stop" else case.point.future[0].content
 
 
@@ -352,8 +345,6 @@ def rollout_score(prompt: Prompt, cases: Sequence[RolloutCase], sample: Callable
     """The mean L2A reward (rules grader, beta 2) of the policy's samples with ``prompt``;
     ``sample`` returns, per conversation, a list of sampled replies. Unscored samples (None)
     are left out of the mean, as TRL leaves them out."""
-    from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader
-
     reward = L2AReward(RulesGrader())
     samples = sample([policy_messages(prompt, c.point) for c in cases])
     values: list[float] = []

@@ -1,4 +1,5 @@
-"""The ``l2a_samples`` artifact and the hindsight metrics.
+"""The Learn-to-Ask artifacts (``l2a_samples``; ``calibration_runs`` is declared with the
+calibration, :mod:`pipelines.learn_to_ask.calibration`) and the hindsight metrics.
 
 ``l2a_samples``: one row per assistant turn t of every session (key ``session_id``, ``turn``,
 the index of a_t in the session's messages). ``context`` is the full prefix C_{t-1} and
@@ -18,6 +19,7 @@ from typing import Any, Iterable, Sequence
 import pyarrow as pa
 
 from pipelines.artifacts.spec import ArtifactSpec, between, in_set, length_between
+from pipelines.learn_to_ask.calibration import CALIBRATION_RUNS
 from pipelines.learn_to_ask.hindsight import CONTINUE, DECISIONS, FAILURES, STOP, Sample
 from pipelines.llm.client import FAILURE_REASONS
 from pipelines.records import SPLITS
@@ -63,13 +65,7 @@ L2A_SAMPLES = ArtifactSpec(
     ),
 )
 
-def _specs() -> dict[str, ArtifactSpec]:
-    from pipelines.learn_to_ask.calibration import CALIBRATION_RUNS
-
-    return {L2A_SAMPLES.name: L2A_SAMPLES, CALIBRATION_RUNS.name: CALIBRATION_RUNS}
-
-
-SPECS: dict[str, ArtifactSpec] = _specs()
+SPECS: dict[str, ArtifactSpec] = {L2A_SAMPLES.name: L2A_SAMPLES, CALIBRATION_RUNS.name: CALIBRATION_RUNS}
 
 
 def _messages(messages: Iterable[Any]) -> list[dict[str, str]]:
