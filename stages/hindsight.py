@@ -12,7 +12,9 @@ params.yaml ``hindsight``:
   what an LLM extractor reads); null: the paper's seed prompt;
 * ``max_llm_failure_rate`` (default 0.05): more failed extractor calls than this (the
   model's own invalid output aside) is an outage: exit non-zero, publish nothing;
-* ``output`` (the ``l2a_samples`` Parquet file), ``metrics`` (JSON).
+* ``output`` (the ``l2a_samples`` Parquet file; ``l2a_train.parquet`` beside it: the usable
+  train/val samples as TRL prompt-completion rows with the ``l2a`` reward's columns),
+  ``metrics`` (JSON).
 
 The extractor is the ``extractor`` role of params.yaml ``llm.roles``: ``rules`` (offline
 default; grounded in the source's annotations), ``hf`` (a local instruct model, e.g.
@@ -28,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import Prompt
-from pipelines.learn_to_ask.calibration import prompt_from_document
+from pipelines.learn_to_ask.calibration import SEED_POLICY_PROMPT, prompt_from_document
 from pipelines.learn_to_ask.hindsight import (
     EXTRACTION_SCHEMA,
     SEED_EXTRACTOR_PROMPT,
@@ -39,7 +41,7 @@ from pipelines.learn_to_ask.hindsight import (
     hindsight_samples,
 )
 from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_dialogue
-from pipelines.learn_to_ask.tables import L2A_SAMPLES, hindsight_metrics, samples_table
+from pipelines.learn_to_ask.tables import L2A_SAMPLES, L2A_TRAIN, hindsight_metrics, samples_table, train_table
 from pipelines.llm import Accounting, BackendConfig, CompletionRequest, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from stages.io import main_wrapper, publish, read_json, read_params, read_text, write_json_atomic, write_timings
@@ -143,6 +145,16 @@ def extractor_prompt(path: Any) -> Prompt:
     return prompt_from_document(read_json(Path(path)), "extract", str(path))
 
 
+def policy_prompt(path: Any) -> Prompt:
+    """The policy's system prompt in ``l2a_train``: the calibrated ROLLOUT prompt when the
+    prompts file has one, else appendix G's sampler prompt."""
+    if path is not None:
+        document = read_json(Path(path))
+        if isinstance(document, Mapping) and "rollout" in document:
+            return prompt_from_document(document, "rollout", str(path))
+    return SEED_POLICY_PROMPT
+
+
 def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     unknown = sorted(set(params) - _KEYS)
     if unknown:
@@ -166,7 +178,8 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     samples = hindsight_samples(sessions, extractor, stop_when)
     check_failure_rate(accounting, max_failure_rate, "hindsight")
     extracted = time.perf_counter()
-    publish({output: (samples_table(samples), L2A_SAMPLES)})
+    train = train_table(samples, policy_prompt(params.get("prompts")).render())
+    publish({output: (samples_table(samples), L2A_SAMPLES), output.parent / "l2a_train.parquet": (train, L2A_TRAIN)})
 
     metrics = {"extractor": backend.kind, "stop_when": stop_when, **hindsight_metrics(samples, len(sessions))}
     if backend.kind == "openai":

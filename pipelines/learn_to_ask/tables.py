@@ -1,5 +1,5 @@
-"""The Learn-to-Ask artifacts (``l2a_samples``; ``calibration_runs`` is declared with the
-calibration, :mod:`pipelines.learn_to_ask.calibration`) and the hindsight metrics.
+"""The Learn-to-Ask artifacts (``l2a_samples``, ``l2a_train``; ``calibration_runs`` is declared
+with the calibration, :mod:`pipelines.learn_to_ask.calibration`) and the hindsight metrics.
 
 ``l2a_samples``: one row per assistant turn t of every session (key ``session_id``, ``turn``,
 the index of a_t in the session's messages). ``context`` is the full prefix C_{t-1} and
@@ -22,6 +22,7 @@ from pipelines.artifacts.spec import ArtifactSpec, between, in_set, length_betwe
 from pipelines.learn_to_ask.calibration import CALIBRATION_RUNS
 from pipelines.learn_to_ask.hindsight import CONTINUE, DECISIONS, FAILURES, STOP, Sample
 from pipelines.llm.client import FAILURE_REASONS
+from pipelines.rewards.learn_to_ask import STOP_TOKEN
 from pipelines.records import SPLITS
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False), pa.field("content", pa.string(), nullable=False)])
@@ -65,7 +66,41 @@ L2A_SAMPLES = ArtifactSpec(
     ),
 )
 
-SPECS: dict[str, ArtifactSpec] = {L2A_SAMPLES.name: L2A_SAMPLES, CALIBRATION_RUNS.name: CALIBRATION_RUNS}
+L2A_TRAIN = ArtifactSpec(
+    name="l2a_train",
+    min_rows=1,
+    description="Learn-to-Ask training rows (TRL prompt-completion + the l2a reward's columns): usable train/val samples.",
+    schema=pa.schema([
+        _required("dialogue_id", pa.string()),  # the session: the training hold-out key
+        ("split", pa.string()),  # train / val, or null (a hash hold-out then)
+        _required("step", pa.int32()),
+        _required("prompt", MESSAGES),
+        _required("completion", MESSAGES),
+        _required("decision_truth", pa.string()),
+        _required("info_truth", INFO),
+    ]),
+    keys=("dialogue_id", "step"),
+    expectations=(in_set("split", ("train", "val")), in_set("decision_truth", DECISIONS), between("step", 1, None)),
+)
+
+SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (L2A_SAMPLES, L2A_TRAIN, CALIBRATION_RUNS)}
+
+
+def train_table(samples: Sequence[Sample], system_prompt: str) -> pa.Table:
+    """The usable samples outside the test split, for training: ``prompt`` is the policy's
+    system prompt and the full context C_{t-1}; ``completion`` the SFT baseline's target,
+    the expert's actual turn a_t (the stop token where s*_t is STOP, as the policy is asked
+    to answer there); GRPO reads ``decision_truth`` and ``info_truth`` (reward ``l2a``)."""
+    kept = [s for s in samples if s.failure is None and s.split != "test"]
+    return pa.Table.from_pydict({
+        "dialogue_id": [s.session_id for s in kept],
+        "split": [s.split for s in kept],
+        "step": [s.turn for s in kept],
+        "prompt": [[{"role": "system", "content": system_prompt}, *_messages(s.context)] for s in kept],
+        "completion": [[{"role": "assistant", "content": STOP_TOKEN if s.decision_truth == STOP else s.expert_reply}] for s in kept],
+        "decision_truth": [s.decision_truth for s in kept],
+        "info_truth": [[{"field": f, "value": v} for f, v in s.info_truth or ()] for s in kept],
+    }, schema=L2A_TRAIN.schema)
 
 
 def _messages(messages: Iterable[Any]) -> list[dict[str, str]]:

@@ -58,6 +58,11 @@ def test_a_chat_log_becomes_validated_samples_and_metrics(tmp_path):
     assert rows[("s1", 1)]["decision_truth"] == "continue" and rows[("s1", 3)]["decision_truth"] == "stop"
     assert rows[("s2", 1)]["split"] is None and rows[("s1", 1)]["split"] == "train"
     assert len(rows[("s1", 3)]["context"]) == 3
+    train = read_artifact(tmp_path / "out/l2a_train.parquet").to_pylist()  # the l2a_train suite
+    assert [(r["dialogue_id"], r["step"]) for r in train] == [("s1", 1), ("s1", 3), ("s2", 1), ("s2", 3)]
+    assert train[0]["prompt"][0]["role"] == "system" and train[0]["prompt"][1:] == rows[("s1", 1)]["context"]
+    assert train[0]["completion"] == [{"role": "assistant", "content": "Do you have a fever?"}]
+    assert train[1]["completion"] == [{"role": "assistant", "content": "<stop />"}] and train[1]["decision_truth"] == "stop"
     metrics = json.loads((tmp_path / "out/hindsight.json").read_text())
     assert metrics["sessions"] == 2 and metrics["kept"] == 4 and metrics["decisions"] == {"continue": 2, "stop": 2}
     # A JSON array of the same sessions is the same data.
@@ -140,9 +145,22 @@ def test_dvc_repro_hindsight_on_the_embedded_corpus_is_idempotent(tmp_path):
     first = _run([sys.executable, "-m", "dvc", "repro", "hindsight"], project)
     assert "Running stage 'corpus'" in first.stdout and "Running stage 'hindsight'" in first.stdout
     table = read_artifact(project / "data/processed/l2a/l2a_samples.parquet")
+    train = read_artifact(project / "data/processed/l2a/l2a_train.parquet")
+    assert "test" not in set(train.column("split").to_pylist()) and 0 < train.num_rows < table.num_rows
     metrics = json.loads((project / "reports/hindsight.json").read_text())
     assert metrics["sessions"] == 60 and metrics["extractor"] == "rules" and metrics["kept"] == table.num_rows
     assert metrics["decisions"]["continue"] > 0 and metrics["decisions"]["stop"] >= 60  # every last turn stops
     second = _run([sys.executable, "-m", "dvc", "repro", "hindsight"], project)
     assert "Running stage" not in second.stdout
     assert "Data and pipelines are up to date" in second.stdout
+
+
+def test_test_split_and_dropped_samples_stay_out_of_the_training_rows():
+    from pipelines.learn_to_ask.hindsight import RulesExtractor, hindsight_samples
+    from pipelines.learn_to_ask.logs import parse_chat_logs
+    from pipelines.learn_to_ask.tables import train_table
+
+    sessions = parse_chat_logs([("line 1", GOOD[0]), ("line 2", {**GOOD[1], "split": "test"})], "logs.jsonl")
+    samples = hindsight_samples(sessions, RulesExtractor(), "no_user_reply")
+    train = train_table(samples, "system").to_pylist()
+    assert {r["dialogue_id"] for r in train} == {"s1"} and all(r["split"] == "train" for r in train)
