@@ -93,10 +93,11 @@ def artifact_specs() -> dict[str, ArtifactSpec]:
     from pipelines.episodes.tables import SPECS as EPISODES
     from pipelines.josh.tables import SPECS as JOSH
     from pipelines.multiwoz.tables import SPECS as MULTIWOZ
+    from pipelines.learn_to_ask.tables import SPECS as LEARN_TO_ASK
     from pipelines.pir.tables import SPECS as PIR
     from pipelines.speaker.tables import SPECS as SPEAKER
 
-    return {**MULTIWOZ, **SPEAKER, **EPISODES, **PIR, **JOSH}
+    return {**MULTIWOZ, **SPEAKER, **EPISODES, **PIR, **JOSH, **LEARN_TO_ASK}
 
 
 def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table:

@@ -78,6 +78,11 @@ def shrink(params: dict) -> None:
         params["bootstrap"]["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
         params["bootstrap"]["train"].update(steps=3, warmup_steps=1)
         params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
+    if "calibrate" in params:  # Auto-Prompt with a real model: one anchor, one candidate, a few tokens
+        params["calibrate"].update(n_anchors=1, n_pool=1, iterations=1, k=1)
+        for role in ("extractor", "grader", "policy"):
+            params["calibrate"][role]["sampling"]["max_tokens"] = 8
+        params["calibrate"]["policy"]["samples"] = 1
     shrink_training_and_evaluation(params)
     if "pir" in params:
         params["pir"]["max_traces"] = 12

@@ -36,7 +36,7 @@ from pipelines.secrets import refuse_secrets
 BACKEND_KINDS: tuple[str, ...] = ("rules", "openai", "hf")
 
 #: Every role a code path uses, with the backends that code accepts. ``hf`` (a local
-#: transformers model, :class:`pipelines.llm.hf.HFBackend`) is no role's backend yet: the
+#: transformers model, :class:`pipelines.llm.hf.HFBackend`) is the extractor's only: the
 #: evaluated policies load their models through ``evaluate.models``, not through a role.
 ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "synthesizer": ("rules", "openai"),  # SpeakER synthesis (stages/speaker.py)
@@ -49,6 +49,14 @@ ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     # and the model that writes the inserted question and simulated answer.
     "pir_teacher": ("hf",),
     "pir_inserter": ("rules", "openai"),
+    # Learn-to-Ask hindsight (stages/hindsight.py): rules reads the source's annotations; hf / openai
+    # run the paper's extractor prompt.
+    "extractor": ("rules", "openai", "hf"),
+    # Learn-to-Ask content grades: rules (the l2a reward, verifiable against I*_t); hf / openai run
+    # appendix G's grading prompt (stages/calibrate.py calibrates it).
+    "grader": ("rules", "openai", "hf"),
+    # Auto-Prompt (stages/calibrate.py): rules mutates prompts deterministically.
+    "prompt_proposer": ("rules",),
 })
 ROLES: tuple[str, ...] = tuple(ROLE_BACKENDS)
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("auto", "prompt")

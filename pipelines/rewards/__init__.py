@@ -6,6 +6,8 @@
   around an exchangeable judge: :class:`VerifiableJudge` (a rule over the SpeakER
   decision point's annotations; its module documents the dataset columns) or
   :class:`LLMJudge` (the Figure 6 rubric through the LLM client);
+* :mod:`~pipelines.rewards.learn_to_ask`: :class:`L2AReward`, Learn-to-Ask's reward (eq. 5:
+  the stop decision gates the question's content score from a grader, :class:`RulesGrader`);
 * :mod:`~pipelines.rewards.prompts`: the Table 1 training instruction and the conversation
   rendering, shared with the GRPO dataset.
 
@@ -32,6 +34,7 @@ from pipelines.rewards.format import (
     format_reward,
     format_score,
 )
+from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader
 from pipelines.rewards.llm_judge import CONVERSATION, JudgeStats, LLMJudge, parse_score
 from pipelines.rewards.prompts import (
     JUDGE_PROMPT_TEMPLATE,
@@ -54,7 +57,12 @@ CLARIFY_JUDGES: tuple[str, ...] = ("verifiable", "llm")
 #: The reward functions that need nothing but the dataset, by name. An LLM-judged reward
 #: needs a client: :func:`build_clarify_reward`.
 REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = frozen_dict(
-    {"format": format_reward, "clarify_verifiable": ClarifyReward(VerifiableJudge())}
+    {
+        "format": format_reward,
+        "clarify_verifiable": ClarifyReward(VerifiableJudge()),
+        # Learn-to-Ask (eq. 5, beta 2) with the grader role's rules backend; reads l2a_samples' targets.
+        "l2a": L2AReward(RulesGrader()),
+    }
 )
 
 
@@ -127,10 +135,12 @@ __all__ = [
     "JudgeError",
     "JudgeStats",
     "KNOWN_SLOTS",
+    "L2AReward",
     "LLMJudge",
     "NO_QUESTION",
     "PARTIAL_CREDIT",
     "REWARD_FUNCTIONS",
+    "RulesGrader",
     "SLOT_CUES",
     "SPEAKRL_PROMPT_TEMPLATE",
     "Verdict",

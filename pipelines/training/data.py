@@ -115,6 +115,8 @@ def reward_columns(objective: GRPOObjective) -> tuple[str, ...]:
     """The dataset columns the configured rewards cannot do without."""
     needed: list[str] = []
     for name, _ in objective.rewards:
+        # A reward may declare every column it reads (the Learn-to-Ask reward's targets).
+        needed.extend(getattr(REWARD_FUNCTIONS.get(name), "required_columns", ()))
         judge = getattr(REWARD_FUNCTIONS.get(name), "judge", None)
         if judge is not None:
             # A judge declares the columns it reads; the verifiable judge requires the first.

@@ -99,7 +99,7 @@ def test_sampling_is_immutable_and_json_ready():
     assert sampling.as_dict()["extra_body"] == {"top_k": 5}
 
 
-@pytest.mark.parametrize("role", ["extractor", "grader", "prompt_proposer", "teacher"])
+@pytest.mark.parametrize("role", ["teacher"])
 def test_roles_without_a_code_path_are_refused_with_the_registry_named(role):
     # Each method adds its role to ROLE_BACKENDS with the code that calls it; until then the
     # configuration must not offer it.
@@ -118,7 +118,8 @@ def test_params_yaml_offers_only_roles_that_code_uses():
     params = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text(encoding="utf-8"))
     backends = backends_from_dict(params["llm"]["roles"], "params.yaml llm.roles")
     assert set(backends) <= set(ROLE_BACKENDS)
-    # The hf loader (pipelines/llm/hf.py) runs only the PIR teacher, which scores tokens.
-    assert {role for role, kinds in ROLE_BACKENDS.items() if "hf" in kinds} == {"pir_teacher"}
+    # The hf loader (pipelines/llm/hf.py) runs the PIR teacher (token scores) and the
+    # Learn-to-Ask extractor and grader (stages/hindsight.py, stages/calibrate.py).
+    assert {role for role, kinds in ROLE_BACKENDS.items() if "hf" in kinds} == {"pir_teacher", "extractor", "grader"}
     with pytest.raises(ConfigError, match="hf"):
         BackendConfig(role="judge", kind="hf", hf=HFConfig(model_path="x"))

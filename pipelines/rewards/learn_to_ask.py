@@ -1,0 +1,322 @@
+"""The Learn-to-Ask reward (paper eq. 5 with appendix F.3; the reference's concrete scoring).
+
+For a policy output (a_t, s_t) at a sample with target (I*_t, s*_t)::
+
+    wrong decision (s_t != s*_t)         0
+    right CONTINUE                       1 + beta * content + format
+    right STOP                           1 + beta + (1 if the output is exactly <stop /> else 0)
+
+``beta`` = 2 by default (maximum 4). The output decides STOP when it contains the stop token
+``<stop />`` (also written ``<stop/>``), CONTINUE otherwise. ``format`` (Omega for CONTINUE)
+is 1 for exactly one question, 0.5 for two, 0 for none or more (a run of question marks is
+one). ``content`` (R_a, eq. 3) comes from a grader, in {0, 0.5, 1}: the question targets an
+item of I*_t precisely (1), is relevant to it but not precise (0.5), or is irrelevant (0).
+
+:class:`RulesGrader` verifies the question against I*_t (the ``grader`` role's ``rules``
+backend): MultiWOZ slot fields through the slot cues of :mod:`pipelines.rewards.verifiable`,
+other fields by their words. A grader that cannot score (a malformed or empty reference; an
+LLM grader's unreadable reply) gives ``None`` for that sample, which TRL leaves out, and the
+reward counts it in ``failures`` by reason: never a silent 0, nor the reference's silent 1.
+
+Dataset columns: ``decision_truth`` (``continue`` / ``stop``) and ``info_truth`` (a list of
+``{field, value}``, as ``l2a_samples`` stores it; ``[field, value]`` pairs or a JSON string
+of either are read too).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from pipelines.errors import DataError
+from pipelines.multiwoz.ontology import BOOK_SLOTS, INFO_SLOTS
+from pipelines.rewards.format import completion_text
+from pipelines.rewards.verifiable import asked_slots, canonical_slot, words
+
+logger = logging.getLogger(__name__)
+
+CONTINUE, STOP = "continue", "stop"
+STOP_TOKEN = "<stop />"
+BETA = 2.0
+DECISION_TRUTH, INFO_TRUTH = "decision_truth", "info_truth"
+
+_STOP = re.compile(r"<stop\s*/>")
+_QUESTIONS = re.compile(r"\?+")
+# Words that say nothing about what a free-form field is ("type of cough": "cough").
+_FILLER = frozenset("a an the of on in at to for and or with about any your you is are was do does did has have".split())
+
+Item = tuple[str, str]
+
+
+def decision(text: str) -> str:
+    """``stop`` when the output contains the stop token, else ``continue``.
+
+    >>> decision("<stop />"), decision("Which area? <stop/>"), decision("Which area?")
+    ('stop', 'stop', 'continue')
+    """
+    return STOP if _STOP.search(text) else CONTINUE
+
+
+def format_score(text: str) -> float:
+    """Omega for a CONTINUE output: 1 for one question, 0.5 for two, 0 otherwise.
+
+    >>> format_score("Which area?"), format_score("Which area?? And price?"), format_score("Tell me more.")
+    (1.0, 0.5, 0.0)
+    """
+    return {1: 1.0, 2: 0.5}.get(len(_QUESTIONS.findall(text)), 0.0)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """A grader's content score (None: it could not score) and the reason for it."""
+
+    score: float | None
+    reason: str
+
+
+class Grader(Protocol):
+    """``grade(question, info, context)``: the content score of the last assistant message
+    ``question`` against I*_t ``info``; ``context`` is the sample's prompt as TRL passes it
+    (a string or a list of messages), for graders that read the dialogue."""
+
+    name: str
+
+    def grade(self, question: str, info: Sequence[Item], context: Any = None) -> Grade: ...
+
+
+# --- The rules grader --------------------------------------------------------------------------
+
+PRECISE, RELEVANT, IRRELEVANT, EMPTY_REFERENCE = "targets_item", "relevant_not_precise", "irrelevant", "empty_reference"
+_DOMAIN_SLOTS: Mapping[str, frozenset[str]] = {
+    domain: frozenset(INFO_SLOTS.get(domain, ())) | frozenset(BOOK_SLOTS.get(domain, ())) for domain in INFO_SLOTS
+}
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in words(text).split() if len(w) > 2 and w not in _FILLER}
+
+
+def _slot(field: str) -> tuple[str | None, str | None]:
+    """(domain, canonical slot) of a MultiWOZ belief-state field, else (None, None)."""
+    domain = field.split("-", 1)[0] if "-" in field else None
+    try:
+        return (domain if domain in _DOMAIN_SLOTS else None), canonical_slot(field)
+    except ValueError:
+        return None, None
+
+
+class RulesGrader:
+    """Content against I*_t, verifiable (module docstring):
+
+    ======  ================================================================================
+    1       it asks about an item's slot (MultiWOZ fields: the slot's cue words or a choice of
+            its values) or names a free-form item's field
+    0.5     it asks about another slot of an item's domain, or names an item's value
+    0       anything else
+    ======  ================================================================================
+
+    >>> grader = RulesGrader()
+    >>> grader.grade("What area would you like?", [("restaurant-area", "north")]).score
+    1.0
+    >>> grader.grade("How many people?", [("restaurant-area", "north")]).score
+    0.5
+    >>> grader.grade("Do you have a fever?", [("fever", "absent")]).score
+    1.0
+    """
+
+    name = "rules"
+
+    def grade(self, question: str, info: Sequence[Item], context: Any = None) -> Grade:
+        if not info:
+            return Grade(None, EMPTY_REFERENCE)
+        asked = asked_slots(question)
+        said = _content_words(question)
+        slots, domains = set(), set()
+        for field, value in info:
+            domain, slot = _slot(field)
+            if slot is not None:
+                slots.add(slot)
+                if domain is not None:
+                    domains.add(domain)
+            elif _content_words(field) & said:
+                return Grade(1.0, PRECISE)
+        if asked & slots:
+            return Grade(1.0, PRECISE)
+        if any(asked & _DOMAIN_SLOTS[d] for d in domains) or any(_content_words(v) & said for _, v in info):
+            return Grade(0.5, RELEVANT)
+        return Grade(0.0, IRRELEVANT)
+
+
+# --- The LLM grader (appendix G's grading prompt) ------------------------------------------------
+
+GRADER_SYSTEM = (
+    "You are an evaluation assistant. The user will provide a dialogue history between an assistant and a "
+    "user. You must analyze the dialogue and evaluate the assistant's last message."
+)
+GRADER_INSTRUCTION = (
+    "Content Score:\n"
+    "- 1.0: The question(s) directly ask about any item in the [Reference Information].\n"
+    "- 0.5: The question(s) are highly relevant to, but not directly asking about, any item in the [Reference Information].\n"
+    "- 0.0: The question(s) are irrelevant to all items in the [Reference Information]."
+)
+GRADER_FORMAT = (
+    "Output <think>your reasoning in one sentence</think> then <content_score>the score: 1.0, 0.5 or 0.0</content_score>, "
+    "and nothing else."
+)
+_CONTENT_SCORE = re.compile(r"<content_score>\s*([0-9.]+)\s*</content_score>", re.DOTALL)
+
+
+def _dialogue(context: Any) -> str:
+    if isinstance(context, str):
+        return context
+    lines = [f"{m.get('role', '?')}: {m.get('content', '')}" for m in context or () if isinstance(m, Mapping) and m.get("role") != "system"]
+    return "\n".join(lines) or "(nothing yet)"
+
+
+def grader_case(context: Any, question: str, info: Sequence[Item]) -> str:
+    """What the grader reads: the dialogue, the assistant's last message, the reference."""
+    reference = "\n".join(f"- {field}: {value}" for field, value in info) or "- (none)"
+    return f"[Dialogue]\n{_dialogue(context)}\n\n[Last Message]\n{question}\n\n[Reference Information]\n{reference}"
+
+
+def parse_grade(text: str) -> Grade:
+    r"""The content score in ``<content_score>`` (DOTALL: the tags may span lines); anything
+    but 0, 0.5 or 1 there is no grade.
+
+    >>> parse_grade("<think>asks the area</think>\n<content_score>\n1.0\n</content_score>")
+    Grade(score=1.0, reason='llm')
+    >>> parse_grade("<content_score>0.7</content_score>").score is None
+    True
+    """
+    found = _CONTENT_SCORE.search(text)
+    if found is None:
+        return Grade(None, "unreadable_grade")
+    try:
+        value = float(found.group(1))
+    except ValueError:
+        return Grade(None, "unreadable_grade")
+    return Grade(value, "llm") if value in (0.0, 0.5, 1.0) else Grade(None, "grade_out_of_range")
+
+
+class LLMGrader:
+    """The grading prompt of appendix G (content score) through ``complete``: conversations
+    in, a reply or a ``(reason, detail)`` failure each out. ``prompt`` is an Auto-Prompt
+    :class:`~pipelines.learn_to_ask.autoprompt.Prompt`-like object with ``instruction``,
+    ``examples`` ((case, reply) pairs) and ``rules``."""
+
+    def __init__(self, complete: Callable[[list[list[dict[str, str]]]], list[Any]], name: str, prompt: Any):
+        self.complete = complete
+        self.name = name
+        self.prompt = prompt
+
+    def messages(self, case: str) -> list[dict[str, str]]:
+        rules = "\n".join(f"- {rule}" for rule in self.prompt.rules) or "- (none)"
+
+        def request(text: str) -> str:
+            return f"[Grading Policy]\n{self.prompt.instruction}\n\n{text}\n\n[Output Format]\n{rules}"
+
+        messages = [{"role": "system", "content": GRADER_SYSTEM}]
+        for example, reply in self.prompt.examples:
+            messages += [{"role": "user", "content": request(example)}, {"role": "assistant", "content": reply}]
+        return messages + [{"role": "user", "content": request(case)}]
+
+    def grade_many(self, cases: Sequence[str]) -> list[Grade]:
+        replies = self.complete([self.messages(case) for case in cases]) if cases else []
+        if len(replies) != len(cases):
+            raise RuntimeError(f"{self.name} grader: {len(replies)} replies for {len(cases)} cases")
+        return [Grade(None, f"llm_{r[0]}") if isinstance(r, tuple) else parse_grade(r) for r in replies]
+
+    def grade(self, question: str, info: Sequence[Item], context: Any = None) -> Grade:
+        if not info:
+            return Grade(None, EMPTY_REFERENCE)
+        return self.grade_many([grader_case(context, question, info)])[0]
+
+
+# --- The reward --------------------------------------------------------------------------------
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def _items(value: Any) -> list[Item]:
+    """info_truth as (field, value) pairs; _Malformed for anything else."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise _Malformed(f"not valid JSON ({exc.msg})") from None
+    if value is None or isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise _Malformed(f"expected a list of {{field, value}}, got {value!r}")
+    items = []
+    for item in value:
+        if isinstance(item, Mapping) and isinstance(item.get("field"), str) and isinstance(item.get("value"), str):
+            items.append((item["field"], item["value"]))
+        elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            items.append((item[0], item[1]))
+        else:
+            raise _Malformed(f"an item is not a field and a value: {item!r}")
+    return items
+
+
+class L2AReward:
+    """The TRL reward callable ``reward(prompts, completions, decision_truth, info_truth,
+    **columns) -> list[float | None]`` (module docstring). ``failures`` counts the samples
+    a grader could not score, by reason; a ``decision_truth`` other than continue / stop is
+    a dataset error (DataError), as a row without a target must never reach training.
+
+    >>> reward = L2AReward(RulesGrader())
+    >>> reward(["p"] * 4, ["What area would you like?", "<stop />", "<stop />", "Sure. <stop />"],
+    ...        decision_truth=["continue", "continue", "stop", "stop"],
+    ...        info_truth=[[{"field": "hotel-area", "value": "north"}], [], [], []])
+    [4.0, 0.0, 4.0, 3.0]
+    """
+
+    required_columns: tuple[str, ...] = (DECISION_TRUTH, INFO_TRUTH)
+
+    def __init__(self, grader: Grader, beta: float = BETA, name: str = "l2a"):
+        self.grader = grader
+        self.beta = float(beta)
+        self.__name__ = name
+        self.failures: Counter[str] = Counter()
+
+    def __repr__(self) -> str:
+        return f"L2AReward({self.grader.name}, beta={self.beta})"
+
+    def score(self, completion: Any, truth: Any, info: Any, prompt: Any = None) -> tuple[float | None, str]:
+        """The reward of one output and why (``wrong_decision``, ``stop``, a grade reason)."""
+        if truth not in (CONTINUE, STOP):
+            raise DataError("l2a reward dataset row", f"expected 'continue' or 'stop', got {truth!r}", field=DECISION_TRUTH)
+        text = completion_text(completion)
+        if decision(text) != truth:
+            return 0.0, "wrong_decision"
+        if truth == STOP:
+            return 1.0 + self.beta + (1.0 if text.strip() == STOP_TOKEN else 0.0), "stop"
+        try:
+            grade = self.grader.grade(text, _items(info), prompt)
+        except _Malformed as exc:
+            grade = Grade(None, "malformed_reference")
+            logger.warning("%s: info_truth %s", self.__name__, exc)
+        if grade.score is None:
+            return None, grade.reason
+        return 1.0 + self.beta * grade.score + format_score(text), grade.reason
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
+        for column in self.required_columns:
+            if column not in columns:
+                raise DataError("l2a reward dataset", "the column is missing", field=column)
+        if not len(prompts) == len(completions) == len(columns[DECISION_TRUTH]) == len(columns[INFO_TRUTH]):
+            raise ValueError("prompts, completions and the target columns differ in length")
+        scored = [self.score(c, t, i, p) for p, c, t, i in zip(prompts, completions, columns[DECISION_TRUTH], columns[INFO_TRUTH])]
+        unscored = Counter(reason for value, reason in scored if value is None)
+        if unscored:
+            self.failures.update(unscored)
+            logger.warning("%s: %d sample(s) got no score: %s", self.__name__, sum(unscored.values()), dict(unscored))
+        log_metric = columns.get("log_metric")
+        if log_metric is not None:
+            log_metric(f"{self.__name__}/unscored", float(sum(unscored.values())))
+        return [value for value, _ in scored]

@@ -1,0 +1,213 @@
+"""DVC stage ``calibrate``: Auto-Prompt (Learn-to-Ask appendix E, Algorithm 1), EXTRACT and GRADER tracks.
+
+params.yaml ``calibrate``:
+
+* ``source`` / ``format`` / ``db_dir``: the logs, as for stage ``hindsight``; their train
+  split (or the sessions without a split) gives the anchors and the few-shot pool;
+* ``tracks``: ``extract`` (F1 of extracted values against the anchors'), ``grader`` (minus
+  the MSE of content grades against the anchor grades), ``rollout`` (the mean L2A reward,
+  rules grader, of the policy's samples with the candidate sampler prompt);
+* ``policy``: ROLLOUT's model, ``{model_path, samples, batch_size, sampling}`` (seeded);
+* ``extractor`` / ``grader``: the model under calibration, an LLM backend that reads its
+  prompt (``{backend: hf, model_path: models/smollm2, ...}`` offline, or ``openai``), greedy;
+* ``anchors``: ``{extract: file, grader: file}``, curated anchor files (JSON Lines,
+  :mod:`pipelines.learn_to_ask.calibration`), or null: ``n_anchors`` cases per track built
+  from the corpus annotations (grader: the expert's turns graded by the rules grader);
+* ``n_pool``: few-shot examples the proposer may add, from other sessions than the anchors;
+* ``iterations``, ``k`` (candidates per iteration), ``seed`` (the proposer's draws);
+* ``output.runs`` (``calibration_runs`` Parquet: every candidate, score, lineage),
+  ``output.prompts`` (the winning prompts, versioned JSON; stage ``hindsight`` reads it through
+  ``hindsight.prompts``), ``metrics`` (F1 of the seed prompt and of the calibrated one).
+
+The proposer is the ``prompt_proposer`` role of ``llm.roles``: ``rules``, deterministic
+mutations (rewordings, anchor-pool examples as few-shot, output-format rules).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipelines.errors import ConfigError, DataError
+from pipelines.learn_to_ask.autoprompt import RulesProposer, calibrate, calibrated
+from pipelines.learn_to_ask.calibration import (
+    CALIBRATION_RUNS,
+    EXTRACT_REWORDINGS,
+    EXTRACT_RULES,
+    GRADER_REWORDINGS,
+    GRADER_RULES,
+    POLICY_EXTRA_RULES,
+    POLICY_REWORDINGS,
+    SEED_GRADER_PROMPT,
+    SEED_POLICY_PROMPT,
+    anchor_from_record,
+    as_example,
+    as_grader_example,
+    as_policy_example,
+    corpus_anchors,
+    corpus_grader_anchors,
+    corpus_rollout_cases,
+    extract_score,
+    grader_anchor_from_record,
+    grader_score,
+    prompts_document,
+    rollout_score,
+    runs_table,
+)
+from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
+from pipelines.llm import Accounting, BackendConfig
+from stages.hindsight import completer, load_sessions
+from stages.io import main_wrapper, publish, read_params, read_text, write_json_atomic, write_timings
+
+_KEYS = {"source", "format", "db_dir", "tracks", "extractor", "grader", "policy", "anchors", "n_anchors", "n_pool", "iterations", "k", "seed",
+         "output", "metrics"}
+BUILT_TRACKS = ("extract", "grader", "rollout")
+ROLE_OF = {"extract": "extractor", "grader": "grader"}
+SCORE_NAMES = {"extract": "f1", "grader": "negative_mse", "rollout": "mean_reward"}
+# build anchors from the corpus, parse a curated line, pool anchor -> few-shot example, score, seed prompt, rewordings, rules
+TRACK_PARTS = {
+    "extract": (corpus_anchors, anchor_from_record, as_example, extract_score, SEED_EXTRACTOR_PROMPT, EXTRACT_REWORDINGS, EXTRACT_RULES),
+    "grader": (corpus_grader_anchors, grader_anchor_from_record, as_grader_example, grader_score, SEED_GRADER_PROMPT,
+               GRADER_REWORDINGS, GRADER_RULES),
+    # no human anchors: the fixed rules grader scores the policy's samples
+    "rollout": (corpus_rollout_cases, None, as_policy_example, rollout_score, SEED_POLICY_PROMPT, POLICY_REWORDINGS, POLICY_EXTRA_RULES),
+}
+POLICY_KEYS = {"model_path", "samples", "batch_size", "sampling"}
+
+
+def policy_sampler(section: Any) -> tuple[Any, str]:
+    """``calibrate.policy``: the model whose sampler prompt ROLLOUT calibrates (``model_path``,
+    ``samples`` per context, ``batch_size``, ``sampling``; seeded, so a re-run samples the same)."""
+    from pipelines.llm import HFConfig, SamplingParams
+
+    if not isinstance(section, Mapping) or "model_path" not in section or set(section) - POLICY_KEYS:
+        raise ConfigError(f"params.yaml calibrate.policy: expected a mapping with model_path and optionally {sorted(POLICY_KEYS - {'model_path'})}, got {section!r}")
+    samples = _count(section, "samples", 2, 1)
+    sampling = SamplingParams.from_dict(section.get("sampling", {"temperature": 0.7, "max_tokens": 48}), "params.yaml calibrate.policy.sampling")
+    config = HFConfig(model_path=str(section["model_path"]), batch_size=section.get("batch_size", 8))
+    if not Path(config.model_path).exists():
+        raise ConfigError(f"params.yaml calibrate.policy.model_path: {config.model_path} does not exist (python -m stages.smollm2)")
+    from pipelines.llm.hf import HFBackend
+
+    model = HFBackend.from_config(config)
+
+    def sample(conversations: list[list[dict[str, str]]]) -> list[list[str]]:
+        # Sample s of every conversation is seeded with s: the same prompts get the same draws.
+        drawn = [model.generate(conversations, sampling, seed=s) for s in range(samples)]
+        return [[draws[i] for draws in drawn] for i in range(len(conversations))]
+    return sample, "hf"
+
+
+def _count(params: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
+    value = params.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"params.yaml calibrate.{key}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def read_anchors(path: Path, parse: Any = anchor_from_record) -> list:
+    import json
+
+    if not path.is_file():
+        raise DataError(str(path), "file not found")
+    anchors = []
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(str(path), f"invalid JSON: {exc.msg} at column {exc.colno}", f"line {number}") from None
+        anchors.append(parse(raw, str(path), f"line {number}"))
+    if not anchors:
+        raise DataError(str(path), "no anchors")
+    return anchors
+
+
+def proposer_backend(llm: Mapping[str, Any] | None) -> BackendConfig:
+    roles = (llm or {}).get("roles") or {}
+    return BackendConfig.from_dict("prompt_proposer", roles.get("prompt_proposer", {"backend": "rules"}), "params.yaml llm.roles.prompt_proposer")
+
+
+def _llm_backend(role: str, section: Any) -> BackendConfig:
+    backend = BackendConfig.from_dict(role, section or {}, f"params.yaml calibrate.{role}")
+    if backend.kind == "rules":
+        raise ConfigError(f"params.yaml calibrate.{role}: the {role} under calibration must read its prompt: hf or openai")
+    if not backend.sampling.greedy:
+        raise ConfigError(f"params.yaml calibrate.{role}.sampling.temperature: the {role} decodes greedily; set 0.0")
+    return backend
+
+
+def _curated(path: Any, parse: Any) -> list | None:
+    if not path:
+        return None
+    return read_anchors(Path(path), parse)
+
+
+def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
+    unknown = sorted(set(params) - _KEYS)
+    if unknown:
+        raise ConfigError(f"params.yaml calibrate: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+    output = params.get("output") or {}
+    if "source" not in params or not isinstance(output, Mapping) or set(output) != {"runs", "prompts"} or "metrics" not in params:
+        raise ConfigError("params.yaml calibrate: source, output: {runs, prompts} and metrics are required")
+    tracks = params.get("tracks", ["extract"])
+    if not isinstance(tracks, list) or not tracks or not set(tracks) <= set(BUILT_TRACKS) or len(set(tracks)) != len(tracks):
+        raise ConfigError(f"params.yaml calibrate.tracks: expected a list of distinct tracks among {list(BUILT_TRACKS)}, got {tracks!r}")
+    n_anchors, n_pool = _count(params, "n_anchors", 8, 1), _count(params, "n_pool", 3, 0)
+    iterations, k, seed = _count(params, "iterations", 2, 0), _count(params, "k", 2, 1), _count(params, "seed", 0, 0)
+    backends = {track: _llm_backend(ROLE_OF[track], params.get(ROLE_OF[track])) for track in tracks if track in ROLE_OF}
+    if "rollout" in tracks and "policy" not in params:
+        raise ConfigError("params.yaml calibrate.policy: the rollout track needs the policy model")
+    proposer_backend(llm)  # rules: the only proposer so far
+    anchor_files = params.get("anchors") or {}
+    if not isinstance(anchor_files, Mapping) or set(anchor_files) - {"extract", "grader"}:
+        raise ConfigError(f"params.yaml calibrate.anchors: expected a mapping extract / grader -> file or null, got {anchor_files!r}")
+
+    started = time.perf_counter()
+    sessions = [s for s in load_sessions({key: params[key] for key in ("source", "format", "db_dir") if key in params})
+                if s.split in (None, "train")]  # val and test stay out of the prompts
+    accounting = Accounting()
+    history, winners, metrics, timings = [], {}, {}, {}
+    for track in tracks:
+        build, parse, to_example, score, seed_prompt, rewordings, rules = TRACK_PARTS[track]
+        anchors = _curated(anchor_files.get(track), parse)
+        if anchors is None:
+            anchors, pool = build(sessions, n_anchors, n_pool, seed)
+        else:
+            taken = {a.point.session.session_id for a in anchors}
+            _, pool = build([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
+        if track == "rollout":
+            complete, kind = policy_sampler(params["policy"])
+        else:
+            complete, kind = completer(backends[track], llm, accounting, EXTRACTION_SCHEMA if track == "extract" else None), backends[track].kind
+        proposer = RulesProposer((seed_prompt.instruction, *rewordings), [to_example(a) for a in pool], (*seed_prompt.rules, *rules), seed)
+        began = time.perf_counter()
+        runs = calibrate(track, seed_prompt, proposer.propose, lambda prompt: score(prompt, anchors, complete, kind), iterations, k)
+        timings[f"{track}_s"] = round(time.perf_counter() - began, 2)
+        best = calibrated(runs)
+        history += runs
+        winners[track] = (best, runs[0].score)
+        metrics[track] = {
+            "backend": kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
+            "candidates": len({c.prompt_id for c in runs}), "score": SCORE_NAMES[track],
+            "seed_score": round(runs[0].score, 4), "calibrated_score": round(best.score, 4), "winner": best.prompt_id,
+            "lineage": [c.mutation for c in runs if c.selected and c.mutation != "kept"],
+        }
+        print(f"calibrate {track}: {SCORE_NAMES[track]} {metrics[track]['seed_score']} (seed) -> {metrics[track]['calibrated_score']} "
+              f"over {metrics[track]['candidates']} prompts on {len(anchors)} anchors [{timings[f'{track}_s']:.1f}s]")
+    publish({Path(output["runs"]): (runs_table(history), CALIBRATION_RUNS)})
+    write_json_atomic(Path(output["prompts"]), prompts_document(winners))
+    write_json_atomic(Path(params["metrics"]), metrics)
+    write_timings("calibrate", {**timings, "wall_s": round(time.perf_counter() - started, 2)})
+    return metrics
+
+
+@main_wrapper
+def main() -> None:
+    run(read_params("calibrate"), llm=read_params("llm", required=False))
+
+
+if __name__ == "__main__":
+    main()
