@@ -165,10 +165,8 @@ def decode(
                 row = live[slot]
                 fed = width + len(generated[row]) - 1
                 columns = mask[slot, :fed].nonzero().squeeze(1)
-                layers = tuple(
-                    (layer.keys[slot : slot + 1, :, columns].clone(), layer.values[slot : slot + 1, :, columns].clone())
-                    for layer in cache.layers
-                )
+                # Indexing by a tensor of columns copies already: no clone.
+                layers = tuple((layer.keys[slot : slot + 1, :, columns], layer.values[slot : slot + 1, :, columns]) for layer in cache.layers)
                 kv_out[row] = PrefixKV(tuple(rows[row]) + tuple(generated[row][:-1]), layers)
 
         for step in range(spec.max_new_tokens):
