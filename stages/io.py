@@ -90,14 +90,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def artifact_specs() -> dict[str, ArtifactSpec]:
     """Every artifact spec askflow publishes, by name (the stem of its Parquet file)."""
+    from pipelines.clarifier.tables import SPECS as CLARIFIER
     from pipelines.episodes.tables import SPECS as EPISODES
     from pipelines.josh.tables import SPECS as JOSH
-    from pipelines.multiwoz.tables import SPECS as MULTIWOZ
     from pipelines.learn_to_ask.tables import SPECS as LEARN_TO_ASK
+    from pipelines.multiwoz.tables import SPECS as MULTIWOZ
     from pipelines.pir.tables import SPECS as PIR
     from pipelines.speaker.tables import SPECS as SPEAKER
 
-    return {**MULTIWOZ, **SPEAKER, **EPISODES, **PIR, **JOSH, **LEARN_TO_ASK}
+    return {**MULTIWOZ, **SPEAKER, **EPISODES, **PIR, **JOSH, **LEARN_TO_ASK, **CLARIFIER}
 
 
 def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table:

@@ -175,12 +175,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("method", help="sft, dpo, kto or grpo")
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument("--section", default="train",
+                        help="the params section with holdout and the method sections, dotted (default: train; "
+                             "the τ-bench Clarifier: clarifier.train)")
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
     # A params file without an llm (or policy) section has no judge role (or switch); a bad one is an error.
-    run(args.method, read_params("train", args.params), llm=read_params("llm", args.params, required=False),
-        policy=read_params("policy", args.params, required=False))
+    # The policy switch is the agent policy's: another section (the Clarifier) trains its own model.
+    run(args.method, _section(args.section, args.params), llm=read_params("llm", args.params, required=False),
+        policy=read_params("policy", args.params, required=False) if args.section == "train" else None)
+
+
+def _section(dotted: str, path: str) -> dict[str, Any]:
+    first, *rest = dotted.split(".")
+    section: Any = read_params(first, path)
+    for key in rest:
+        section = section.get(key) if isinstance(section, Mapping) else None
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"params.yaml {dotted}: missing (or not a mapping)")
+    return dict(section)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ EVENT_KINDS: tuple[str, ...] = (
     "end",  # who ended the episode (actor); detail: ended_by
 )
 # Who produced an event: the runner only ends episodes at the turn limit.
-ACTORS: tuple[str, ...] = ("user", "agent", "environment", "runner")
+# "clarifier": the plug-in Clarifier (pipelines.clarifier) consulted after a tool call: its
+# decision is a "think" event (detail: the final output), its question a "clarify" one.
+ACTORS: tuple[str, ...] = ("user", "agent", "environment", "runner", "clarifier")
 # Events that are an utterance of the dialogue (one dialogue turn each).
 UTTERANCE_KINDS: tuple[str, ...] = ("user", "clarify", "respond", "fallback")
 

@@ -49,11 +49,13 @@ from typing import Any, Sequence
 from pipelines.env.tools import Database
 from pipelines.env.world import EpisodeEnvironment, World, as_world
 from pipelines.episodes.agents import Agent, AgentContext, AgentOutput
+from pipelines.episodes.clarify import ClarifyContext, history_text
 from pipelines.episodes.formats import (
     CLARIFY,
     DEFAULT_TASK_PROMPT,
     END,
     RESPOND,
+    THINK,
     TOOL_CALL,
     AgentAction,
     AgentFormat,
@@ -146,6 +148,11 @@ class EpisodeState:
         self.step = 0
         self.attempt = 0
         self.agent_text: str | None = None  # what the user answers next; None before the opening
+        # The Clarifier (play(clarifier=...)): consulted after an output with a tool call that
+        # did not end the turn; its questions, for the budget and "do not repeat".
+        self.clarify_due = False
+        self.clarifier_calls = 0
+        self.clarifier_questions: list[str] = []
         self.started = perf_counter()
 
     @classmethod
@@ -175,6 +182,7 @@ class EpisodeState:
         twin.events = list(self.events)
         twin.calls = list(self.calls)
         twin.visible_texts = list(self.visible_texts)
+        twin.clarifier_questions = list(self.clarifier_questions)
         return twin
 
     @property
@@ -258,6 +266,7 @@ class EpisodeState:
         self.step += 1
 
         kinds = {a.kind for a in actions}
+        self.clarify_due = stopped_by is None and TOOL_CALL in kinds and not kinds & {CLARIFY, RESPOND, END}
         if stopped_by == AGENT_END:
             self._end(AGENT_END, "environment", self.turn, **cost)
         elif stopped_by == TURN_LIMIT:
@@ -268,6 +277,37 @@ class EpisodeState:
             self._next_exchange(next(a.text for a in actions if a.visible))
         elif self.step >= self.config.max_steps:
             self._fail_turn(f"no reply to the user after {self.step} steps")
+
+    # -- the Clarifier's side ------------------------------------------------------------
+
+    def clarify_context(self) -> ClarifyContext:
+        """The state the Clarifier sees: the dialogue so far (ending with the tool result)."""
+        last_call = next(e for e in reversed(self.events) if e.kind == TOOL_CALL)
+        return ClarifyContext(
+            self.spec.episode_id, self.spec.seed, self.clarifier_calls, history_text(self.events),
+            last_call.tool_name or "", self.spec.goal, tuple(self.clarifier_questions),
+        )
+
+    def take_clarification(self, decision: Any) -> None:
+        """Apply the Clarifier's decision: recorded as its "think" event; a question becomes
+        the agent's turn, shown to the user (in the agent's history as the agent's own
+        message), and the user answers it next. It is not one of the world's agent actions."""
+        if self.phase != WAITS_FOR_AGENT:
+            raise RuntimeError(f"episode {self.spec.episode_id!r} does not wait for the agent (phase {self.phase!r})")
+        self.clarify_due = False
+        self.clarifier_calls += 1
+        outcome = "malformed" if decision.malformed else ("ask" if decision.asks else "no_need")
+        self._record(THINK, "clarifier", self.turn, text=decision.reasoning or None, detail=outcome)
+        if not decision.asks:
+            return
+        question = decision.question
+        self.clarifier_questions.append(question)
+        self._record(CLARIFY, "clarifier", self.turn, text=question)
+        self.visible_texts.append((self.turn, question))
+        action = AgentAction.clarify(question) if self.format.name == "speakrl" else AgentAction.respond(question)
+        text, tool_calls = self.format.render((action,))
+        self.messages.append(self.format.assistant_message(text, tool_calls, (action,)))
+        self._next_exchange(question)
 
     def _world_stop(self) -> str | None:
         """Does the world end the episode here? Its environment may (AGENT_END: the agent
@@ -393,8 +433,14 @@ class EpisodeState:
         )
 
 
-async def play(states: Sequence[EpisodeState], agent: Agent) -> list[Episode]:
-    """Play ``states`` to their end in rounds (see the module docstring); their records, in order."""
+async def play(
+    states: Sequence[EpisodeState], agent: Agent, clarifier: Any = None, clarify_budget: int | None = None
+) -> list[Episode]:
+    """Play ``states`` to their end in rounds (see the module docstring); their records, in order.
+
+    ``clarifier`` (:class:`pipelines.clarifier.Clarifier`): consulted, batched, after every
+    agent output with a tool call that did not end the turn, until the episode has asked
+    ``clarify_budget`` questions (None: no limit)."""
     for state in states:
         if state.format.name != agent.format.name:
             raise ValueError(
@@ -412,6 +458,15 @@ async def play(states: Sequence[EpisodeState], agent: Agent) -> list[Episode]:
             raise RuntimeError(f"agent {agent.name!r} returned {len(outputs)} outputs for {len(waiting)} contexts")
         for state, output in zip(waiting, outputs):
             state.take(output)
+        if clarifier is not None:
+            due = [s for s in waiting if s.clarify_due and s.phase == WAITS_FOR_AGENT
+                   and (clarify_budget is None or len(s.clarifier_questions) < clarify_budget)]
+            if due:
+                decisions = await clarifier.decide([s.clarify_context() for s in due])
+                if len(decisions) != len(due):
+                    raise RuntimeError(f"clarifier {clarifier.name!r} returned {len(decisions)} decisions for {len(due)} states")
+                for state, decision in zip(due, decisions):
+                    state.take_clarification(decision)
     return [s.finish() for s in states]
 
 
@@ -421,16 +476,18 @@ async def run_episodes(
     simulator: UserSimulator,
     world: World | Database,
     config: RunnerConfig = RunnerConfig(),
+    clarifier: Any = None,
+    clarify_budget: int | None = None,
 ) -> list[Episode]:
     """Play every spec with ``agent`` and ``simulator`` in ``world`` (a MultiWOZ
-    :class:`Database` means :class:`~pipelines.env.world.MultiWozWorld`), stepped together;
-    records in order."""
+    :class:`Database` means :class:`~pipelines.env.world.MultiWozWorld`), stepped together,
+    with an optional Clarifier (:func:`play`); records in order."""
     counts = Counter(spec.episode_id for spec in specs)
     duplicates = sorted(i for i, n in counts.items() if n > 1)
     if duplicates:
         raise ValueError(f"episode ids must be unique; repeated: {', '.join(duplicates[:5])}")
     states = [EpisodeState.start(spec, agent, simulator, world, config) for spec in specs]
-    return await play(states, agent)
+    return await play(states, agent, clarifier, clarify_budget)
 
 
 def run_episodes_sync(
@@ -439,6 +496,8 @@ def run_episodes_sync(
     simulator: UserSimulator,
     world: World | Database,
     config: RunnerConfig = RunnerConfig(),
+    clarifier: Any = None,
+    clarify_budget: int | None = None,
 ) -> list[Episode]:
     """:func:`run_episodes` for synchronous callers (not from inside a running event loop)."""
-    return asyncio.run(run_episodes(specs, agent, simulator, world, config))
+    return asyncio.run(run_episodes(specs, agent, simulator, world, config, clarifier, clarify_budget))

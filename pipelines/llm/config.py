@@ -57,6 +57,9 @@ ROLE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "grader": ("rules", "openai", "hf"),
     # Auto-Prompt (stages/calibrate.py): rules mutates prompts deterministically.
     "prompt_proposer": ("rules",),
+    # The τ-bench Clarifier (pipelines/clarifier; stages/clarifier_data.py teacher, stages/clarifier_eval.py):
+    # rules: task-grounded offline; openai: the paper's prompt at an endpoint; hf: a local (trained) model.
+    "clarifier": ("rules", "openai", "hf"),
 })
 ROLES: tuple[str, ...] = tuple(ROLE_BACKENDS)
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("auto", "prompt")

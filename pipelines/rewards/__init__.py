@@ -35,6 +35,8 @@ from pipelines.rewards.format import (
     format_score,
 )
 from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader
+from pipelines.clarifier.judge import LLMGoalJudge, RulesGoalJudge
+from pipelines.rewards.clarifier_goal import GoalAwareClarifierReward, centred_advantages
 from pipelines.rewards.llm_judge import CONVERSATION, JudgeStats, LLMJudge, parse_score
 from pipelines.rewards.prompts import (
     JUDGE_PROMPT_TEMPLATE,
@@ -62,13 +64,18 @@ REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = frozen_dict(
         "clarify_verifiable": ClarifyReward(VerifiableJudge()),
         # Learn-to-Ask (eq. 5, beta 2) with the grader role's rules backend; reads l2a_samples' targets.
         "l2a": L2AReward(RulesGrader()),
+        # The τ-bench Clarifier's goal-aware reward (clarifier_grpo data), judged offline from G*.
+        "clarifier_goal": GoalAwareClarifierReward(RulesGoalJudge()),
     }
 )
 
 
 #: Rewards that need an LLM client in the ``judge`` role, by name: name -> factory(client).
 JUDGE_REWARDS: Mapping[str, Callable[[LLMClient], Callable[..., list]]] = frozen_dict(
-    {"clarify_llm": lambda client: build_clarify_reward("llm", client)}
+    {
+        "clarify_llm": lambda client: build_clarify_reward("llm", client),
+        "clarifier_goal_llm": lambda client: GoalAwareClarifierReward(LLMGoalJudge(client), name="clarifier_goal_llm"),
+    }
 )
 
 
@@ -129,6 +136,7 @@ __all__ = [
     "ClarifyReward",
     "DISCRIMINATING_SLOTS",
     "FULL_CREDIT",
+    "GoalAwareClarifierReward",
     "JUDGE_PROMPT_TEMPLATE",
     "JUDGE_REWARDS",
     "Judge",
@@ -147,6 +155,7 @@ __all__ = [
     "VerifiableJudge",
     "asked_slots",
     "build_clarify_reward",
+    "centred_advantages",
     "clarification_question",
     "completion_text",
     "format_reward",

@@ -153,6 +153,12 @@ def _request_text(instruction: str) -> str:
     return text
 
 
+def asked_details(text: str, details: list[Detail]) -> list[Detail]:
+    """The details a question names (by their keywords), in the details' order."""
+    lowered = text.lower()
+    return [d for d in details if any(word in lowered for word in d.keywords)]
+
+
 _CONFIRM = re.compile(r"\b(confirm|proceed|shall i|should i|would you like me to|go ahead|yes/no|\(yes\))\b", re.IGNORECASE)
 
 
@@ -178,8 +184,7 @@ class TauRulesSession:
         self._state.turns += 1
         if self._state.turns > self.max_turns:
             return UserTurn(f"I have to go now. {STOP}", end=True)
-        text = agent_text.lower()
-        asked = [d for d in self.details if any(word in text for word in d.keywords)]
+        asked = asked_details(agent_text, self.details)
         # Identity: one way is enough; email first, as the retail policy asks.
         if any(d.name in ("email", "name_zip", "user_id") for d in asked):
             identity = [d for d in asked if d.name in ("email", "name_zip", "user_id")]

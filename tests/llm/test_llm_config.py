@@ -118,8 +118,8 @@ def test_params_yaml_offers_only_roles_that_code_uses():
     params = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text(encoding="utf-8"))
     backends = backends_from_dict(params["llm"]["roles"], "params.yaml llm.roles")
     assert set(backends) <= set(ROLE_BACKENDS)
-    # The hf loader (pipelines/llm/hf.py) runs the PIR teacher (token scores) and the
-    # Learn-to-Ask extractor and grader (stages/hindsight.py, stages/calibrate.py).
-    assert {role for role, kinds in ROLE_BACKENDS.items() if "hf" in kinds} == {"pir_teacher", "extractor", "grader"}
+    # The hf loader (pipelines/llm/hf.py) runs the PIR teacher (token scores), the Learn-to-Ask
+    # extractor and grader (stages/hindsight.py, stages/calibrate.py) and the τ-bench Clarifier.
+    assert {role for role, kinds in ROLE_BACKENDS.items() if "hf" in kinds} == {"pir_teacher", "extractor", "grader", "clarifier"}
     with pytest.raises(ConfigError, match="hf"):
         BackendConfig(role="judge", kind="hf", hf=HFConfig(model_path="x"))

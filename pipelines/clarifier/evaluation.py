@@ -1,0 +1,121 @@
+"""The Clarifier evaluation (paper section 4, Table 1 / Table 2 layout).
+
+For each Clarifier (``none``: no Clarifier) and each τ-bench domain, every test task is
+played once by the same agent and user; per run:
+
+* **pass@1**: τ-bench's reward, mean over tasks, beside the **floor**: the share a
+  do-nothing agent passes against the same user (tasks that change nothing and require no
+  output; 7/115 retail test, 19/50 airline test), measured by :func:`floor` through the runner;
+* **agent steps**: the agent's own actions per episode, clarifications excluded (tool
+  calls and visible replies; the paper's "Average Agent");
+* **clarifications**: the Clarifier's questions per episode ("Average Clarify"), and their
+  sum ("Average Sum").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from pipelines.episodes.formats import AgentAction
+from pipelines.episodes.records import Episode
+
+AGENT_STEP_KINDS = ("tool_call", "respond", "clarify", "fallback")
+
+
+def agent_steps(episode: Episode) -> int:
+    """The agent's own actions (tool calls and what it showed the user), the Clarifier's
+    questions excluded."""
+    return sum(1 for e in episode.events if e.actor == "agent" and e.kind in AGENT_STEP_KINDS)
+
+
+def clarifications(episode: Episode) -> int:
+    return sum(1 for e in episode.events if e.actor == "clarifier" and e.kind == "clarify")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One (Clarifier, domain) cell of the table."""
+
+    clarifier: str
+    domain: str
+    n_tasks: int
+    passed: int
+    floor_passed: int
+    agent_steps: float
+    clarifications: float
+    consultations: float
+    malformed: int
+
+    @property
+    def pass_at_1(self) -> float:
+        return self.passed / self.n_tasks
+
+    @property
+    def floor(self) -> float:
+        return self.floor_passed / self.n_tasks
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n_tasks": self.n_tasks, "passed": self.passed, "pass_at_1": round(self.pass_at_1, 4),
+            "floor_passed": self.floor_passed, "floor": round(self.floor, 4),
+            "avg_agent_steps": round(self.agent_steps, 3), "avg_clarify": round(self.clarifications, 3),
+            "avg_sum": round(self.agent_steps + self.clarifications, 3),
+            "avg_consultations": round(self.consultations, 3), "clarifier_malformed": self.malformed,
+        }
+
+
+def summarize(clarifier: str, domain: str, episodes: Sequence[Episode], floor_passed: int) -> RunResult:
+    n = len(episodes)
+    if n == 0:
+        raise ValueError(f"no episodes for clarifier {clarifier!r} on {domain}")
+    decisions = [e for ep in episodes for e in ep.events if e.actor == "clarifier" and e.kind == "think"]
+    return RunResult(
+        clarifier, domain, n, sum(ep.success for ep in episodes), floor_passed,
+        sum(agent_steps(ep) for ep in episodes) / n, sum(clarifications(ep) for ep in episodes) / n,
+        len(decisions) / n, sum(1 for e in decisions if e.detail == "malformed"),
+    )
+
+
+class DoNothingAgent:
+    """Says something that asks nothing, every turn: the floor's agent."""
+
+    name = "do_nothing"
+
+    def __init__(self, fmt: Any):
+        self.format = fmt
+
+    async def act(self, contexts: Sequence[Any]) -> list[Any]:
+        from pipelines.episodes.agents import AgentOutput
+
+        text, calls = self.format.render([AgentAction.respond("I see.")])
+        return [AgentOutput(text, calls) for _ in contexts]
+
+
+def table1_markdown(results: Iterable[RunResult], domains: Sequence[str], notes: Sequence[str] = ()) -> str:
+    """The paper's Table 1/2 layout: success per domain (with its floor) and their average,
+    then the step columns averaged over domains."""
+    by_clarifier: dict[str, dict[str, RunResult]] = {}
+    for result in results:
+        by_clarifier.setdefault(result.clarifier, {})[result.domain] = result
+    header = ["Clarifier", *(f"{d.capitalize()} pass@1 % (floor)" for d in domains), "Average", "Avg Agent", "Avg Clarify", "Avg Sum"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, cells in by_clarifier.items():
+        row = [name]
+        present = [cells[d] for d in domains if d in cells]
+        for domain in domains:
+            cell = cells.get(domain)
+            row.append("n/a" if cell is None else f"{100 * cell.pass_at_1:.1f} ({100 * cell.floor:.1f}; {cell.passed}/{cell.n_tasks})")
+        mean = lambda values: sum(values) / len(values)  # noqa: E731
+        row.append(f"{100 * mean([c.pass_at_1 for c in present]):.1f}")
+        agent, clarify = mean([c.agent_steps for c in present]), mean([c.clarifications for c in present])
+        row += [f"{agent:.2f}", f"{clarify:.2f}", f"{agent + clarify:.2f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"
+
+
+def results_json(results: Iterable[RunResult], setting: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"setting": dict(setting), "runs": {}}
+    for result in results:
+        out["runs"].setdefault(result.clarifier, {})[result.domain] = result.as_dict()
+    return out
