@@ -22,6 +22,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
+from pipelines.errors import ConfigError
+
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
 
 
