@@ -39,7 +39,7 @@ from pipelines.episodes.formats import get_format
 from pipelines.errors import ConfigError
 from pipelines.josh.agent import RulesToolWozAgent
 from pipelines.josh.beam import JoshTree, harvest
-from pipelines.josh.config import JoshConfig, SamplingSpec
+from pipelines.josh.config import JoshConfig, SamplingSpec, SimulatorSpec
 from pipelines.josh.goals import JoshGoal, harvest_goals, toolwoz_goals
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import Corpus
@@ -104,7 +104,7 @@ def open_workspace(config: JoshConfig, llm_params: Mapping[str, Any] | None) -> 
     if not goals:
         raise ConfigError(f"params.yaml josh.source: {config.source} has no train dialogue with ToolWOZ goal APIs")
     agent, agent_client = build_agent(config, database, llm_params)
-    simulator, simulator_client = build_simulator(config, Database(corpus.entities, corpus.taxi_options), llm_params)
+    simulator, simulator_client = build_simulator(config.simulator, Database(corpus.entities, corpus.taxi_options), llm_params)
     checkpoints = Path(config.work_dir) / fingerprint(config, llm_params)
     return Workspace(config, corpus, database, all_goals, goals, agent, agent_client, simulator, simulator_client, checkpoints)
 
@@ -164,12 +164,13 @@ def _client(role: str, llm_params: Mapping[str, Any] | None) -> Any:
     return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm"))
 
 
-def build_simulator(config: JoshConfig, corpus_db: Database, llm_params: Mapping[str, Any] | None) -> tuple[Any, Any]:
+def build_simulator(spec: SimulatorSpec, corpus_db: Database, llm_params: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    """(the user simulator of ``spec``, its LLM client or None); also the ToolWOZ evaluation's."""
     from pipelines.simulators.factory import simulator_from_config
 
-    agenda = AgendaConfig(**{f.name: getattr(config.simulator, f.name) for f in fields(AgendaConfig)})
-    client = None if config.simulator.kind == "agenda" else _client("user_simulator", llm_params)
-    return simulator_from_config(config.simulator.kind, database=corpus_db, client=client, agenda=agenda), client
+    agenda = AgendaConfig(**{f.name: getattr(spec, f.name) for f in fields(AgendaConfig)})
+    client = None if spec.kind == "agenda" else _client("user_simulator", llm_params)
+    return simulator_from_config(spec.kind, database=corpus_db, client=client, agenda=agenda), client
 
 
 # --- Fan-out ------------------------------------------------------------------------------

@@ -231,11 +231,12 @@ def write_reports(config: TrainConfig, report: dict, curve: str) -> None:
 
 @task(name="write-timings", **_TASK)
 def write_timings(config: TrainConfig, summary: TrainSummary, wall_s: float) -> None:
-    """Wall times and steps per second to ``reports/timings/train_<method>.json``: machine-
-    dependent, so neither in the metrics nor in the model card (both hashed by DVC)."""
+    """Wall times and steps per second to ``reports/timings/train_<name>.json``, ``<name>``
+    the metrics file's stem (the method's, or e.g. ``josh_sft``): machine-dependent, so
+    neither in the metrics nor in the model card (both hashed by DVC)."""
     from stages.io import write_timings as write
 
-    path = write(f"train_{config.method}", {
+    path = write(f"train_{Path(config.output.metrics).stem}", {
         "steps": summary.steps,
         "train_s": round(summary.runtime_s, 2),
         "steps_per_second": round(summary.steps / summary.runtime_s, 4) if summary.runtime_s else None,

@@ -1,7 +1,12 @@
 """DVC stages ``train_sft``, ``train_dpo``, ``train_kto``, ``train_grpo``: one Prefect flow
 run each (:mod:`flows.train`).
 
-    python -m stages.train sft|dpo|kto|grpo [--params params.yaml]
+    python -m stages.train sft|dpo|kto|grpo [--section NAME] [--params params.yaml]
+
+``--section`` trains ``method`` with another section of ``train`` (default: the method's
+own), e.g. ``train_josh_sft`` is ``sft --section josh_sft`` and ``train_josh_kto`` is
+``kto --section josh_kto``: the same flow on the JOSH harvest, with its own model, data and
+outputs.
 
 params.yaml ``train``:
 
@@ -92,20 +97,24 @@ def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, A
 
 
 def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
-                 policy: Mapping[str, Any] | None = None) -> TrainConfig:
-    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml, its
-    ``policy`` switch (None: the method's own model) and the ``judge`` role's backend from
-    ``llm.roles.judge`` (for LLM-judged GRPO rewards)."""
+                 policy: Mapping[str, Any] | None = None, section_name: str | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of ``method`` from the ``train`` section of params.yaml (its
+    subsection ``section_name``, default ``method``), its ``policy`` switch (None: the
+    method's own model) and the ``judge`` role's backend from ``llm.roles.judge`` (for
+    LLM-judged GRPO rewards)."""
     check_method(method)
-    section = params.get(method)
+    name = section_name or method
+    if name == "holdout":
+        raise ConfigError("params.yaml train.holdout is the shared hold-out, not a training section")
+    section = params.get(name)
     if not isinstance(section, Mapping):
-        raise ConfigError(f"params.yaml train.{method}: missing (or not a mapping)")
+        raise ConfigError(f"params.yaml train.{name}: missing (or not a mapping)")
     if policy:
         section = apply_policy(section, method, policy)
     unknown = sorted(set(section) - _SECTIONS)
     if unknown:
-        raise ConfigError(f"params.yaml train.{method}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS)}")
-    where = f"params.yaml train.{method}"
+        raise ConfigError(f"params.yaml train.{name}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS)}")
+    where = f"params.yaml train.{name}"
     data = dict(section.get("data") or {})
     if "holdout" in data:
         raise ConfigError(f"{where}.data.holdout: the hold-out is shared; set it in train.holdout")
@@ -153,8 +162,8 @@ def configure_prefect(root: Path) -> None:
 
 
 def run(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
-        policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    config = train_config(method, params, llm=llm, policy=policy)
+        policy: Mapping[str, Any] | None = None, section_name: str | None = None) -> dict[str, Any]:
+    config = train_config(method, params, llm=llm, policy=policy, section_name=section_name)
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
     from flows.local_api import local_prefect_api
@@ -165,7 +174,7 @@ def run(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None
     with local_prefect_api(os.environ["PREFECT_HOME"]):
         report = flow_for(method)(config)
     after = report["eval"].get("after", {})
-    print(f"train_{method}: {report['train']['steps']} steps ({report['train']['stopped_by']}) -> {config.output.model_dir}; "
+    print(f"train_{section_name or method}: {report['train']['steps']} steps ({report['train']['stopped_by']}) -> {config.output.model_dir}; "
           f"held-out after: {after}")
     return report
 
@@ -175,16 +184,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("method", help="sft, dpo, kto or grpo")
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    parser.add_argument("--section", default="train",
-                        help="the params section with holdout and the method sections, dotted (default: train; "
-                             "the τ-bench Clarifier: clarifier.train)")
+    parser.add_argument("--section", default=None,
+                        help="the method's params section, dotted; its parent holds the shared holdout (default: "
+                             "train.<method>; JOSH: train.josh_sft; the τ-bench Clarifier: clarifier.train.sft)")
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
     # A params file without an llm (or policy) section has no judge role (or switch); a bad one is an error.
-    # The policy switch is the agent policy's: another section (the Clarifier) trains its own model.
-    run(args.method, _section(args.section, args.params), llm=read_params("llm", args.params, required=False),
-        policy=read_params("policy", args.params, required=False) if args.section == "train" else None)
+    # The policy switch is the agent policy's: another parent (the Clarifier) trains its own model.
+    *parent, name = (args.section or f"train.{args.method}").split(".")
+    if not parent:
+        raise ConfigError(f"--section {args.section!r}: expected <parent>.<section>, e.g. train.{args.method}")
+    run(args.method, _section(".".join(parent), args.params), llm=read_params("llm", args.params, required=False),
+        policy=read_params("policy", args.params, required=False) if parent == ["train"] else None, section_name=name)
 
 
 def _section(dotted: str, path: str) -> dict[str, Any]:

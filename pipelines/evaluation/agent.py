@@ -25,14 +25,24 @@ class PromptSpec:
     ``max_history_messages``: at most this many recent messages (None: as many as fit,
     every user turn first, :func:`pipelines.policy.prompts.compact_history`), e.g. 1 for a
     model fine-tuned on prompts cut that short.
-    ``max_tool_results``: search results kept per ``<tool_response>`` (None: all)."""
+    ``max_tool_results``: search results kept per ``<tool_response>`` (None: all).
+    ``system_prompt``: which system prompt replaces the runner's, by name
+    (:data:`pipelines.policy.prompts.SYSTEM_PROMPT_NAMES`), the one the model was trained
+    with (a training source's ``system_prompt``): ``compact`` (SpeakRL), ``toolwoz_react``
+    (JOSH's ReAct over the ToolWOZ apis) or ``own`` (the runner's)."""
 
     compact: bool = True
     max_prompt_tokens: int | None = 448
     max_history_messages: int | None = None
     max_tool_results: int | None = 2
+    system_prompt: str = "compact"
 
     def __post_init__(self) -> None:
+        from pipelines.errors import ConfigError
+        from pipelines.policy.prompts import SYSTEM_PROMPT_NAMES
+
+        if self.system_prompt not in SYSTEM_PROMPT_NAMES:
+            raise ConfigError(f"system_prompt must be one of {list(SYSTEM_PROMPT_NAMES)}, got {self.system_prompt!r}")
         for name in ("max_prompt_tokens", "max_history_messages", "max_tool_results"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -57,7 +67,7 @@ class PolicyPromptAgent:
             return [dict(m) for m in messages]
         from functools import partial
 
-        from pipelines.policy.prompts import compact_history, prompt_fits
+        from pipelines.policy.prompts import compact_history, named_system_prompt, prompt_fits
         from pipelines.training.config import ToolResultsSpec
         from pipelines.training.data import shorten_tool_response
 
@@ -67,6 +77,7 @@ class PolicyPromptAgent:
         if self.spec.max_tool_results is not None:
             shorten = partial(shorten_tool_response, spec=ToolResultsSpec(max_results=self.spec.max_tool_results))
         fits = prompt_fits(self.tokenizer, self.spec.max_prompt_tokens) if self.spec.max_prompt_tokens is not None else None
-        chat = compact_history(messages, fits, shorten=shorten, max_history_messages=self.spec.max_history_messages)
+        system_prompt = named_system_prompt(self.spec.system_prompt)
+        chat = compact_history(messages, fits, shorten=shorten, system_prompt=system_prompt, max_history_messages=self.spec.max_history_messages)
         # Not even the last message fits: the system prompt alone (the reply still has room).
-        return chat if chat is not None else compact_history(messages, shorten=shorten, max_history_messages=0)
+        return chat if chat is not None else compact_history(messages, shorten=shorten, system_prompt=system_prompt, max_history_messages=0)

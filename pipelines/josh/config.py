@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from pipelines.episodes.formats import FORMATS
 from pipelines.errors import ConfigError
+from pipelines.evaluation.agent import PromptSpec
+from pipelines.evaluation.policy import GenerationSpec
 from pipelines.josh.agent import RulesPolicy
 from pipelines.josh.beam import BeamConfig
 from pipelines.simulators.agenda import AgendaConfig
@@ -115,4 +117,74 @@ class JoshConfig:
         if not 0.0 < self.min_reward <= 1.0:
             raise ConfigError(f"min_reward: expected a number in (0, 1], got {self.min_reward}")
 
+
+
+
+# --- ToolWOZ evaluation of models (stage josh_evaluate) ----------------------------------------
+
+
+def _toolwoz_prompt() -> PromptSpec:
+    # JOSH's ReAct prompt in its compact form (what train.josh_* trains with); ToolWOZ
+    # observations are single results (APIRETURN), nothing to shorten.
+    return PromptSpec(compact=True, system_prompt="toolwoz_react", max_prompt_tokens=896, max_tool_results=None)
+
+
+@dataclass(frozen=True)
+class ToolWozModel:
+    """One model to evaluate: ``path`` (a local directory or LoRA adapter) or ``hub_id``;
+    ``prompt`` overrides the shared prompt settings for it."""
+
+    path: str | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+    prompt: PromptSpec | None = None
+
+
+@dataclass(frozen=True)
+class ToolWozOutput:
+    episodes: str = "data/episodes/toolwoz_eval.parquet"  # every model's episodes (josh_eval's schema)
+    metrics: str = "reports/josh_eval.json"
+    markdown: str = "reports/josh_eval.md"
+
+
+@dataclass(frozen=True)
+class ToolWozEvalConfig:
+    """Every model (and, with ``rules``, JOSH's harvesting rules agent as a reference) plays
+    the official ToolWOZ test goals (the first ``max_goals`` sorted test ids) once per seed
+    against the user simulator, without branching; scores as the paper's Table 1."""
+
+    source: str
+    models: tuple[tuple[str, ToolWozModel], ...]
+    db_dir: str | None = None
+    strict: bool = False
+    max_goals: int = 450
+    seeds: tuple[int, ...] = (0,)
+    max_turns: int = 12
+    format: str = "react"
+    task_prompt: str = TOOLWOZ_TASK_PROMPT
+    rules: RulesPolicy | None = field(default_factory=RulesPolicy)  # None: no reference row
+    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
+    generation: GenerationSpec = field(default_factory=lambda: _generation())
+    prompt: PromptSpec = field(default_factory=_toolwoz_prompt)
+    output: ToolWozOutput = field(default_factory=ToolWozOutput)
+    max_llm_failure_rate: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not self.models and self.rules is None:
+            raise ConfigError("models: at least one model (or rules) is required")
+        for name, entry in self.models:
+            if (entry.path is None) == (entry.hub_id is None):
+                raise ConfigError(f"models.{name}: give exactly one of path and hub_id")
+            if name == "rules" and self.rules is not None:
+                raise ConfigError("models.rules: the name is the rules reference agent's; call the model something else")
+        if self.max_goals < 1 or not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"max_goals must be >= 1 and seeds distinct and not empty, got {self.max_goals} and {list(self.seeds)}")
+        if self.max_turns < 1:
+            raise ConfigError(f"max_turns: expected >= 1, got {self.max_turns}")
+        if self.format not in FORMATS:
+            raise ConfigError(f"format: expected one of {list(FORMATS)}, got {self.format!r}")
+
+
+def _generation() -> GenerationSpec:
+    return GenerationSpec(temperature=0.0, max_new_tokens=96, batch_size=64, threads=2)
 

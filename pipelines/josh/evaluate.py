@@ -11,6 +11,7 @@ endpoint).
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -37,6 +38,12 @@ class ToolWozEpisode:
     exchanges: int
     ended_by: str
     errors: int
+    # Evidence of how an agent failed: its api calls, its unparseable outputs (malformed or
+    # fallback) and the api calls the environment rejected (an unknown api or argument).
+    tool_calls: int = 0
+    malformed: int = 0
+    rejected_calls: int = 0
+    messages_json: str = "[]"
 
 
 async def play_toolwoz(
@@ -77,6 +84,10 @@ async def play_toolwoz(
             n_met=score.n_met, reward=score.reward, success=score.success, exchanges=state.exchange + 1,
             ended_by=state.ended_by or "", errors=sum(1 for e in state.events if e.kind in ERROR_EVENT_KINDS or
                                                        (e.kind == "observation" and e.detail is not None)),
+            tool_calls=sum(1 for e in state.events if e.kind == "tool_call"),
+            malformed=sum(1 for e in state.events if e.kind in ERROR_EVENT_KINDS),
+            rejected_calls=sum(1 for e in state.events if e.kind == "observation" and e.detail is not None),
+            messages_json=json.dumps(state.messages[1:], ensure_ascii=False, default=str),  # the system prompt is the format's
         ))
     return episodes
 

@@ -25,6 +25,8 @@ key). Harvesting reads only train goals.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -129,9 +131,20 @@ JOSH_EVAL = ArtifactSpec(
         _required("exchanges", pa.int32()),
         _required("ended_by", pa.string()),
         _required("errors", pa.int32()),
+        _required("tool_calls", pa.int32()),
+        _required("malformed", pa.int32()),  # unparseable agent outputs (malformed, fallback)
+        _required("rejected_calls", pa.int32()),  # api calls the environment rejected
+        _required("messages_json", pa.string()),  # the conversation after the system prompt
     ]),
     keys=("dialogue_id", "seed", "agent"),
-    expectations=(between("reward", 0.0, 1.0), between("n_met", 0, None), between("n_goal_apis", 1, None), between("errors", 0, None)),
+    expectations=(between("reward", 0.0, 1.0), between("n_met", 0, None), between("n_goal_apis", 1, None), between("errors", 0, None),
+                  between("tool_calls", 0, None), between("malformed", 0, None), between("rejected_calls", 0, None)),
+)
+
+# Stage josh_evaluate: the same rows for every evaluated model (``agent`` names it).
+TOOLWOZ_EVAL = dataclasses.replace(
+    JOSH_EVAL, name="toolwoz_eval",
+    description="ToolWOZ evaluation of models: one row per model, test goal and seed played without branching (average reward, 100% success).",
 )
 
 SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (JOSH_TREES, JOSH_SFT, JOSH_KTO, JOSH_EVAL)}

@@ -58,6 +58,48 @@ def compact_system_prompt(tools: Sequence[Mapping[str, Any]] = TOOL_SCHEMAS, tas
 
 COMPACT_SYSTEM_PROMPT = compact_system_prompt()
 
+COMPACT_TOOLWOZ_TASK = (
+    "You are a Cambridge customer service agent: find and book restaurants, hotels, attractions and trains "
+    "with the apis; never use your own knowledge. Ask the user for what you need before you search or book."
+)
+
+_REACT_RULES = (
+    "Reply with PLAN your reasoning <COMMAND_END>, then exactly one of: "
+    'APICALL {"name": api, "parameters": {...}} <COMMAND_END> (the result comes back as APIRETURN); '
+    "SPEAK your words to the user <COMMAND_END>. When the user has everything, end your last SPEAK with <end>."
+)
+
+
+def compact_react_prompt(tools: Sequence[Mapping[str, Any]], task: str = COMPACT_TOOLWOZ_TASK) -> str:
+    """JOSH's ReAct prompt (Table 8) for a small context: the task, one line per api and
+    the command rules, where the full prompt carries every api's JSON schema (~2,700
+    tokens of the embedded tokenizer, more than its whole context)."""
+    lines = "\n".join(tool_signature(schema) for schema in tools)
+    return f"{task}\nApis (? = optional):\n{lines}\n{_REACT_RULES}"
+
+
+# The system prompts a training source or an evaluated policy can be given, by name:
+# ``compact`` (SpeakRL, askflow's tools), ``toolwoz_react`` (JOSH's ReAct, the ToolWOZ apis),
+# ``own`` (None: the prompt's own system message, unchanged).
+SYSTEM_PROMPT_NAMES: tuple[str, ...] = ("compact", "toolwoz_react", "own")
+
+
+def named_system_prompt(name: str) -> str | None:
+    """The system prompt called ``name`` (:data:`SYSTEM_PROMPT_NAMES`); None for ``own``.
+
+    >>> named_system_prompt("own") is None, named_system_prompt("toolwoz_react").startswith("You are")
+    (True, True)
+    """
+    if name == "compact":
+        return COMPACT_SYSTEM_PROMPT
+    if name == "toolwoz_react":
+        from pipelines.env.toolwoz import toolwoz_tools
+
+        return compact_react_prompt(toolwoz_tools())
+    if name == "own":
+        return None
+    raise ValueError(f"system prompt: expected one of {list(SYSTEM_PROMPT_NAMES)}, got {name!r}")
+
 
 def compact_messages(
     messages: Sequence[Mapping[str, Any]],

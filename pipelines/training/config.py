@@ -22,6 +22,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
+from pipelines.errors import ConfigError
+
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
 
 
@@ -88,13 +90,26 @@ class SourceSpec:
     ``max_length`` tokens, the loss on every assistant message (``assistant_only_loss``),
     each message the target of exactly one window. ``max_rows`` then counts windows. A
     window carries the system prompt once for several targets: several times the learning
-    per token of decision rows. Held-out evaluation stays per decision."""
+    per token of decision rows. Held-out evaluation stays per decision.
+
+    ``system_prompt``: the system prompt this source's prompts get, by name
+    (:data:`pipelines.policy.prompts.SYSTEM_PROMPT_NAMES`: ``compact``, ``toolwoz_react``,
+    ``own``); None: ``DataSpec.compact_prompts`` decides (``compact`` or ``own``). So a
+    SpeakER source and a JOSH source (ReAct over the ToolWOZ apis) train in one run, each in
+    its own format."""
 
     path: str
     max_rows: int | None = None
     completion_column: str | None = None
     prompts_from: str | None = None
     windows: bool = False
+    system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        from pipelines.policy.prompts import SYSTEM_PROMPT_NAMES
+
+        if self.system_prompt is not None and self.system_prompt not in SYSTEM_PROMPT_NAMES:
+            raise ConfigError(f"{self.path}: system_prompt must be one of {list(SYSTEM_PROMPT_NAMES)} or null, got {self.system_prompt!r}")
 
     @property
     def name(self) -> str:

@@ -286,17 +286,31 @@ def shorten_tool_response(content: str, spec: ToolResultsSpec) -> str:
     return f"<tool_response>\n{json.dumps({**observation, 'results': kept}, ensure_ascii=False)}\n</tool_response>"
 
 
-def compact(prompt: Messages, spec: DataSpec) -> Messages:
+def system_prompt_name(spec: DataSpec, source: SourceSpec | None = None) -> str:
+    """The system prompt a source's prompts get: its own ``system_prompt`` setting, else
+    the run's ``compact_prompts`` (``compact``, or ``own``: the rows' system message).
+
+    >>> system_prompt_name(DataSpec(sources=()), SourceSpec("josh_sft.parquet", system_prompt="toolwoz_react"))
+    'toolwoz_react'
+    >>> system_prompt_name(DataSpec(sources=(), compact_prompts=False))
+    'own'
+    """
+    if source is not None and source.system_prompt is not None:
+        return source.system_prompt
+    return "compact" if spec.compact_prompts else "own"
+
+
+def compact(prompt: Messages, spec: DataSpec, source: SourceSpec | None = None) -> Messages:
     """The prompt as :func:`pipelines.policy.prompts.compact_history` rewrites it (the one
-    rewrite evaluation prompts get too): the policy's compact system prompt (with
-    ``spec.compact_prompts``), earlier reasoning dropped, shortened tool observations (with
+    rewrite evaluation prompts get too): the source's system prompt
+    (:func:`system_prompt_name`), earlier reasoning dropped, shortened tool observations (with
     ``spec.tool_results``), at most ``spec.max_history_messages`` messages of history."""
     from functools import partial
 
-    from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT, compact_history
+    from pipelines.policy.prompts import compact_history, named_system_prompt
 
     shorten = partial(shorten_tool_response, spec=spec.tool_results) if spec.tool_results is not None else None
-    system_prompt = COMPACT_SYSTEM_PROMPT if spec.compact_prompts else None
+    system_prompt = named_system_prompt(system_prompt_name(spec, source))
     return compact_history(prompt, shorten=shorten, system_prompt=system_prompt, max_history_messages=spec.max_history_messages)
 
 
@@ -412,7 +426,7 @@ def _prepare_windows(
     for key in order:
         if source.max_rows is not None and len(windows) >= source.max_rows:
             break
-        chat = compact(_messages(chats[key], f"{source.path} ({key})"), whole)
+        chat = compact(_messages(chats[key], f"{source.path} ({key})"), whole, source)
         cut = chat_windows(chat, count, max_length)
         targets += sum(m["role"] == "assistant" for m in chat)
         covered += sum(m["role"] == "assistant" for w in cut for m in w)
@@ -460,7 +474,7 @@ def prepare_source(
             if limit is not None and len(kept) >= limit:
                 break
             row = _normalize(row, layout, source)
-            prompt = fit_prompt(compact(row["prompt"], spec), _completions(row, layout), count, max_length, reserve)
+            prompt = fit_prompt(compact(row["prompt"], spec, source), _completions(row, layout), count, max_length, reserve)
             if prompt is None:
                 dropped += 1
                 continue
@@ -535,6 +549,7 @@ __all__ = [
     "chat_windows",
     "dialogue_chats",
     "compact",
+    "system_prompt_name",
     "drop_oldest_rendered_turn",
     "fit_prompt",
     "held_out",

@@ -1,0 +1,157 @@
+"""DVC stage ``josh_evaluate``: every model plays the ToolWOZ test goals (JOSH paper, Table 1).
+
+    python -m stages.josh_evaluate [--params params.yaml]
+
+params.yaml ``josh_evaluate``: ``source`` / ``db_dir`` / ``strict`` (any MultiWOZ-layout
+corpus), ``max_goals`` (the official test set: the first ``max_goals`` sorted test ids with
+goal APIs), ``seeds``, ``max_turns``, ``format`` (react: JOSH's ReAct), ``rules`` (the
+harvesting rules agent's probabilities, a reference row; null leaves it out), ``simulator``
+(agenda, or goal_llm / guide_llm with the ``user_simulator`` LLM role), ``generation``
+(greedy by default), ``prompt`` (how each model's prompts are built: ``system_prompt:
+toolwoz_react``, the compact ReAct prompt ``train.josh_*`` trains with), ``models`` (name ->
+``{path: ...}`` or ``{hub_id: ...}``, optionally with its own ``prompt``), ``output``.
+
+Each model plays every goal once per seed against the user simulator without branching
+(:func:`pipelines.josh.evaluate.play_toolwoz`, the code that scores the harvesting agent in
+stage ``josh``). Outputs: ``data/episodes/toolwoz_eval.parquet`` (``josh_eval``'s schema: one
+row per model, goal and seed with the reward, 100 % success, api calls, malformed outputs, rejected
+calls and the conversation), ``reports/josh_eval.json`` (average reward and 100 % success per
+model, and the evidence columns' means) and ``reports/josh_eval.md`` (the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pipelines.errors import ConfigError, DataError
+from pipelines.josh.config import ToolWozEvalConfig
+from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_scores
+from pipelines.josh.tables import TOOLWOZ_EVAL, eval_table
+from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_text_atomic, write_timings
+
+
+def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
+    """The stage's settings; ``models`` is a mapping name -> ``{path: ...}`` or ``{hub_id: ...}``, in table order."""
+    where = "params.yaml josh_evaluate"
+    models = params.get("models") or {}
+    if not isinstance(models, Mapping):
+        raise ConfigError(f"{where}.models: expected a mapping name -> {{path: ...}} or {{hub_id: ...}}")
+    return from_params(ToolWozEvalConfig, {**params, "models": models}, where)
+
+
+def apply_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``base`` row is the starting policy the switch names (params.yaml ``policy``)."""
+    from stages.train import check_policy
+    from pipelines.training.config import POLICY_DIRS
+
+    params = dict(params)
+    use = check_policy(policy) if policy else "base"
+    models = dict(params.get("models") or {})
+    if use != "base" and "base" in models:
+        entry = {k: v for k, v in dict(models["base"]).items() if k not in ("path", "hub_id", "revision")}
+        entry.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"hub_id": use})
+        models["base"] = entry
+        params["models"] = models
+    return params
+
+
+def summary(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
+    """The paper's two scores and, as evidence of how an agent fails, per episode means of
+    its api calls, unparseable outputs and rejected calls, and how episodes ended."""
+    n = len(episodes) or 1
+    ended: dict[str, int] = {}
+    for e in episodes:
+        ended[e.ended_by] = ended.get(e.ended_by, 0) + 1
+    return {
+        **toolwoz_scores(episodes),
+        "tool_calls_per_episode": sum(e.tool_calls for e in episodes) / n,
+        "malformed_per_episode": sum(e.malformed for e in episodes) / n,
+        "rejected_calls_per_episode": sum(e.rejected_calls for e in episodes) / n,
+        "ended_by": dict(sorted(ended.items())),
+    }
+
+
+def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequence[int]) -> str:
+    lines = [
+        f"# ToolWOZ test goals ({goals} goals, seeds {list(seeds)}, agenda user)", "",
+        "| model | avg reward | 100% success | api calls / ep | malformed / ep | rejected calls / ep |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['avg_reward']:.3f} | {r['success_rate']:.3f} | {r['tool_calls_per_episode']:.2f} | "
+                     f"{r['malformed_per_episode']:.2f} | {r['rejected_calls_per_episode']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    config = eval_config(apply_policy(params, policy))
+    from pipelines.env.tools import Database
+    from pipelines.env.toolwoz import ToolWozDatabase, toolwoz_tools
+    from pipelines.episodes.formats import get_format
+    from pipelines.evaluation.policy import PolicySpec, check_policy, load_policy
+    from pipelines.josh.agent import RulesToolWozAgent
+    from pipelines.josh.goals import evaluation_goals, toolwoz_goals
+    from pipelines.llm.accounting import check_failure_rate
+    from flows.josh import build_simulator
+    from stages.multiwoz_dir import load_multiwoz
+
+    specs = [PolicySpec(name, entry.path, entry.hub_id, entry.revision, entry.prompt or config.prompt) for name, entry in config.models]
+    for spec in specs:
+        check_policy(spec)  # every model exists before any plays
+    corpus = load_multiwoz(config.source, config.db_dir, strict=config.strict)
+    database = ToolWozDatabase(corpus.entities)
+    test_list = [d for d, split in corpus.splits.items() if split == "test"]
+    goals = evaluation_goals(toolwoz_goals(corpus.dialogues, corpus.splits, database), test_list, config.max_goals)
+    if not goals:
+        raise DataError(config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
+    simulator, client = build_simulator(config.simulator, Database(corpus.entities, corpus.taxi_options), llm_params)
+    fmt = get_format(config.format, toolwoz_tools())
+
+    agents: list[Any] = [RulesToolWozAgent(database, fmt, config.rules)] if config.rules is not None else []
+    agents += [spec for spec in specs]  # loaded one at a time below
+    episodes: dict[str, list[ToolWozEpisode]] = {}
+    timings: dict[str, float] = {}
+    for item in agents:
+        started = time.perf_counter()
+        agent = item if isinstance(item, RulesToolWozAgent) else load_policy(item, fmt, config.generation)
+        name = "rules" if isinstance(item, RulesToolWozAgent) else item.name
+        played = asyncio.run(play_toolwoz(goals, agent, simulator, database, seeds=config.seeds, max_turns=config.max_turns,
+                                          task_prompt=config.task_prompt))
+        episodes[name] = [replace(e, agent=name) for e in played]
+        timings[name] = round(time.perf_counter() - started, 2)
+        scores = summary(episodes[name])
+        print(f"josh_evaluate: {name}: avg reward {scores['avg_reward']:.3f}, 100% success {scores['success_rate']:.3f}, "
+              f"malformed/episode {scores['malformed_per_episode']:.2f} ({timings[name]:.1f} s)")
+    if client is not None:  # an LLM simulator's outage is an error, never a score
+        check_failure_rate(client.accounting, config.max_llm_failure_rate, "josh_evaluate (user_simulator)")
+
+    publish({Path(config.output.episodes): (eval_table([e for eps in episodes.values() for e in eps]), TOOLWOZ_EVAL)})
+    results = {name: summary(eps) for name, eps in episodes.items()}
+    report = {"goals": len(goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
+              "models": results}
+    write_json_atomic(Path(config.output.metrics), report)
+    write_text_atomic(Path(config.output.markdown), markdown(results, len(goals), config.seeds))
+    write_timings("josh_evaluate", {"wall_s": timings})
+    return report
+
+
+@main_wrapper
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.josh_evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    args = parser.parse_args(argv)
+    from stages.train import configure_threads
+
+    configure_threads()
+    run(read_params("josh_evaluate", args.params), read_params("llm", args.params, required=False),
+        read_params("policy", args.params, required=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
