@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 from pipelines.clarifier.grounding import action_ready, said
 from pipelines.env.taubench.data import TauTask
-from pipelines.episodes.agents import AgentContext, AgentOutput
+from pipelines.episodes.agents import ActionAgent, AgentContext
 from pipelines.episodes.formats import AgentAction, AgentFormat, FunctionCallingFormat
 from pipelines.simulators.taubench import task_details
 
@@ -31,7 +31,7 @@ WAIT = "I can help with that. Please go on."
 GIVE_UP = "I'm sorry, I cannot complete this without more details."
 
 
-class TauInformedAgent:
+class TauInformedAgent(ActionAgent):
     """See the module docstring. ``tasks``: episode id -> task."""
 
     def __init__(self, tasks: Mapping[str, TauTask], fmt: AgentFormat | None = None, *, patience: int = 2, name: str = "tau_informed"):
@@ -44,13 +44,6 @@ class TauInformedAgent:
         self._details = {episode_id: task_details(task) for episode_id, task in self.tasks.items()}
         # (episode, ground-truth step) -> turns waited there; look-ups do not reset it
         self._waited: dict[tuple[str, int], int] = {}
-
-    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
-        outputs = []
-        for context in contexts:
-            text, tool_calls = self.format.render(self.actions(context))
-            outputs.append(AgentOutput(text, tool_calls))
-        return outputs
 
     def actions(self, context: AgentContext) -> list[AgentAction]:
         task = self.tasks.get(context.episode_id)

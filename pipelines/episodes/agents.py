@@ -385,7 +385,25 @@ class _Playback(ToolEnvironment):
         return dict(made.observation)
 
 
-class ReplayAgent:
+class ActionAgent:
+    """A rule-based agent: ``actions(context)`` decides, and the agent's ``format`` renders
+    them as the model-facing text and tool calls (subclasses set ``format`` and ``name``)."""
+
+    format: AgentFormat
+    name: str
+
+    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
+        return [self.output(context) for context in contexts]
+
+    def output(self, context: AgentContext) -> AgentOutput:
+        text, tool_calls = self.format.render(self.actions(context))
+        return AgentOutput(text, tool_calls)
+
+    def actions(self, context: AgentContext) -> list[AgentAction]:
+        raise NotImplementedError
+
+
+class ReplayAgent(ActionAgent):
     """Replays ``AgentContext.reference``'s system side (see the module docstring).
 
     Its position comes from the context alone (the exchange, and the calls made in this
@@ -394,13 +412,6 @@ class ReplayAgent:
     def __init__(self, fmt: AgentFormat | None = None, *, name: str = "replay"):
         self.format = fmt or SpeakRLFormat()
         self.name = name
-
-    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
-        return [self.output(context) for context in contexts]
-
-    def output(self, context: AgentContext) -> AgentOutput:
-        text, tool_calls = self.format.render(self.actions(context))
-        return AgentOutput(text, tool_calls)
 
     def actions(self, context: AgentContext) -> list[AgentAction]:
         dialogue = context.reference

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 from pipelines.env.taubench.data import TauDomain, TauTask
 from pipelines.env.taubench.env import MAX_STEPS
-from pipelines.episodes.agents import AgentContext, AgentOutput
+from pipelines.episodes.agents import ActionAgent, AgentContext
 from pipelines.episodes.formats import AgentAction, AgentFormat, FunctionCallingFormat
 from pipelines.episodes.runner import EpisodeSpec, RunnerConfig
 
@@ -37,7 +37,7 @@ def tau_specs(tasks: Sequence[TauTask], seed: int = 0) -> list[EpisodeSpec]:
     return [EpisodeSpec(f"{task.task_id}#{seed}", task, seed) for task in tasks]
 
 
-class TauReplayAgent:
+class TauReplayAgent(ActionAgent):
     """Makes the task's ground-truth calls, one per step, then says the required outputs and
     ends the episode. With the rules user it checks the τ-bench plumbing end to end: every
     task should score 1 (tests/taubench)."""
@@ -46,13 +46,6 @@ class TauReplayAgent:
         self.tasks = dict(tasks)  # episode id -> task
         self.format = fmt or FunctionCallingFormat()
         self.name = name
-
-    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
-        outputs = []
-        for context in contexts:
-            text, tool_calls = self.format.render(self.actions(context))
-            outputs.append(AgentOutput(text, tool_calls))
-        return outputs
 
     def actions(self, context: AgentContext) -> list[AgentAction]:
         task = self.tasks.get(context.episode_id)

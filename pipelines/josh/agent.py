@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from pipelines.env.toolwoz import API_SPECS, TOOLWOZ_DOMAINS, ToolWozDatabase, book_api, search_api
-from pipelines.episodes.agents import AgentContext, AgentOutput
+from pipelines.episodes.agents import ActionAgent, AgentContext
 from pipelines.episodes.formats import AgentAction, AgentFormat
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.ontology import DAYS, UNIQUE_ID, norm_value
@@ -161,7 +161,7 @@ def _read_observation(content: str, known: _Domain) -> None:
         known.result = {str(k): str(v) for k, v in results[0].items()}
 
 
-class RulesToolWozAgent:
+class RulesToolWozAgent(ActionAgent):
     """The ``rules`` backend of JOSH (see the module docstring). ``fmt`` must carry the
     ToolWOZ tools; any of the three formats works (it renders through the format)."""
 
@@ -170,13 +170,6 @@ class RulesToolWozAgent:
         self.format = fmt
         self.policy = policy
         self.name = name
-
-    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
-        outputs = []
-        for context in contexts:
-            text, tool_calls = self.format.render(self.actions(context))
-            outputs.append(AgentOutput(text, tool_calls))
-        return outputs
 
     def actions(self, context: AgentContext) -> list[AgentAction]:
         rng = random.Random(context.step_seed)
