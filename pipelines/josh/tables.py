@@ -80,21 +80,27 @@ JOSH_TREES = ArtifactSpec(
     ),
 )
 
+# One agent output of a tree at its prompt: the rows of josh_sft, and of josh_kto with a label.
+_TURN_ROW = [
+    _required("dialogue_id", pa.string()),
+    _required("split", pa.string()),
+    _required("node_id", pa.string()),
+    _required("step", pa.int32()),
+    _required("prompt", MESSAGES),
+    _required("completion", MESSAGES),
+]
+_TURN_ROW_CHECKS = dict(
+    keys=("dialogue_id", "node_id", "step"),
+    expectations=(between("step", 0, None), in_set("split", ("train", "val"))),
+    references=(Reference("dialogue_id", "josh_trees", "dialogue_id"),),
+)
+
 JOSH_SFT = ArtifactSpec(
     name="josh_sft",
     min_rows=1,
     description="SFT (TRL prompt-completion, conversational): every agent output on the golden paths of fully successful JOSH trees.",
-    schema=pa.schema([
-        _required("dialogue_id", pa.string()),
-        _required("split", pa.string()),
-        _required("node_id", pa.string()),
-        _required("step", pa.int32()),
-        _required("prompt", MESSAGES),
-        _required("completion", MESSAGES),
-    ]),
-    keys=("dialogue_id", "node_id", "step"),
-    expectations=(between("step", 0, None), in_set("split", ("train", "val"))),
-    references=(Reference("dialogue_id", "josh_trees", "dialogue_id"),),
+    schema=pa.schema(_TURN_ROW),
+    **_TURN_ROW_CHECKS,
 )
 
 JOSH_KTO = ArtifactSpec(
@@ -102,18 +108,11 @@ JOSH_KTO = ArtifactSpec(
     min_rows=1,
     description="KTO (TRL unpaired preference): golden-path outputs desirable, failed sibling outputs at the same prompt undesirable.",
     schema=pa.schema([
-        _required("dialogue_id", pa.string()),
-        _required("split", pa.string()),
-        _required("node_id", pa.string()),
-        _required("step", pa.int32()),
-        _required("prompt", MESSAGES),
-        _required("completion", MESSAGES),
+        *_TURN_ROW,
         _required("label", pa.bool_()),
         _required("golden_node_id", pa.string()),  # the golden node whose prompt this row shares
     ]),
-    keys=("dialogue_id", "node_id", "step"),
-    expectations=(between("step", 0, None), in_set("split", ("train", "val"))),
-    references=(Reference("dialogue_id", "josh_trees", "dialogue_id"),),
+    **_TURN_ROW_CHECKS,
 )
 
 JOSH_EVAL = ArtifactSpec(
