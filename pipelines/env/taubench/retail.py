@@ -18,6 +18,16 @@ from pipelines.env.taubench.common import calculate, think, transfer_to_human_ag
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 
 
+def _order_in(orders: Any, order_id: str, status: str, verb: str) -> Any:
+    """The order if it exists and has ``status``, else τ-bench's error text for ``verb``."""
+    if order_id not in orders:
+        return "Error: order not found"
+    order = orders[order_id]
+    if order["status"] != status:
+        return f"Error: non-{status} order cannot be {verb}"
+    return order
+
+
 def _count_missing(order: dict[str, Any], item_ids: list[str]) -> str | None:
     """The first requested item id that the order holds fewer times than requested."""
     all_item_ids = [item["item_id"] for item in order["items"]]
@@ -41,11 +51,9 @@ def _price_difference(products: Any, order: dict[str, Any], item_ids: list[str],
 
 def cancel_pending_order(data: Any, order_id: str, reason: str) -> str:
     orders = data["orders"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "pending":
-        return "Error: non-pending order cannot be cancelled"
+    order = _order_in(orders, order_id, "pending", "cancelled")
+    if isinstance(order, str):
+        return order
     if reason not in CANCEL_REASONS:
         return "Error: invalid reason"
     refunds = []
@@ -63,11 +71,9 @@ def cancel_pending_order(data: Any, order_id: str, reason: str) -> str:
 
 def exchange_delivered_order_items(data: Any, order_id: str, item_ids: list, new_item_ids: list, payment_method_id: str) -> str:
     products, orders, users = data["products"], data["orders"], data["users"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "delivered":
-        return "Error: non-delivered order cannot be exchanged"
+    order = _order_in(orders, order_id, "delivered", "exchanged")
+    if isinstance(order, str):
+        return order
     missing = _count_missing(order, item_ids)
     if missing is not None:
         return f"Error: {missing} not found"
@@ -137,22 +143,18 @@ def modify_pending_order_address(
     data: Any, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str  # noqa: A002
 ) -> str:
     orders = data["orders"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "pending":
-        return "Error: non-pending order cannot be modified"
+    order = _order_in(orders, order_id, "pending", "modified")
+    if isinstance(order, str):
+        return order
     order["address"] = _address(address1, address2, city, state, country, zip)
     return json.dumps(order)
 
 
 def modify_pending_order_items(data: Any, order_id: str, item_ids: list, new_item_ids: list, payment_method_id: str) -> str:
     products, orders, users = data["products"], data["orders"], data["users"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "pending":
-        return "Error: non-pending order cannot be modified"
+    order = _order_in(orders, order_id, "pending", "modified")
+    if isinstance(order, str):
+        return order
     missing = _count_missing(order, item_ids)
     if missing is not None:
         return f"Error: {missing} not found"
@@ -189,11 +191,9 @@ def modify_pending_order_items(data: Any, order_id: str, item_ids: list, new_ite
 
 def modify_pending_order_payment(data: Any, order_id: str, payment_method_id: str) -> str:
     orders = data["orders"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "pending":
-        return "Error: non-pending order cannot be modified"
+    order = _order_in(orders, order_id, "pending", "modified")
+    if isinstance(order, str):
+        return order
     methods = data["users"][order["user_id"]]["payment_methods"]
     if payment_method_id not in methods:
         return "Error: payment method not found"
@@ -234,11 +234,9 @@ def modify_user_address(
 
 def return_delivered_order_items(data: Any, order_id: str, item_ids: list, payment_method_id: str) -> str:
     orders = data["orders"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "delivered":
-        return "Error: non-delivered order cannot be returned"
+    order = _order_in(orders, order_id, "delivered", "returned")
+    if isinstance(order, str):
+        return order
     if payment_method_id not in data["users"][order["user_id"]]["payment_methods"]:
         return "Error: payment method not found"
     if "gift_card" not in payment_method_id and payment_method_id != order["payment_history"][0]["payment_method_id"]:
