@@ -34,6 +34,7 @@ from pipelines.josh.config import ToolWozEvalConfig
 from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_scores
 from pipelines.josh.tables import TOOLWOZ_EVAL, eval_table
 from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_text_atomic, write_timings
+from stages.evaluate import with_policy
 
 
 def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
@@ -43,22 +44,6 @@ def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
     if not isinstance(models, Mapping):
         raise ConfigError(f"{where}.models: expected a mapping name -> {{path: ...}} or {{hub_id: ...}}")
     return from_params(ToolWozEvalConfig, {**params, "models": models}, where)
-
-
-def apply_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``base`` row is the starting policy the switch names (params.yaml ``policy``)."""
-    from stages.train import check_policy
-    from pipelines.training.config import POLICY_DIRS
-
-    params = dict(params)
-    use = check_policy(policy) if policy else "base"
-    models = dict(params.get("models") or {})
-    if use != "base" and "base" in models:
-        entry = {k: v for k, v in dict(models["base"]).items() if k not in ("path", "hub_id", "revision")}
-        entry.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"hub_id": use})
-        models["base"] = entry
-        params["models"] = models
-    return params
 
 
 def summary(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
@@ -90,7 +75,7 @@ def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequen
 
 
 def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    config = eval_config(apply_policy(params, policy))
+    config = eval_config(with_policy(params, policy))
     from pipelines.env.tools import Database
     from pipelines.env.toolwoz import ToolWozDatabase, toolwoz_tools
     from pipelines.episodes.formats import get_format

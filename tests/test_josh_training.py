@@ -123,13 +123,13 @@ def test_bad_josh_train_sections_fail_naming_the_section(section, change, messag
 
 
 def test_josh_evaluate_params_are_valid():
-    from stages.josh_evaluate import apply_policy, eval_config
+    from stages.josh_evaluate import eval_config, with_policy
 
     p = params()
-    config = eval_config(apply_policy(p["josh_evaluate"], p["policy"]))
+    config = eval_config(with_policy(p["josh_evaluate"], p["policy"]))
     assert [name for name, _ in config.models] == ["base", "josh_sft", "josh_kto"]
     assert config.prompt.system_prompt == "toolwoz_react" and config.rules is not None
-    switched = eval_config(apply_policy(p["josh_evaluate"], {"use": "smollm2", "dir": "models/smollm2"}))
+    switched = eval_config(with_policy(p["josh_evaluate"], {"use": "smollm2", "dir": "models/smollm2"}))
     assert dict(switched.models)["base"].path == "models/smollm2"
 
 
