@@ -25,7 +25,7 @@ from pipelines.env.world import TauBenchWorld
 from pipelines.episodes import FunctionCallingFormat, run_episodes_sync
 from pipelines.episodes.taubench import tau_runner_config, tau_specs
 from pipelines.simulators.taubench import TauRulesUser
-from stages.taubench_dir import load_taubench_domain
+from catalog.taubench_dir import load_taubench_domain
 
 DEFAULT_ROOT = Path(os.environ.get("ASKFLOW_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "taubench"
 

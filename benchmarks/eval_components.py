@@ -25,8 +25,8 @@ from pipelines.episodes import get_format
 from pipelines.evaluation.play import held_out_goals, play_policy
 from pipelines.evaluation.policy import PolicySpec, load_policy
 from stages.evaluate import eval_config
-from stages.io import read_params
-from stages.multiwoz_dir import load_multiwoz
+from catalog.io import read_params
+from catalog.multiwoz_dir import load_multiwoz
 
 COMPONENTS = ("inform", "book", "request")
 

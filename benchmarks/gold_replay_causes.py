@@ -25,8 +25,8 @@ from pipelines.episodes.causes import CAUSES, dialogue_cause, triage
 from pipelines.env.tools import Database
 from pipelines.episodes import EpisodeSpec, ReplayAgent, RunnerConfig, get_format, run_episodes_sync
 from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
-from stages.io import read_params
-from stages.multiwoz_dir import load_multiwoz
+from catalog.io import read_params
+from catalog.multiwoz_dir import load_multiwoz
 
 
 # What the usual MultiWOZ evaluators check of the requested attributes.

@@ -19,8 +19,8 @@ import yaml
 
 from pipelines.multiwoz.embedded import generate_corpus
 from pipelines.multiwoz.tables import SPECS, corpus_tables
-from stages.io import publish
-from stages.multiwoz_dir import load_multiwoz, write_multiwoz
+from catalog.io import publish
+from catalog.multiwoz_dir import load_multiwoz, write_multiwoz
 
 
 def measure(n: int, seed: int, workdir: Path) -> dict:

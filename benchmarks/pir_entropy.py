@@ -31,7 +31,7 @@ def main() -> None:
     from pipelines.llm import HFBackend, HFConfig
     from pipelines.pir.entropy import StepScorer, score_steps
     from pipelines.pir.traces import build_traces
-    from stages.multiwoz_dir import load_multiwoz
+    from catalog.multiwoz_dir import load_multiwoz
 
     torch.set_num_threads(args.threads)
     corpus = load_multiwoz(args.source)

@@ -21,7 +21,7 @@ from pipelines.env.world import TauBenchWorld
 from pipelines.episodes import AgentAction, AgentOutput, get_format, run_episodes_sync
 from pipelines.episodes.taubench import TauReplayAgent, tau_runner_config, tau_specs
 from pipelines.simulators.taubench import TauRulesUser
-from stages.taubench_dir import load_ground_truth_replay, load_taubench_domain
+from catalog.taubench_dir import load_ground_truth_replay, load_taubench_domain
 
 DEFAULT_ROOT = Path(os.environ.get("ASKFLOW_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "taubench"
 

@@ -48,7 +48,7 @@ def check_config(config: EvalConfig) -> None:
 @task(name="load-goals", **_TASK, **_RETRY)
 def load_goals(config: EvalConfig) -> tuple[Any, list[Any]]:
     from pipelines.env.tools import Database
-    from stages.multiwoz_dir import load_multiwoz
+    from catalog.multiwoz_dir import load_multiwoz
 
     corpus = load_multiwoz(Path(config.source), config.db_dir)
     goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
@@ -117,7 +117,7 @@ def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> tu
 @task(name="publish-episodes", **_TASK, **_RETRY)
 def publish_episodes(config: EvalConfig, episodes: list[Any]) -> None:
     from pipelines.episodes import EPISODE_EVENTS, EPISODES, episode_tables
-    from stages.io import publish
+    from catalog.io import publish
 
     tables = episode_tables(episodes)
     out = Path(config.output.episodes)
@@ -126,7 +126,7 @@ def publish_episodes(config: EvalConfig, episodes: list[Any]) -> None:
 
 @task(name="write-reports", **_TASK, **_RETRY)
 def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str, timings: dict[str, Any]) -> None:
-    from stages.io import write_json_atomic, write_text_atomic, write_timings
+    from catalog.io import write_json_atomic, write_text_atomic, write_timings
 
     write_json_atomic(Path(config.output.metrics), report)
     write_text_atomic(Path(config.output.markdown), markdown)

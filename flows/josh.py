@@ -44,8 +44,8 @@ from pipelines.josh.goals import JoshGoal, harvest_goals, toolwoz_goals
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import Corpus
 from pipelines.simulators.agenda import AgendaConfig
-from stages.io import read_json, write_text_atomic
-from stages.multiwoz_dir import load_multiwoz
+from catalog.io import read_json, write_text_atomic
+from catalog.multiwoz_dir import load_multiwoz
 
 _TASK = {"cache_policy": NO_CACHE, "persist_result": False}
 

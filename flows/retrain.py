@@ -47,7 +47,7 @@ from pipelines.retrain import (
     stage_outs,
     stages_run,
 )
-from stages.io import read_json, write_json_atomic
+from catalog.io import read_json, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACT_KEY = "askflow-retrain"

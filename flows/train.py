@@ -105,7 +105,7 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
     """Each Parquet source, held-out split, compacted and fitted to ``max_length``; its
     stats start with the file and its version (MD5, as in dvc.lock)."""
     from pipelines.training.card import file_md5
-    from stages.io import read_artifact
+    from catalog.io import read_artifact
 
     logger = get_run_logger()
     reserve = getattr(config.resolved_objective(), "max_completion_length", 0)
@@ -134,7 +134,7 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
 def _joining_prompts(path: str, key: str, records: list[dict]) -> list[dict]:
     """The (key, step, prompt) rows of ``path`` that join ``records``, and only those: a
     table of chat prompts is hundreds of MB as Python objects."""
-    from stages.io import read_artifact
+    from catalog.io import read_artifact
 
     table = read_artifact(path)  # validated by its suite before its prompts are used
     wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
@@ -222,7 +222,7 @@ def save_model(config: TrainConfig, trainer: Any, tokenizer: Any, card: str) -> 
 
 @task(name="write-reports", **_TASK, **_RETRY)
 def write_reports(config: TrainConfig, report: dict, curve: str) -> None:
-    from stages.io import write_json_atomic, write_text_atomic
+    from catalog.io import write_json_atomic, write_text_atomic
 
     write_json_atomic(config.output.metrics, report)
     write_text_atomic(config.output.curve, curve)
@@ -234,7 +234,7 @@ def write_timings(config: TrainConfig, summary: TrainSummary, wall_s: float) -> 
     """Wall times and steps per second to ``reports/timings/train_<name>.json``, ``<name>``
     the metrics file's stem (the method's, or e.g. ``josh_sft``): machine-dependent, so
     neither in the metrics nor in the model card (both hashed by DVC)."""
-    from stages.io import write_timings as write
+    from catalog.io import write_timings as write
 
     path = write(f"train_{Path(config.output.metrics).stem}", {
         "steps": summary.steps,

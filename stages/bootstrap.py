@@ -43,8 +43,9 @@ from pipelines.policy.model import Architecture, TrainConfig, save_policy
 from pipelines.policy.pretrain_data import seed_chat
 from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
-from stages.io import main_wrapper, read_params, write_json_atomic, write_timings
-from stages.multiwoz_dir import load_multiwoz
+from stages.entry import main_wrapper
+from catalog.io import read_params, write_json_atomic, write_timings
+from catalog.multiwoz_dir import load_multiwoz
 
 _KEYS = {
     "source", "db_dir", "env_seed", "seed", "threads", "vocab_size", "max_length",

@@ -43,8 +43,9 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
-from stages.io import main_wrapper, publish, read_params, write_json_atomic, write_timings
-from stages.taubench_dir import load_taubench_domain
+from stages.entry import main_wrapper
+from catalog.io import publish, read_params, write_json_atomic, write_timings
+from catalog.taubench_dir import load_taubench_domain
 
 _KEYS = {"taubench", "splits", "seed", "budget", "patience", "teacher", "candidates", "judge", "cache_dir", "output", "metrics",
          "max_llm_failure_rate"}

@@ -41,8 +41,9 @@ from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, Respon
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
 from stages.clarifier_data import taubench_root
-from stages.io import main_wrapper, publish, read_params, write_json_atomic, write_text_atomic, write_timings
-from stages.taubench_dir import load_taubench_domain
+from stages.entry import main_wrapper
+from catalog.io import publish, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.taubench_dir import load_taubench_domain
 
 _KEYS = {"taubench", "domains", "seed", "budget", "agent", "user", "clarifiers", "cache_dir", "output", "metrics", "markdown",
          "max_llm_failure_rate"}

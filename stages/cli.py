@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import duckdb
 
 from pipelines.errors import ConfigError, DataError
-from stages.io import main_wrapper, read_params
+from stages.entry import main_wrapper
+from catalog.io import read_params
 
 DATA_DIR = "data"
 FORMATS = ("table", "csv", "json")

@@ -14,8 +14,9 @@ from typing import Any, Mapping
 
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.embedded import generate_corpus, split_sizes
-from stages.io import from_params, main_wrapper, read_params
-from stages.multiwoz_dir import read_raw_database, write_multiwoz
+from stages.entry import main_wrapper
+from catalog.io import from_params, read_params
+from catalog.multiwoz_dir import read_raw_database, write_multiwoz
 
 
 @dataclass(frozen=True)

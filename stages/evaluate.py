@@ -29,7 +29,8 @@ from typing import Any, Mapping, Sequence
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
 from pipelines.training.config import POLICY_DIRS
-from stages.io import from_params, main_wrapper, read_params
+from stages.entry import main_wrapper
+from catalog.io import from_params, read_params
 from stages.train import check_policy, configure_prefect
 
 

@@ -31,8 +31,9 @@ from pipelines.episodes import EPISODE_EVENTS, EPISODES, EpisodeSpec, ReplayAgen
 from pipelines.episodes.formats import FORMATS
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
-from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_timings
-from stages.multiwoz_dir import load_multiwoz
+from stages.entry import main_wrapper
+from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
+from catalog.multiwoz_dir import load_multiwoz
 
 
 def summary(episodes, unverifiable: frozenset[str] = frozenset()) -> dict:

@@ -44,7 +44,8 @@ from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_d
 from pipelines.learn_to_ask.tables import L2A_SAMPLES, L2A_TRAIN, hindsight_metrics, samples_table, train_table
 from pipelines.llm import Accounting, BackendConfig, CompletionRequest, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
-from stages.io import main_wrapper, publish, read_json, read_params, read_text, write_json_atomic, write_timings
+from stages.entry import main_wrapper
+from catalog.io import publish, read_json, read_params, read_text, write_json_atomic, write_timings
 
 _KEYS = {"source", "format", "db_dir", "stop_when", "max_sessions", "prompts", "max_llm_failure_rate", "output", "metrics"}
 FORMATS = ("multiwoz", "chat_log")
@@ -83,7 +84,7 @@ def load_sessions(params: Mapping[str, Any]) -> list[Session]:
     if fmt == "chat_log":
         sessions = read_chat_log(source)
     else:
-        from stages.multiwoz_dir import load_multiwoz
+        from catalog.multiwoz_dir import load_multiwoz
 
         sessions = [session_from_dialogue(d) for d in load_multiwoz(source, params.get("db_dir")).dialogues]
     sessions.sort(key=lambda s: s.session_id)

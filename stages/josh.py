@@ -40,7 +40,8 @@ from pipelines.josh.config import JoshConfig
 from pipelines.josh.evaluate import play_toolwoz, toolwoz_scores
 from pipelines.josh.goals import evaluation_goals
 from pipelines.josh.tables import SPECS, eval_table, harvest_metrics, josh_tables
-from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_timings
+from stages.entry import main_wrapper
+from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
 
 
 def josh_config(params: Mapping[str, Any]) -> JoshConfig:

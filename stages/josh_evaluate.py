@@ -33,7 +33,8 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.josh.config import ToolWozEvalConfig
 from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_scores
 from pipelines.josh.tables import TOOLWOZ_EVAL, eval_table
-from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic, write_text_atomic, write_timings
+from stages.entry import main_wrapper
+from catalog.io import from_params, publish, read_params, write_json_atomic, write_text_atomic, write_timings
 from stages.evaluate import with_policy
 
 
@@ -84,7 +85,7 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     from pipelines.josh.goals import evaluation_goals, toolwoz_goals
     from pipelines.llm.accounting import check_failure_rate
     from flows.josh import build_simulator
-    from stages.multiwoz_dir import load_multiwoz
+    from catalog.multiwoz_dir import load_multiwoz
 
     specs = [PolicySpec(name, entry.path, entry.hub_id, entry.revision, entry.prompt or config.prompt) for name, entry in config.models]
     for spec in specs:

@@ -35,7 +35,8 @@ from pipelines.pir.entropy import StepScorer
 from pipelines.pir.pipeline import PirConfig, run_pir
 from pipelines.pir.tables import SPECS, pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
-from stages.io import main_wrapper, publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
+from stages.entry import main_wrapper
+from catalog.io import publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
 
 # Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -60,7 +61,7 @@ def read_trace_file(path: Path) -> list[Trace]:
             except json.JSONDecodeError as error:
                 raise DataError(source, f"invalid JSON: {error.msg} at column {error.colno}", f"line {number}") from None
     elif path.suffix == ".json":
-        from stages.io import read_json
+        from catalog.io import read_json
 
         records = read_json(path)
         if not isinstance(records, list):
@@ -77,7 +78,7 @@ def load_traces(params: dict) -> list[Trace]:
     if params.get("traces"):
         traces = read_trace_file(Path(params["traces"]))
         return traces[:max_traces] if max_traces else traces
-    from stages.multiwoz_dir import load_multiwoz
+    from catalog.multiwoz_dir import load_multiwoz
 
     try:
         source = params["source"]

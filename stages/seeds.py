@@ -23,8 +23,9 @@ from typing import Any, Mapping
 
 from pipelines.multiwoz.tables import SPECS, corpus_tables
 from pipelines.records import Corpus
-from stages.io import from_params, main_wrapper, publish, read_params, write_json_atomic
-from stages.multiwoz_dir import SHOW_IDS, load_multiwoz
+from stages.entry import main_wrapper
+from catalog.io import from_params, publish, read_params, write_json_atomic
+from catalog.multiwoz_dir import SHOW_IDS, load_multiwoz
 
 
 def summary(corpus: Corpus) -> dict:

@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
-from stages.io import main_wrapper, read_params, write_text_atomic
+from stages.entry import main_wrapper
+from catalog.io import read_params, write_text_atomic
 
 _KEYS = {"package", "gguf", "dtype", "output"}
 LICENSE = "Apache-2.0"
@@ -39,7 +40,7 @@ def gguf_path(package: str, filename: str) -> Path:
     module = package.replace("-", "_")
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise DataError(package, f"package not installed (make setup installs it with --no-deps)")
+        raise DataError(package, "package not installed (make setup installs it with --no-deps)")
     path = Path(list(spec.submodule_search_locations)[0]) / filename
     if not path.is_file():
         raise DataError(str(path), "GGUF file missing from the installed package")

@@ -32,8 +32,9 @@ from pipelines.records import TEST
 from pipelines.speaker.pipeline import SpeakerConfig, run_speaker
 from pipelines.speaker.synthesis import LLMSynthesizer, RulesSynthesizer, Synthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
-from stages.io import main_wrapper, publish, read_params, write_json_atomic, write_timings
-from stages.multiwoz_dir import load_multiwoz
+from stages.entry import main_wrapper
+from catalog.io import publish, read_params, write_json_atomic, write_timings
+from catalog.multiwoz_dir import load_multiwoz
 
 _KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "output", "metrics", "cache_dir", "max_llm_failure_rate"}
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05

@@ -56,7 +56,8 @@ from pipelines.training.config import (
     TrainConfig,
 )
 from pipelines.training.preflight import check_method, preflight
-from stages.io import from_params, main_wrapper, read_params
+from stages.entry import main_wrapper
+from catalog.io import from_params, read_params
 
 _SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
 

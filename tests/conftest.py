@@ -24,12 +24,12 @@ CANARY_API_KEY = f"sk-canary-{uuid.uuid4().hex}"
 @pytest.fixture(scope="session", autouse=True)
 def timings_dir(tmp_path_factory) -> Iterator[Path]:
     """Stages run in-process write their wall times here, not into the checkout's reports/."""
-    import stages.io
+    import catalog.io
 
-    previous = stages.io.TIMINGS_DIR
-    stages.io.TIMINGS_DIR = tmp_path_factory.mktemp("timings")
-    yield stages.io.TIMINGS_DIR
-    stages.io.TIMINGS_DIR = previous
+    previous = catalog.io.TIMINGS_DIR
+    catalog.io.TIMINGS_DIR = tmp_path_factory.mktemp("timings")
+    yield catalog.io.TIMINGS_DIR
+    catalog.io.TIMINGS_DIR = previous
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -65,7 +65,7 @@ def real_raw_db(real_db_dir) -> dict:
 def small_corpus_dir(tmp_path_factory) -> Path:
     """A 120-dialogue embedded corpus written in the official layout."""
     from pipelines.multiwoz.embedded import generate_corpus
-    from stages.multiwoz_dir import write_multiwoz
+    from catalog.multiwoz_dir import write_multiwoz
 
     target = tmp_path_factory.mktemp("corpus") / "multiwoz"
     write_multiwoz(generate_corpus(120, seed=7), target)
@@ -74,7 +74,7 @@ def small_corpus_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_corpus(small_corpus_dir):
-    from stages.multiwoz_dir import load_multiwoz
+    from catalog.multiwoz_dir import load_multiwoz
 
     return load_multiwoz(small_corpus_dir)
 

@@ -1,5 +1,5 @@
 """The artifact contract: specs, validation through Great Expectations, atomic publishing,
-and the strict readers of stages.io.
+and the strict readers of catalog.io.
 
 Performance sanity check (measured by hand on a 2-core container, not a timed test):
 publishing 250,000 turns (the TURNS spec below, list<struct> acts column included) that
@@ -31,7 +31,8 @@ from pipelines.artifacts.spec import (
 )
 from pipelines.artifacts.validate import check_schema, check_suite, validate
 from pipelines.errors import ConfigError, DataError, ValidationFailed
-from stages.io import main_wrapper, publish, read_json, read_params, read_text, write_json_atomic
+from stages.entry import main_wrapper
+from catalog.io import publish, read_json, read_params, read_text, write_json_atomic
 
 ACT = pa.struct([("act", pa.string()), ("slot", pa.string()), ("value", pa.string())])
 

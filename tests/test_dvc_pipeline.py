@@ -126,7 +126,7 @@ def test_dvc_repro_builds_validated_artifacts_and_is_idempotent(project):
 
 def test_bad_source_fails_the_stage_with_a_clear_message_and_no_artifact(project, tmp_path):
     from pipelines.multiwoz.embedded import generate_corpus
-    from stages.multiwoz_dir import write_multiwoz
+    from catalog.multiwoz_dir import write_multiwoz
 
     bad = tmp_path / "bad_multiwoz"
     write_multiwoz(generate_corpus(5, seed=1), bad)

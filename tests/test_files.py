@@ -27,7 +27,7 @@ def umask(request):
 
 def test_corpus_directory_and_files_follow_the_umask(tmp_path, umask):
     from pipelines.multiwoz.embedded import generate_corpus
-    from stages.multiwoz_dir import write_multiwoz
+    from catalog.multiwoz_dir import write_multiwoz
 
     target = tmp_path / "raw" / "embedded"
     write_multiwoz(generate_corpus(5, seed=1), target)
@@ -112,7 +112,7 @@ def test_leftovers_of_a_dead_writer_are_removed_and_a_model_mid_swap_restored(tm
 
 
 def test_json_writer_removes_a_killed_writers_temporary_file(tmp_path):
-    from stages.io import write_json_atomic
+    from catalog.io import write_json_atomic
 
     target = tmp_path / "reports" / "speaker.json"
     target.parent.mkdir()

@@ -12,7 +12,7 @@ from pipelines.env.tools import Database, ToolEnvironment
 from pipelines.multiwoz.embedded import generate_corpus
 from pipelines.multiwoz.ontology import DAYS
 from pipelines.records import DomainBelief, frozen_dict
-from stages.multiwoz_dir import load_multiwoz
+from catalog.multiwoz_dir import load_multiwoz
 
 
 def _grade(dialogue, database):

@@ -372,7 +372,7 @@ def test_training_data_layer_reads_josh_tables(method, name, tmp_path):
 
     from pipelines.training.config import DataSpec, SourceSpec
     from pipelines.training.data import COMPLETION, LABELED, prepare_source, trainer_rows
-    from stages.io import read_artifact
+    from catalog.io import read_artifact
 
     tables = josh_tables([hand_built_tree()])
     for table_name, table in tables.items():

@@ -156,7 +156,7 @@ def test_bad_josh_evaluate_params_fail(change, message):
 def test_train_on_the_harvest_then_evaluate_on_toolwoz(prefect_api, single_torch_thread, tiny_model_dir, josh_dir,
                                                        small_corpus_dir, tmp_path):
     from flows.train import flow_for
-    from stages.io import read_artifact
+    from catalog.io import read_artifact
     from stages.josh_evaluate import run as evaluate
     from stages.train import train_config
 

@@ -15,7 +15,7 @@ from pipelines.multiwoz.embedded_db import build_database
 from pipelines.multiwoz.ontology import INFO_SLOTS, norm_value, parse_time, values_match
 from pipelines.multiwoz.parse import parse_dialogue, parse_dialogues
 from pipelines.multiwoz.tables import corpus_tables
-from stages.multiwoz_dir import load_multiwoz, write_multiwoz
+from catalog.multiwoz_dir import load_multiwoz, write_multiwoz
 
 
 def _matches(record, constraints):

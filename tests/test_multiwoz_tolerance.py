@@ -19,7 +19,7 @@ from pipelines.env.replay import has_annotations
 from pipelines.errors import ConfigError, DataError
 from pipelines.multiwoz.parse import parse_dialogue
 from stages import gold_replay, seeds
-from stages.multiwoz_dir import load_multiwoz
+from catalog.multiwoz_dir import load_multiwoz
 
 REPO = Path(__file__).resolve().parents[1]
 ODD = REPO / "tests" / "fixtures" / "multiwoz_odd"

@@ -5,7 +5,6 @@ params.yaml refuses duplicate keys; JSON inputs refuse NaN, Infinity and deep ne
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
@@ -109,7 +108,7 @@ def test_duplicate_keys_in_params_yaml_are_refused(monkeypatch, capsys, tmp_path
 def test_repository_params_pass(monkeypatch, tmp_path):
     from stages.corpus import corpus_params
     from stages.gold_replay import gold_replay_params
-    from stages.io import from_params, read_params
+    from catalog.io import from_params, read_params
     from stages.seeds import SeedsParams
 
     monkeypatch.chdir(REPO)
@@ -130,7 +129,7 @@ def test_repository_params_pass(monkeypatch, tmp_path):
 def test_json_input_refuses_nan_infinity_and_deep_nesting(monkeypatch, capsys, tmp_path, text, expected):
     """The seeds stage on a MultiWOZ directory whose data.json is not strict JSON."""
     from pipelines.multiwoz.embedded import generate_corpus
-    from stages.multiwoz_dir import write_multiwoz
+    from catalog.multiwoz_dir import write_multiwoz
 
     source = tmp_path / "multiwoz"
     write_multiwoz(generate_corpus(3, seed=1), source)

@@ -4,7 +4,6 @@ fixed, and the full check on the 999 real validation dialogues when they are pre
 
 from __future__ import annotations
 
-import json
 import zipfile
 
 import pytest
@@ -544,8 +543,8 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     simulator settings); every failure gets a cause, and the success rate does not fall
     below what was measured (0.8238 before issue 18's second round, 0.8559 after)."""
     from pipelines.simulators.agenda import AgendaConfig
-    from stages.io import read_params
-    from stages.multiwoz_dir import load_multiwoz
+    from catalog.io import read_params
+    from catalog.multiwoz_dir import load_multiwoz
     from tests.conftest import REPO
 
     settings = {k: v for k, v in read_params("gold_replay", REPO / "params.yaml")["simulator"].items() if k != "kind"}

@@ -19,7 +19,7 @@ mechanism check offline, never a result to compare with the paper's.
 from __future__ import annotations
 
 import json
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from pipelines.clarifier.grounding import action_ready, said
 from pipelines.env.taubench.data import TauTask

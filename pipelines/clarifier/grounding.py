@@ -103,7 +103,7 @@ def action_ready(task: TauTask, action: int, user_said: str, tool_said: str, det
 
 def missing_details(task: TauTask, history: str, details: list[Detail] | None = None) -> list[Detail]:
     """The details the ground truth still needs from the user, most urgent first, given a
-    rendered history (:func:`pipelines.clarifier.prompts.history_text`)."""
+    rendered history (:func:`pipelines.episodes.clarify.history_text`)."""
     details = task_details(task) if details is None else details
     by_name = {d.name: d for d in details}
     spoken = user_text(history)

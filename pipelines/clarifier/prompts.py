@@ -1,7 +1,7 @@
 """The Clarifier paper's prompts (appendix 7.1) and the parsers of their answers.
 
 * :data:`CLARIFIER_PROMPT`: the Clarifier's instruction with the dialogue so far
-  (:func:`history_text`); its answer is ``NO NEED TO ASK`` or ``YES [QUESTION]...[/QUESTION]``,
+  (:func:`pipelines.episodes.clarify.history_text`); its answer is ``NO NEED TO ASK`` or ``YES [QUESTION]...[/QUESTION]``,
   after an optional ``<think>`` (think mode). The paper's template says "answer 'NO'" while
   its data section calls the label "NO NEED TO ASK": askflow asks for the longer label
   (a bare "NO" may begin any sentence) and reads both (:func:`parse_clarifier`).
@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Sequence
-
-from pipelines.episodes.clarify import history_lines, history_text  # noqa: F401  (re-exported)
 
 NO_NEED = "NO NEED TO ASK"
 

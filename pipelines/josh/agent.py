@@ -144,8 +144,8 @@ class SlotReader:
                 known.book["stay"] = match.group(1)
             for match in _STARS.finditer(text):
                 known.search["stars"] = match.group(1)
-            for slot, words in (("parking", ("parking",)), ("internet", ("wifi", "internet"))):
-                if any(f" {w} " in text for w in words) and not any(f"no need for {w}" in text for w in words):
+            for slot, names in (("parking", ("parking",)), ("internet", ("wifi", "internet"))):
+                if any(f" {w} " in text for w in names) and not any(f"no need for {w}" in text for w in names):
                     known.search[slot] = "yes"
         if _WANTS_BOOKING.search(text):
             known.wants_booking = True

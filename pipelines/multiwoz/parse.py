@@ -1,7 +1,7 @@
 """Turn decoded MultiWOZ 2.x/2.4 JSON into typed records.
 
 Pure functions: they take the decoded JSON (and the name of the file it came from, for
-error messages) and return records. Reading files is the job of ``stages.io``.
+error messages) and return records. Reading files is the job of ``catalog.io``.
 
 Real data is partial: a turn may lack ``metadata`` or ``dialog_act``, a goal may lack
 ``message``. Such gaps are recorded in ``missing`` and never filled with invented values.

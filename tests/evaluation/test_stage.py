@@ -145,7 +145,7 @@ def test_batched_and_one_at_a_time_play_the_same_episodes(small_corpus_dir, tiny
     from pipelines.evaluation.play import EvalPlan, held_out_goals, play_policy
     from pipelines.evaluation.policy import GenerationSpec, PolicySpec, load_policy
     from pipelines.simulators.agenda import AgendaSimulator
-    from stages.multiwoz_dir import load_multiwoz
+    from catalog.multiwoz_dir import load_multiwoz
 
     corpus = load_multiwoz(small_corpus_dir)
     database = Database(corpus.entities, corpus.taxi_options)

@@ -13,7 +13,7 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.calibration import corpus_anchors, prompt_from_document
 from pipelines.learn_to_ask.hindsight import SEED_EXTRACTOR_PROMPT
 from pipelines.learn_to_ask.logs import session_from_dialogue
-from stages.io import read_artifact, read_json
+from catalog.io import read_artifact, read_json
 
 
 def params(tmp_path: Path, source: Path, model: Path, **extra) -> dict:

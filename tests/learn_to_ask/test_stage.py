@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from stages.io import read_artifact
+from catalog.io import read_artifact
 from tests.conftest import REPO
 
 GOOD = [

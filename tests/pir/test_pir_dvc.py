@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from stages.io import read_artifact
+from catalog.io import read_artifact
 from tests.test_dvc_pipeline import _run, pipeline_project
 
 pytestmark = pytest.mark.slow

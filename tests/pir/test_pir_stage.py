@@ -13,7 +13,7 @@ from pipelines.artifacts.validate import validate
 from pipelines.pir.tables import SPECS
 from pipelines.pir.traces import split_steps
 from stages import pir_augment
-from stages.io import read_artifact
+from catalog.io import read_artifact
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 

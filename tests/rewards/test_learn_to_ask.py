@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.errors import DataError
 from pipelines.rewards import REWARD_FUNCTIONS, resolve_reward
-from pipelines.rewards.learn_to_ask import Grade, L2AReward, RulesGrader
+from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader
 from pipelines.training.config import GRPOObjective
 from pipelines.training.data import reward_columns
 

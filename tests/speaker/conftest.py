@@ -11,7 +11,7 @@ from pipelines.env.tools import Database
 from pipelines.multiwoz.embedded import generate_corpus
 from pipelines.speaker.pipeline import SpeakerConfig, run_speaker
 from pipelines.speaker.synthesis import RulesSynthesizer
-from stages.multiwoz_dir import load_multiwoz, write_multiwoz
+from catalog.multiwoz_dir import load_multiwoz, write_multiwoz
 
 CORPUS_SIZE = 80
 CORPUS_SEED = 11

@@ -13,7 +13,7 @@ from pipelines.errors import ValidationFailed
 from pipelines.llm.testing.serve import TransformersServe
 from pipelines.llm.testing.tiny_model import build_tiny_chat_model
 from pipelines.multiwoz.embedded import generate_corpus
-from stages.multiwoz_dir import write_multiwoz
+from catalog.multiwoz_dir import write_multiwoz
 from stages.speaker import run
 
 from .conftest import stage_params

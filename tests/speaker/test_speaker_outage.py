@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.errors import ConfigError, LLMOutage, ValidationFailed
 from pipelines.llm.testing.fake_server import FaultPlan
-from stages.io import main_wrapper
+from stages.entry import main_wrapper
 from stages.speaker import run
 
 from .conftest import stage_params

@@ -24,14 +24,14 @@ def taubench_root() -> Path:
 
 @pytest.fixture(scope="session")
 def retail(taubench_root):
-    from stages.taubench_dir import load_taubench_domain
+    from catalog.taubench_dir import load_taubench_domain
 
     return load_taubench_domain(taubench_root, "retail")
 
 
 @pytest.fixture(scope="session")
 def airline(taubench_root):
-    from stages.taubench_dir import load_taubench_domain
+    from catalog.taubench_dir import load_taubench_domain
 
     return load_taubench_domain(taubench_root, "airline")
 
@@ -139,6 +139,6 @@ def mini_root(tmp_path) -> Path:
 
 @pytest.fixture
 def mini_retail(mini_root):
-    from stages.taubench_dir import load_taubench_domain
+    from catalog.taubench_dir import load_taubench_domain
 
     return load_taubench_domain(mini_root, "retail")

@@ -6,7 +6,6 @@ ones skip without ../shared/data/taubench (set ASKFLOW_SHARED)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 
@@ -219,7 +218,7 @@ def _stage_params(tmp_path, root):
 
 def test_the_data_stage_publishes_three_validated_artifacts(tmp_path, mini_root, monkeypatch):
     from stages.clarifier_data import run
-    from stages.io import read_artifact
+    from catalog.io import read_artifact
 
     monkeypatch.chdir(tmp_path)
     metrics = run(_stage_params(tmp_path, mini_root))
@@ -328,7 +327,7 @@ def test_llm_goal_judge_reward_leaves_an_unscored_group_out(mini_retail):
 def test_rules_judge_scores_the_extracted_final_output_only(mini_retail):
     task = mini_retail.tasks["test"][0]
     state = JudgeState("User: I'd like to cancel an order.", task_goal(task))
-    with_reasoning = parse_clarifier(f"<think>Ask about the order id maybe.</think>NO NEED TO ASK")
+    with_reasoning = parse_clarifier("<think>Ask about the order id maybe.</think>NO NEED TO ASK")
     assert RulesGoalJudge().score(state, [with_reasoning, ClarifierDecision(None)]) == [3.0, 3.0]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.env.taubench import TauEnvironment, replay, tau_reward
 from pipelines.env.taubench.conformance import check_conformance
-from stages.taubench_dir import load_ground_truth_replay
+from catalog.taubench_dir import load_ground_truth_replay
 
 
 @pytest.mark.parametrize(("name", "n_tasks"), [("retail", 635), ("airline", 50)])

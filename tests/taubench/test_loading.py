@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipelines.errors import DataError
-from stages.taubench_dir import load_ground_truth_replay, load_taubench_domain
+from catalog.taubench_dir import load_ground_truth_replay, load_taubench_domain
 from tests.taubench.conftest import mini_retail_tables, mini_retail_tasks, write_mini_retail
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipelines.training.config import DataSpec, GRPOObjective, HoldoutSpec, OptimSpec, SourceSpec
+from pipelines.training.config import DataSpec, GRPOObjective, HoldoutSpec, SourceSpec
 
 from .conftest import run_flow, tiny_config
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.errors import DataError, ValidationFailed
-from stages.io import read_artifact
+from catalog.io import read_artifact
 
 from .conftest import tiny_config, tiny_tables
 

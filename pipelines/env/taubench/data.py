@@ -1,6 +1,6 @@
 """τ-bench's task and database records, checked on the way in.
 
-Raw JSON (as ``stages.taubench_dir`` reads it) becomes :class:`TauTask` and :class:`TauDomain`
+Raw JSON (as ``catalog.taubench_dir`` reads it) becomes :class:`TauTask` and :class:`TauDomain`
 records here; anything malformed is a :class:`~pipelines.errors.DataError` naming the file,
 the record and the field, never a ``KeyError`` from deep inside a tool.
 """

@@ -26,7 +26,7 @@ from pipelines.env.taubench.data import (
     parse_tool_schemas,
 )
 from pipelines.errors import DataError
-from stages.io import read_json, read_text
+from catalog.io import read_json, read_text
 
 REPLAY_FILE = "ground_truth_replay.json"
 

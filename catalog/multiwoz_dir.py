@@ -23,7 +23,7 @@ from pipelines.multiwoz.ontology import DB_DOMAINS
 from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list, unknown_split_ids
 from pipelines.records import SPLITS, TEST, TRAIN, VAL, Corpus, Entity
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
-from stages.io import read_json, read_text
+from catalog.io import read_json, read_text
 
 TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
 SPLIT_FILES = ((TEST, "testListFile.json"), (VAL, "valListFile.json"))

@@ -1,4 +1,5 @@
-"""File I/O shared by the stages: strict reading, atomic writing, artifact publishing.
+"""File I/O shared by the stages, the flows and the benchmarks: strict reading, atomic writing,
+artifact publishing.
 
 Reading is strict so that bad input fails at the file that is bad, with a message naming
 it: text must be UTF-8, JSON must parse and must not repeat a key (the stdlib silently
@@ -16,7 +17,6 @@ import functools
 import json
 import math
 import os
-import sys
 import types
 import typing
 from pathlib import Path
@@ -28,7 +28,7 @@ import yaml
 
 from pipelines.artifacts.spec import ArtifactSpec
 from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, validate
-from pipelines.errors import AskflowError, ConfigError, DataError, ValidationFailed
+from pipelines.errors import ConfigError, DataError, ValidationFailed
 from pipelines.files import remove_stale_staging, staging_path
 from pipelines.secrets import refuse_secrets
 
@@ -424,23 +424,3 @@ def _write_temp(path: Path, write: Callable[[IO[bytes]], Any]) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return temp
-
-
-# --- Entry points ---------------------------------------------------------------------------
-
-
-def main_wrapper(fn: Callable[..., T]) -> Callable[..., T]:
-    """Decorate a stage's entry point: an askflow error (DataError, ValidationFailed,
-    ConfigError) is printed as ``error: <message>`` on stderr and exits with status 1,
-    without a traceback since the message already says what and where. Any other
-    exception is a bug and keeps its traceback."""
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except AskflowError as error:
-            print(f"error: {error}", file=sys.stderr)
-            raise SystemExit(1) from None
-
-    return run

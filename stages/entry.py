@@ -1,0 +1,28 @@
+"""A stage's entry point: an askflow error exits non-zero with its message, not a traceback."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, TypeVar
+
+from pipelines.errors import AskflowError
+
+T = TypeVar("T")
+
+
+def main_wrapper(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorate a stage's entry point: an askflow error (DataError, ValidationFailed,
+    ConfigError) is printed as ``error: <message>`` on stderr and exits with status 1,
+    without a traceback since the message already says what and where. Any other
+    exception is a bug and keeps its traceback."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except AskflowError as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
+
+    return run
