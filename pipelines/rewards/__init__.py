@@ -11,6 +11,9 @@
 * :mod:`~pipelines.rewards.prompts`: the Table 1 training instruction and the conversation
   rendering, shared with the GRPO dataset.
 
+The methods' own rewards live with their methods (``pipelines.clarifier.reward``,
+``pipelines.pir.reward``): the registry names them by import path, imported on first use.
+
 All are TRL reward functions, ``f(prompts=, completions=, **columns) -> list[float | None]``.
 TRL's ``reward_weights`` combines them; eq. 7 is weights (1, 1)::
 
@@ -20,7 +23,7 @@ TRL's ``reward_weights`` combines them; eq. 7 is weights (1, 1)::
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from pipelines.errors import ConfigError
 from pipelines.llm import LLMClient
@@ -35,8 +38,6 @@ from pipelines.rewards.format import (
     format_score,
 )
 from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader
-from pipelines.clarifier.judge import LLMGoalJudge, RulesGoalJudge
-from pipelines.rewards.clarifier_goal import GoalAwareClarifierReward, centred_advantages
 from pipelines.rewards.llm_judge import CONVERSATION, JudgeStats, LLMJudge, parse_score
 from pipelines.rewards.prompts import (
     JUDGE_PROMPT_TEMPLATE,
@@ -56,27 +57,61 @@ from pipelines.rewards.verifiable import (
 
 CLARIFY_JUDGES: tuple[str, ...] = ("verifiable", "llm")
 
+class _Registry(Mapping[str, Any]):
+    """Name -> entry; an entry given as ``package.module:name`` is imported on first use, so the
+    registry names the methods' rewards without importing the methods (they sit above it)."""
+
+    def __init__(self, entries: Mapping[str, Any]) -> None:
+        self._entries = dict(entries)
+
+    def __getitem__(self, name: str) -> Any:
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            entry = self._entries[name] = _import(entry, name)
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 #: The reward functions that need nothing but the dataset, by name. An LLM-judged reward
 #: needs a client: :func:`build_clarify_reward`.
-REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = frozen_dict(
+REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = _Registry(
     {
         "format": format_reward,
         "clarify_verifiable": ClarifyReward(VerifiableJudge()),
         # Learn-to-Ask (eq. 5, beta 2) with the grader role's rules backend; reads l2a_samples' targets.
         "l2a": L2AReward(RulesGrader()),
         # The τ-bench Clarifier's goal-aware reward (clarifier_grpo data), judged offline from G*.
-        "clarifier_goal": GoalAwareClarifierReward(RulesGoalJudge()),
+        "clarifier_goal": "pipelines.clarifier.reward:clarifier_goal",
     }
 )
 
 
 #: Rewards that need an LLM client in the ``judge`` role, by name: name -> factory(client).
-JUDGE_REWARDS: Mapping[str, Callable[[LLMClient], Callable[..., list]]] = frozen_dict(
+JUDGE_REWARDS: Mapping[str, Callable[[LLMClient], Callable[..., list]]] = _Registry(
     {
         "clarify_llm": lambda client: build_clarify_reward("llm", client),
-        "clarifier_goal_llm": lambda client: GoalAwareClarifierReward(LLMGoalJudge(client), name="clarifier_goal_llm"),
+        "clarifier_goal_llm": "pipelines.clarifier.reward:clarifier_goal_llm",
     }
 )
+
+
+def _import(path: str, name: str) -> Any:
+    module_name, _, attribute = path.rpartition(":") if ":" in path else path.rpartition(".")
+    known = ", ".join([*REWARD_FUNCTIONS, *JUDGE_REWARDS])
+    if not module_name:
+        raise ConfigError(f"grpo reward {name!r} is unknown; rewards: {known}, or an import path package.module:callable")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"grpo reward {name!r}: cannot import it ({exc}); rewards: {known}") from None
+    if not callable(function):
+        raise ConfigError(f"grpo reward {name!r} is not callable: {function!r}")
+    return function
 
 
 def resolve_reward(name: str, judge: LLMClient | None = None) -> Callable[..., list]:
@@ -100,17 +135,7 @@ def resolve_reward(name: str, judge: LLMClient | None = None) -> Callable[..., l
         if judge is None:
             raise ConfigError(f"grpo reward {name!r} needs the judge role: set llm.roles.judge to an openai backend")
         return JUDGE_REWARDS[name](judge)
-    module_name, _, attribute = name.rpartition(":") if ":" in name else name.rpartition(".")
-    known = ", ".join([*REWARD_FUNCTIONS, *JUDGE_REWARDS])
-    if not module_name:
-        raise ConfigError(f"grpo reward {name!r} is unknown; rewards: {known}, or an import path package.module:callable")
-    try:
-        function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"grpo reward {name!r}: cannot import it ({exc}); rewards: {known}") from None
-    if not callable(function):
-        raise ConfigError(f"grpo reward {name!r} is not callable: {function!r}")
-    return function
+    return _import(name, name)
 
 
 def build_clarify_reward(kind: str, client: LLMClient | None = None) -> ClarifyReward:
@@ -136,7 +161,6 @@ __all__ = [
     "ClarifyReward",
     "DISCRIMINATING_SLOTS",
     "FULL_CREDIT",
-    "GoalAwareClarifierReward",
     "JUDGE_PROMPT_TEMPLATE",
     "JUDGE_REWARDS",
     "Judge",
@@ -155,7 +179,6 @@ __all__ = [
     "VerifiableJudge",
     "asked_slots",
     "build_clarify_reward",
-    "centred_advantages",
     "clarification_question",
     "completion_text",
     "format_reward",

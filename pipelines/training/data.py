@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.records import TEST
-from pipelines.rewards import REWARD_FUNCTIONS
+from pipelines.rewards import JUDGE_REWARDS, resolve_reward
 from pipelines.rewards.prompts import SPEAKER_LABELS, SPEAKRL_PROMPT_TEMPLATE
 from pipelines.training.config import DataSpec, GRPOObjective, HoldoutSpec, SourceSpec, ToolResultsSpec
 
@@ -115,9 +115,11 @@ def reward_columns(objective: GRPOObjective) -> tuple[str, ...]:
     """The dataset columns the configured rewards cannot do without."""
     needed: list[str] = []
     for name, _ in objective.rewards:
+        # A judge reward is built over the run's client later; by name or import path, the others now.
+        reward = None if name in JUDGE_REWARDS else resolve_reward(name)
         # A reward may declare every column it reads (the Learn-to-Ask reward's targets).
-        needed.extend(getattr(REWARD_FUNCTIONS.get(name), "required_columns", ()))
-        judge = getattr(REWARD_FUNCTIONS.get(name), "judge", None)
+        needed.extend(getattr(reward, "required_columns", ()))
+        judge = getattr(reward, "judge", None)
         if judge is not None:
             # A judge declares the columns it reads; the verifiable judge requires the first.
             needed.extend(judge.columns[:1])

@@ -93,3 +93,20 @@ class GoalAwareClarifierReward:
             log_metric(f"{self.__name__}/asked", sum(d.asks for d in decisions) / len(decisions))
             log_metric(f"{self.__name__}/malformed", sum(d.malformed for d in decisions) / len(decisions))
         return rewards
+
+
+def _rules_reward() -> GoalAwareClarifierReward:
+    from pipelines.clarifier.judge import RulesGoalJudge
+
+    return GoalAwareClarifierReward(RulesGoalJudge())
+
+
+#: The registry's ``clarifier_goal``: G* judged offline by the rules judge.
+clarifier_goal = _rules_reward()
+
+
+def clarifier_goal_llm(client: Any) -> GoalAwareClarifierReward:
+    """The registry's ``clarifier_goal_llm``: the paper's GRPO judge prompt over ``client``."""
+    from pipelines.clarifier.judge import LLMGoalJudge
+
+    return GoalAwareClarifierReward(LLMGoalJudge(client), name="clarifier_goal_llm")
