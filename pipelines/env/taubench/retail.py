@@ -69,9 +69,14 @@ def cancel_pending_order(data: Any, order_id: str, reason: str) -> str:
     return json.dumps(order)
 
 
-def exchange_delivered_order_items(data: Any, order_id: str, item_ids: list, new_item_ids: list, payment_method_id: str) -> str:
-    products, orders, users = data["products"], data["orders"], data["users"]
-    order = _order_in(orders, order_id, "delivered", "exchanged")
+def _item_swap(
+    data: Any, order_id: str, status: tuple[str, str], item_ids: list, new_item_ids: list, payment_method_id: str, *, rounded: bool
+) -> tuple[dict, float, dict] | str:
+    """The checks an exchange and an item modification share, in τ-bench's order: the order in
+    ``status`` (required status, verb), the items, the price difference, the payment method.
+    ``rounded``: exchanges round the difference before the balance check, modifications do not."""
+    products, users = data["products"], data["users"]
+    order = _order_in(data["orders"], order_id, *status)
     if isinstance(order, str):
         return order
     missing = _count_missing(order, item_ids)
@@ -82,11 +87,17 @@ def exchange_delivered_order_items(data: Any, order_id: str, item_ids: list, new
     diff_price = _price_difference(products, order, item_ids, new_item_ids)
     if isinstance(diff_price, str):
         return diff_price
-    diff_price = round(diff_price, 2)
     methods = users[order["user_id"]]["payment_methods"]
     if payment_method_id not in methods:
         return "Error: payment method not found"
-    method = methods[payment_method_id]
+    return order, round(diff_price, 2) if rounded else diff_price, methods[payment_method_id]
+
+
+def exchange_delivered_order_items(data: Any, order_id: str, item_ids: list, new_item_ids: list, payment_method_id: str) -> str:
+    checked = _item_swap(data, order_id, ("delivered", "exchanged"), item_ids, new_item_ids, payment_method_id, rounded=True)
+    if isinstance(checked, str):
+        return checked
+    order, diff_price, method = checked
     if method["source"] == "gift_card" and method["balance"] < diff_price:
         return "Error: insufficient gift card balance to pay for the price difference"
     order["status"] = "exchange requested"
@@ -151,22 +162,10 @@ def modify_pending_order_address(
 
 
 def modify_pending_order_items(data: Any, order_id: str, item_ids: list, new_item_ids: list, payment_method_id: str) -> str:
-    products, orders, users = data["products"], data["orders"], data["users"]
-    order = _order_in(orders, order_id, "pending", "modified")
-    if isinstance(order, str):
-        return order
-    missing = _count_missing(order, item_ids)
-    if missing is not None:
-        return f"Error: {missing} not found"
-    if len(item_ids) != len(new_item_ids):
-        return "Error: the number of items to be exchanged should match"
-    diff_price = _price_difference(products, order, item_ids, new_item_ids)
-    if isinstance(diff_price, str):
-        return diff_price
-    methods = users[order["user_id"]]["payment_methods"]
-    if payment_method_id not in methods:
-        return "Error: payment method not found"
-    method = methods[payment_method_id]
+    checked = _item_swap(data, order_id, ("pending", "modified"), item_ids, new_item_ids, payment_method_id, rounded=False)
+    if isinstance(checked, str):
+        return checked
+    order, diff_price, method = checked
     if method["source"] == "gift_card" and method["balance"] < diff_price:
         return "Error: insufficient gift card balance to pay for the new item"
     order["payment_history"].append(
@@ -181,7 +180,7 @@ def modify_pending_order_items(data: Any, order_id: str, item_ids: list, new_ite
     for item_id, new_item_id in zip(item_ids, new_item_ids):
         # The first item still carrying the old id: duplicates are changed one by one.
         item = [item for item in order["items"] if item["item_id"] == item_id][0]
-        variant = products[item["product_id"]]["variants"][new_item_id]
+        variant = data["products"][item["product_id"]]["variants"][new_item_id]
         item["item_id"] = new_item_id
         item["price"] = variant["price"]
         item["options"] = json.loads(json.dumps(variant["options"]))
