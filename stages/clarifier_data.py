@@ -68,7 +68,22 @@ def _client(backend: BackendConfig, params: Mapping[str, Any], accounting: Accou
     return LLMClient(backend.client, cache=ResponseCache(params.get("cache_dir") or "data/cache/llm"), accounting=accounting)
 
 
-def run(params: dict) -> dict:
+def prompt_cut(prompt: Any) -> tuple[int | None, int | None]:
+    """``clarifier.prompt``: ``max_tool_chars`` and ``max_tool_outputs``, how a model Clarifier's
+    prompt cuts tool outputs, the same in the training rows and in evaluation (null: uncut)."""
+    prompt = prompt or {}
+    keys = ("max_tool_chars", "max_tool_outputs")
+    if not isinstance(prompt, Mapping) or set(prompt) - set(keys):
+        raise ConfigError(f"params.yaml clarifier.prompt: expected {{max_tool_chars: <int | null>, max_tool_outputs: <int | null>}}, got {prompt!r}")
+    for key in keys:
+        value = prompt.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"params.yaml clarifier.prompt.{key}: expected an integer >= 1 or null, got {value!r}")
+    return prompt.get("max_tool_chars"), prompt.get("max_tool_outputs")
+
+
+def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
+    cut = prompt_cut(prompt)
     unknown = sorted(set(params) - _KEYS)
     if unknown:
         raise ConfigError(f"params.yaml clarifier.data: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
@@ -110,9 +125,9 @@ def run(params: dict) -> dict:
     check_failure_rate(accounting, params.get("max_llm_failure_rate", 0.05), "clarifier_data")
     collected = time.perf_counter()
     tables = {
-        "clarifier_sft": (table(sft_rows(data), CLARIFIER_SFT), CLARIFIER_SFT),
-        "clarifier_dpo": (table(dpo_rows(data), CLARIFIER_DPO), CLARIFIER_DPO),
-        "clarifier_grpo": (table(grpo_rows(data), CLARIFIER_GRPO), CLARIFIER_GRPO),
+        "clarifier_sft": (table(sft_rows(data, cut), CLARIFIER_SFT), CLARIFIER_SFT),
+        "clarifier_dpo": (table(dpo_rows(data, cut), CLARIFIER_DPO), CLARIFIER_DPO),
+        "clarifier_grpo": (table(grpo_rows(data, cut), CLARIFIER_GRPO), CLARIFIER_GRPO),
     }
     publish({output / f"{name}.parquet": pair for name, pair in tables.items()})
     metrics = data.metrics()
@@ -134,7 +149,7 @@ def run(params: dict) -> dict:
 @main_wrapper
 def main() -> None:
     section = read_params("clarifier")
-    run(dict(section.get("data") or {}))
+    run(dict(section.get("data") or {}), section.get("prompt"))
 
 
 if __name__ == "__main__":

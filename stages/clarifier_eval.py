@@ -40,7 +40,7 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, ResponseCache, SamplingParams
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
-from stages.clarifier_data import taubench_root
+from stages.clarifier_data import prompt_cut, taubench_root
 from stages.entry import main_wrapper
 from catalog.io import publish, read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog.taubench_dir import load_taubench_domain
@@ -90,19 +90,19 @@ def make_agent(section: Mapping[str, Any], domain: Any, tasks: Mapping[str, Any]
     raise ConfigError(f"params.yaml clarifier.eval.agent.kind: expected informed, openai or hf, got {kind!r}")
 
 
-def make_clarifier(name: str, section: Any, accounting: Accounting, cache: ResponseCache) -> Any:
+def make_clarifier(name: str, section: Any, accounting: Accounting, cache: ResponseCache, cut: tuple[int | None, int | None] = (None, None)) -> Any:
     if section is None:
         return None
     backend = _backend("clarifier", section, f"clarifier.eval.clarifiers.{name}")
     if backend.kind == "rules":
         return RulesClarifier()
     if backend.kind == "openai":
-        return LLMClarifier(LLMClient(backend.client, cache=cache, accounting=accounting), backend.sampling)
+        return LLMClarifier(LLMClient(backend.client, cache=cache, accounting=accounting), backend.sampling, prompt_cut=cut)
     if not Path(backend.hf.model_path).exists():
         raise DataError(backend.hf.model_path, f"Clarifier model not found (params.yaml clarifier.eval.clarifiers.{name}); train it first")
     from pipelines.llm import HFBackend
 
-    return HFClarifier(HFBackend.from_config(backend.hf), backend.sampling)
+    return HFClarifier(HFBackend.from_config(backend.hf), backend.sampling, prompt_cut=cut)
 
 
 def make_user(section: Any, accounting: Accounting, cache: ResponseCache) -> Any:
@@ -115,7 +115,8 @@ def make_user(section: Any, accounting: Accounting, cache: ResponseCache) -> Any
     return ProtectedSimulator(FuzzyLLMUser(LLMClient(backend.client, cache=cache, accounting=accounting), backend.sampling))
 
 
-def run(params: dict) -> dict:
+def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
+    cut = prompt_cut(prompt)
     unknown = sorted(set(params) - _KEYS)
     if unknown:
         raise ConfigError(f"params.yaml clarifier.eval: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
@@ -138,7 +139,7 @@ def run(params: dict) -> dict:
     timings: dict[str, float] = {}
     results, episodes = [], []
     user = make_user(params.get("user"), accounting, cache)
-    built = {name: make_clarifier(name, section, accounting, cache) for name, section in clarifiers.items()}
+    built = {name: make_clarifier(name, section, accounting, cache, cut) for name, section in clarifiers.items()}
     for domain_name, split in domains.items():
         domain = load_taubench_domain(root, domain_name, (split,))
         world, tasks = TauBenchWorld(domain), domain.tasks[split]
@@ -178,7 +179,7 @@ def run(params: dict) -> dict:
 @main_wrapper
 def main() -> None:
     section = read_params("clarifier")
-    run(dict(section.get("eval") or {}))
+    run(dict(section.get("eval") or {}), section.get("prompt"))
 
 
 if __name__ == "__main__":

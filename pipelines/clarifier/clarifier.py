@@ -99,8 +99,10 @@ class LLMClarifier:
 
     name = "openai"
 
-    def __init__(self, client: LLMClient, sampling: SamplingParams | None = None, *, role: str = ROLE, sample: int = 0):
+    def __init__(self, client: LLMClient, sampling: SamplingParams | None = None, *, role: str = ROLE, sample: int = 0,
+                 prompt_cut: tuple[int | None, int | None] = (None, None)):
         self.client = client
+        self.prompt_cut = prompt_cut  # (max_tool_chars, max_tool_outputs): :func:`cut_tool_outputs`
         self.sample = sample  # candidate draws of one state differ by their seed
         self.sampling = sampling if sampling is not None else SamplingParams(temperature=0.0, max_tokens=1000)
         self.role = role
@@ -109,7 +111,7 @@ class LLMClarifier:
     async def decide(self, contexts: Sequence[ClarifyContext]) -> list[ClarifierDecision]:
         from pipelines.llm import CompletionRequest
 
-        requests = [CompletionRequest(clarifier_messages(c.history), self.role, self.sampling, c.call_seed + self.sample) for c in contexts]
+        requests = [CompletionRequest(clarifier_messages(c.history, *self.prompt_cut), self.role, self.sampling, c.call_seed + self.sample) for c in contexts]
         results = await self.client.complete_many(requests)
         decisions = []
         for result in results:
@@ -126,15 +128,16 @@ class HFClarifier:
 
     name = "hf"
 
-    def __init__(self, backend: Any, sampling: SamplingParams | None = None):
+    def __init__(self, backend: Any, sampling: SamplingParams | None = None, *, prompt_cut: tuple[int | None, int | None] = (None, None)):
         self.backend = backend
+        self.prompt_cut = prompt_cut  # (max_tool_chars, max_tool_outputs), as in the training rows
         self.sampling = sampling if sampling is not None else SamplingParams(temperature=0.0, max_tokens=256)
         self.too_long = 0
 
     async def decide(self, contexts: Sequence[ClarifyContext]) -> list[ClarifierDecision]:
         if not contexts:
             return []
-        conversations = [clarifier_messages(c.history) for c in contexts]
+        conversations = [clarifier_messages(c.history, *self.prompt_cut) for c in contexts]
         # A prompt the model cannot hold with its answer is not sent (a small model's positions
         # run out): it asks nothing and is counted as malformed, like an unreadable answer.
         limit = getattr(getattr(self.backend.model, "config", None), "max_position_embeddings", None)

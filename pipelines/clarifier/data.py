@@ -122,11 +122,11 @@ def _assistant(text: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": text}]
 
 
-def sft_rows(data: ClarifierData) -> list[dict[str, Any]]:
+def sft_rows(data: ClarifierData, prompt_cut: tuple[int | None, int | None] = (None, None)) -> list[dict[str, Any]]:
     return [
         {
             "state_id": s.state_id, "dialogue_id": s.task.task_id, "split": s.split, "tool_name": s.context.tool_name,
-            "prompt": clarifier_messages(s.context.history), "completion": _assistant(s.teacher.raw),
+            "prompt": clarifier_messages(s.context.history, *prompt_cut), "completion": _assistant(s.teacher.raw),
             "kind": ASK if s.teacher.asks else NO_NEED_KIND,
         }
         for s in data.states
@@ -134,7 +134,7 @@ def sft_rows(data: ClarifierData) -> list[dict[str, Any]]:
     ]
 
 
-def dpo_rows(data: ClarifierData) -> list[dict[str, Any]]:
+def dpo_rows(data: ClarifierData, prompt_cut: tuple[int | None, int | None] = (None, None)) -> list[dict[str, Any]]:
     rows = []
     for s in data.states:
         if s.verdict not in WIN_LOSE:
@@ -142,19 +142,19 @@ def dpo_rows(data: ClarifierData) -> list[dict[str, Any]]:
         chosen, rejected = s.candidates if s.verdict == "A" else s.candidates[::-1]
         rows.append({
             "state_id": s.state_id, "dialogue_id": s.task.task_id, "split": s.split,
-            "prompt": clarifier_messages(s.context.history), "chosen": _assistant(chosen.raw), "rejected": _assistant(rejected.raw),
+            "prompt": clarifier_messages(s.context.history, *prompt_cut), "chosen": _assistant(chosen.raw), "rejected": _assistant(rejected.raw),
             "chosen_final": chosen.final, "rejected_final": rejected.final, "preference": s.verdict,
         })
     return rows
 
 
-def grpo_rows(data: ClarifierData) -> list[dict[str, Any]]:
+def grpo_rows(data: ClarifierData, prompt_cut: tuple[int | None, int | None] = (None, None)) -> list[dict[str, Any]]:
     import json
 
     return [
         {
             "state_id": s.state_id, "dialogue_id": s.task.task_id, "split": s.split,
-            "prompt": clarifier_messages(s.context.history), "history": s.context.history,
+            "prompt": clarifier_messages(s.context.history, *prompt_cut), "history": s.context.history,
             "goal": json.dumps(task_goal(s.task), ensure_ascii=False, sort_keys=True), "screen": s.verdict,
         }
         for s in data.states

@@ -148,9 +148,30 @@ def parse_clarifier(text: str) -> ClarifierDecision:
     return ClarifierDecision(None, reasoning, text, malformed=True)
 
 
-def clarifier_messages(history: str) -> list[dict[str, str]]:
-    """The Clarifier's request: one user message, the paper's template filled in."""
-    return [{"role": "user", "content": CLARIFIER_PROMPT.format(history=history)}]
+def cut_tool_outputs(history: str, max_tool_chars: int | None = None, max_tool_outputs: int | None = None) -> str:
+    r"""The history with each ``Tool[...]:`` output cut to ``max_tool_chars`` characters and only
+    the latest ``max_tool_outputs`` outputs kept (an older one becomes ``…``); None keeps all of
+    it. A small Clarifier's positions run out on τ-bench's JSON outputs long before they run out
+    on what the user said, and the decision follows the latest tool call.
+
+    >>> cut_tool_outputs('User: hi\nTool[find]: "u1"\nTool[get_user_details]: {"name": "Ann Lee", "zip": "10001"}', 16, 1)
+    'User: hi\nTool[find]: …\nTool[get_user_details]: {"name": "Ann Le…'
+    """
+    lines = history.splitlines()
+    tools = [i for i, line in enumerate(lines) if line.startswith("Tool[")]
+    older = set(tools[:-max_tool_outputs] if max_tool_outputs else []) if max_tool_outputs is not None else set()
+    for i in tools:
+        head, _, output = lines[i].partition("]: ")
+        limit = 0 if i in older else max_tool_chars
+        if limit is not None and len(output) > limit:
+            lines[i] = f"{head}]: {output[:limit]}…"
+    return "\n".join(lines)
+
+
+def clarifier_messages(history: str, max_tool_chars: int | None = None, max_tool_outputs: int | None = None) -> list[dict[str, str]]:
+    """The Clarifier's request: one user message, the paper's template filled in (tool outputs
+    cut, :func:`cut_tool_outputs`)."""
+    return [{"role": "user", "content": CLARIFIER_PROMPT.format(history=cut_tool_outputs(history, max_tool_chars, max_tool_outputs))}]
 
 
 def user_text(history: str) -> str:

@@ -385,3 +385,19 @@ def test_an_llm_teacher_with_unreadable_answers_publishes_nothing_and_an_outage_
     with pytest.raises(LLMOutage, match="clarifier_data: .* clarifier LLM call"):
         run(_stage_params(tmp_path, mini_root) | {"teacher": down})
     assert not (tmp_path / "out").exists()
+
+
+def test_prompt_cut_is_validated_and_cuts_only_tool_outputs():
+    from pipelines.clarifier.prompts import clarifier_messages
+    from pipelines.errors import ConfigError
+    from stages.clarifier_data import prompt_cut
+
+    assert prompt_cut(None) == (None, None) and prompt_cut({"max_tool_chars": 300, "max_tool_outputs": 1}) == (300, 1)
+    for bad in ({"max_tool_chars": 0}, {"max_tool_outputs": True}, {"max_tool_char": 3}, [300]):
+        with pytest.raises(ConfigError, match="clarifier.prompt"):
+            prompt_cut(bad)
+    history = "User: cancel #W1\nTool[get_order_details]: " + "x" * 50 + "\nAgent: ok\nTool[get_user_details]: " + "y" * 50
+    cut = clarifier_messages(history, 10, 1)[0]["content"]
+    assert "User: cancel #W1" in cut and "Agent: ok" in cut
+    assert "Tool[get_order_details]: …" in cut and "Tool[get_user_details]: " + "y" * 10 + "…" in cut
+    assert clarifier_messages(history)[0]["content"].count("x") >= 50
