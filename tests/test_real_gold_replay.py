@@ -218,7 +218,7 @@ def test_replay_agent_limits_domains_in_the_reference_users_order(database):
     ])
     assert [d.domain for d in pursuit_order(dialogue.goal)] == ["attraction", "restaurant"]
     assert [d.domain for d in reference_order(dialogue.goal, dialogue)] == ["restaurant", "attraction"]
-    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
     assert episode.success, episode.result.reasons
 
 
@@ -230,7 +230,7 @@ def test_genuine_human_failure_is_classified_with_evidence(database):
         ("A train to ely on monday after 09:30 ? How long is it ?", {}, {}),
         ("TR1002 leaves at 10:05 .", _belief(train=(semi, {})), {"Train-Inform": [["Id", "TR1002"]]}),
     ])
-    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
     assert not episode.success
     cause, reasons = classify(episode, dialogue, database)
     assert cause == "human_failure"
@@ -387,7 +387,7 @@ def test_annotation_error_and_human_failure_told_apart_by_the_users_words(databa
     when the user said "after 22:30", the human user's own mistake when they said "arrive"."""
     for dialogue, cause in [(_taxi_after("ANNOT01.json", "A taxi from lotus garden to riverside lido , I need it after 22:30 ."), "annotation_error"),
                             (_taxi_after("ANNOT02.json", "A taxi from lotus garden to riverside lido , I must arrive by 22:30 ."), "human_failure")]:
-        episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+        episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
         assert not episode.success
         assert classify(episode, dialogue, database)[0] == cause, dialogue.dialogue_id
 
@@ -463,7 +463,7 @@ def test_requested_attributes_a_flag_answered_yes(database):
     assert result.success, result.reasons
     replayed = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
     assert not check_goal(dialogue.goal, replayed.state, replayed.system_texts, None).success  # without the question
-    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
     assert episode.success, (episode.result.reasons, [e.text for e in episode.events if e.text])
     session = AgendaSimulator(database).session(dialogue.goal, 0)
     session.opening_turn()
@@ -551,7 +551,7 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     corpus = load_multiwoz(real_val_dir, real_db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
-    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database, AgendaConfig(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
     assert success >= 0.85, success

@@ -370,12 +370,13 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
                 # The user named the venue and the system looked it up: what it says next
                 # is about that venue, named again or not.
                 return query.results[0]
-            if named is None and domain == "train":
-                named = _train_by_time(query.results, transcript, query.turn, info)
             if named is None and query.count > len(query.results):
                 # Real systems see every match, not the first five: "would you like the
-                # Williams Art and Antiques museum?" after a query of eleven museums.
+                # Williams Art and Antiques museum?" after a query of eleven museums; a train
+                # id said ("TR0035 leaves at 07:19") beats a shown train's time said in passing.
                 named = _latest_named(state.database.search(domain, query.constraints), transcript, query.turn, info)
+            if named is None and domain == "train":
+                named = _train_by_time(query.results, transcript, query.turn, info)
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.

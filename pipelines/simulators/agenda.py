@@ -385,8 +385,11 @@ class AgendaSession:
             return False
         if d.domain == "taxi":
             d.taxi.update(self._simulator.reader.taxi_details(reading))
-        # A reference counts after the user asked for a booking, or when the agent calls it one.
-        if reading.references and (d.booking_requested or reading.says_reference):
+        # A reference counts after the user asked for a booking, or when the agent calls it one;
+        # and only once a venue or train was accepted: before that it is another domain's
+        # booking (the restaurant confirmed after the user moved on to the hotel).
+        offered = d.entity is not None or d.domain == "taxi"
+        if reading.references and offered and (d.booking_requested or reading.says_reference):
             d.reference = reading.references[0]
         return not d.booked and d.booking_requested and reading.no_book
 
