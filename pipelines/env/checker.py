@@ -368,7 +368,12 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
             named = _latest_named(query.results, transcript, query.turn, info)
             if named is None and "name" in query.constraints and query.count == 1:
                 # The user named the venue and the system looked it up: what it says next
-                # is about that venue, named again or not.
+                # is about that venue, named again or not; unless it names another venue
+                # that fits the goal ("curry king 's post code is cb21ug" when asked about
+                # curry queen), which is then the one it offered.
+                other = _latest_named(state.database.entities(domain), transcript, query.turn, info)
+                if other is not None and other != query.results[0] and not _info_problems(domain, other, info):
+                    return other
                 return query.results[0]
             if named is None and query.count > len(query.results):
                 # Real systems see every match, not the first five: "would you like the

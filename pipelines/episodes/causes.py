@@ -150,6 +150,8 @@ def _classify_mismatch(problem: Reason, case: _Case) -> str:
         return "value_normalisation"
     if slot in _SEMI_SLOTS and not _belief_held(case.dialogue, problem.domain, slot, wanted):
         return "human_failure"  # the human dialogue never established the goal's value
+    if case.replayed.state.successful_bookings(problem.domain):
+        return "human_failure"  # graded on what the human system booked: that one breaks the goal
     return "multi_entity_offers"
 
 
