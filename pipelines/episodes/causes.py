@@ -216,6 +216,10 @@ def _classify_taxi_place(actual: str, wanted: str, case: _Case) -> str:
     another of its domains and the booked one is not a venue at all ("the hotel", "home"),
     the annotation refers across domains; a different venue is the human's mistake."""
     database = case.database
+    said = " ".join(f" {name_key(t.text)} " for t in case.dialogue.turns)
+    if f" {name_key(actual)} " not in said and f" {name_key(wanted)} " not in said:
+        # Neither place was ever said: the human system booked a pickup nobody asked for.
+        return "human_failure"
     venues = {name_key(e.name) for domain in ("restaurant", "hotel", "attraction") for e in database.entities(domain)}
     other_goal_venues = {name_key(d.info.get("name", "")) for d in case.dialogue.goal.domains if d.domain != "taxi"}
     if name_key(actual) not in venues and (name_key(wanted) in other_goal_venues or name_key(wanted) in venues):
