@@ -590,6 +590,18 @@ def test_simulator_a_reference_before_any_offer_is_another_domains(database):
     assert not turn.end and "book" in turn.text.lower(), turn.text
 
 
+def test_simulator_a_booking_for_another_party_size_is_corrected(database):
+    """"Booked ... for 1 person" for a party of six: the user asks for its own party size
+    (as the real user did) instead of taking the reference; "6 tickets" is then taken."""
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "10:00"}, "book": {"people": "6"}}}
+    dialogue = _dialogue("PARTY01.json", goal, [])
+    session = AgendaSimulator(database).session(dialogue.goal, 0)
+    session.opening_turn()
+    turn = session.reply("TR1002 leaves at 10:05 . I have booked it for 1 person , your reference number is AB12CD34 .")
+    assert not turn.end and "6 people" in turn.text, turn.text
+    assert session.reply("I 've changed it to 6 tickets , the reference number is now CD34EF56 .").end
+
+
 def test_multi_entity_offer_a_train_id_beyond_the_shown_five_said_after_a_shown_time():
     """"They run until 10:05" says a shown train's time in passing; "TR3001 leaves at 05:05"
     then offers a train beyond the five shown, which the checker grades."""
