@@ -720,6 +720,17 @@ def test_classification_what_the_human_system_got_wrong(database):
     ])
     problem = next(p for p in offline_result(unsaid, database).problems if p.slot == "departure")
     assert classify_problem(problem, unsaid, database) == "human_failure"
+    # It told TR1001 (which fits) and booked TR1002: graded on the booking, the human's slip.
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:00"}
+    told_other = _dialogue("WRONG04.json", {"train": {"info": semi, "reqt": ["trainID"]}}, [
+        ("A train to ely on monday after 09:00 , and its id ?", {}, {}),
+        ("TR1001 leaves at 09:05 .", _belief(train=(semi, {})), {"Train-Inform": [["Id", "TR1001"]]}),
+        ("Thanks .", {}, {}),
+        ("I booked it , reference TT55TT66 .", _belief(train=(semi, {"people": "1", "booked": [{"trainID": "TR1002", "reference": "TT55TT66"}]})), {}),
+    ])
+    problem = offline_result(told_other, database).problems[0]
+    assert (problem.kind, problem.slot, problem.entity) == ("request_not_given", "trainID", "TR1002")
+    assert classify_problem(problem, told_other, database) == "human_failure"
 
 
 # -- the real validation dialogues -------------------------------------------------------
