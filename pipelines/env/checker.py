@@ -4,8 +4,10 @@ Per goal domain (SpeakRL appendix B: success = every constraint of the goal is m
 
 * **offered** entity: the entity of the last successful booking in the domain; else the
   latest-mentioned entity of the latest query whose results (shown, or beyond the five
-  shown: a human system sees every match) the system named afterwards; else a database
-  entity of the domain that the system named.
+  shown: a human system sees every match) the system named afterwards (a train by its id
+  before a shown train by a time said in passing; after a lookup by name, another venue
+  fitting the goal that the system names instead); else a database entity of the domain
+  that the system named.
 * **inform**: the offered entity satisfies the goal's final ``info`` (``values_match``:
   ``leaveAt`` at/after, ``arriveBy`` at/before; a ``name`` must be that venue).
 * **book**: a successful booking whose entity satisfies ``info``, whose arguments match

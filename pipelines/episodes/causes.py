@@ -22,10 +22,13 @@ whatever askflow does (in the order ``human_failure``, ``annotation_error``, ``d
 * ``replay_agent_limits``: the annotations imply no tool call where the dialogue plainly
   made one (a taxi booked without a belief-state record);
 * ``annotation_error``: the belief state contradicts the user's own words (a taxi time the
-  user gave as "after 22:30" recorded as ``arriveBy``): the replayed call is wrong, the
-  human dialogue may well have succeeded, and nothing but reading the text could tell;
-* ``human_failure``: the human system never offered, booked or told what the goal asks,
-  or the human user asked for something else than the goal.
+  user gave as "after 22:30" recorded as ``arriveBy``; a hotel day said "starting thurs"
+  and recorded "none"): the replayed call is wrong, the human dialogue may well have
+  succeeded, and nothing but reading the text could tell;
+* ``human_failure``: the human system never offered, booked or told what the goal asks
+  (a taxi booked without a pickup place or time nobody gave, a rebooked taxi's number
+  never told, one venue's area with another's phone), booked something else than it
+  told, or the human user asked for something else than the goal.
 """
 
 from __future__ import annotations
