@@ -49,7 +49,7 @@ def main() -> None:
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
     simulator = AgendaSimulator(database, AgendaConfig(**{**settings, "max_stalled_turns": args.max_stalled_turns}))
-    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), simulator, database, RunnerConfig(max_exchanges=args.max_exchanges))
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl"), database=database), simulator, database, RunnerConfig(max_exchanges=args.max_exchanges))
     seconds = time.perf_counter() - start
 
     by_id = {d.dialogue_id: d for d in corpus.dialogues}

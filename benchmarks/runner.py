@@ -35,7 +35,7 @@ def episodes_per_second(n: int, seed: int) -> tuple[float, float]:
     database = Database(entities, taxi)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in dialogues]
     start = time.perf_counter()
-    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)
     elapsed = time.perf_counter() - start
     return n / elapsed, sum(e.success for e in episodes) / n
 

@@ -102,7 +102,7 @@ def run(params: Mapping[str, Any]) -> dict:
     specs = [EpisodeSpec.from_dialogue(d, seed=config.seed) for d in corpus.dialogues]
     agenda = {f.name: getattr(config.simulator, f.name) for f in fields(AgendaConfig)}
     simulator = AgendaSimulator(database, AgendaConfig(**agenda))
-    agent = ReplayAgent(get_format(config.agent_format))
+    agent = ReplayAgent(get_format(config.agent_format), database=database)
     start = time.perf_counter()
     episodes = run_episodes_sync(specs, agent, simulator, database, RunnerConfig(max_exchanges=config.max_exchanges))
     wall_s = time.perf_counter() - start

@@ -218,7 +218,7 @@ def test_replay_agent_limits_domains_in_the_reference_users_order(database):
     ])
     assert [d.domain for d in pursuit_order(dialogue.goal)] == ["attraction", "restaurant"]
     assert [d.domain for d in reference_order(dialogue.goal, dialogue)] == ["restaurant", "attraction"]
-    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
     assert episode.success, episode.result.reasons
 
 
@@ -230,7 +230,7 @@ def test_genuine_human_failure_is_classified_with_evidence(database):
         ("A train to ely on monday after 09:30 ? How long is it ?", {}, {}),
         ("TR1002 leaves at 10:05 .", _belief(train=(semi, {})), {"Train-Inform": [["Id", "TR1002"]]}),
     ])
-    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
     assert not episode.success
     cause, reasons = classify(episode, dialogue, database)
     assert cause == "human_failure"
@@ -387,7 +387,7 @@ def test_annotation_error_and_human_failure_told_apart_by_the_users_words(databa
     when the user said "after 22:30", the human user's own mistake when they said "arrive"."""
     for dialogue, cause in [(_taxi_after("ANNOT01.json", "A taxi from lotus garden to riverside lido , I need it after 22:30 ."), "annotation_error"),
                             (_taxi_after("ANNOT02.json", "A taxi from lotus garden to riverside lido , I must arrive by 22:30 ."), "human_failure")]:
-        episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+        episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
         assert not episode.success
         assert classify(episode, dialogue, database)[0] == cause, dialogue.dialogue_id
 
@@ -463,7 +463,7 @@ def test_requested_attributes_a_flag_answered_yes(database):
     assert result.success, result.reasons
     replayed = replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
     assert not check_goal(dialogue.goal, replayed.state, replayed.system_texts, None).success  # without the question
-    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl")), AgendaSimulator(database), database)[0]
+    episode = run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
     assert episode.success, (episode.result.reasons, [e.text for e in episode.events if e.text])
     session = AgendaSimulator(database).session(dialogue.goal, 0)
     session.opening_turn()
@@ -525,6 +525,214 @@ def test_requested_attributes_an_unknown_fee_answered_not_known(database):
     assert session.reply("I am unsure of that , sorry .").end
 
 
+def _episode(dialogue, database):
+    return run_episodes_sync([EpisodeSpec.from_dialogue(dialogue)], ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database), database)[0]
+
+
+def test_replay_agent_limits_a_booked_train_id_from_another_days_timetable():
+    """The wizard booked TR2001, Tuesday's 10:05 to Ely, for a Monday belief: with the
+    database, the replay books the belief's train leaving at that time (TR1002)."""
+    database = _database_with(train=[{"trainID": "TR2001", "day": "tuesday", "departure": "cambridge", "destination": "ely",
+                                      "leaveAt": "10:05", "arriveBy": "10:22", "duration": "17 minutes", "price": "10.10 pounds"}])
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "10:00"}, "book": {"people": "2"}}}
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "10:00"}
+    dialogue = _dialogue("TTBL01.json", goal, [
+        ("Two tickets to ely on monday after 10:00 please .", {}, {}),
+        ("Booked on the 10:05 , reference TT33TT44 .", _belief(train=(semi, {"people": "2", "booked": [{"trainID": "TR2001", "reference": "TT33TT44"}]})), {}),
+    ])
+    assert gold_tool_calls(dialogue)[-1][1].arguments["trainID"] == "TR2001"  # without the database: as annotated
+    assert gold_tool_calls(dialogue, database)[-1][1].arguments["trainID"] == "TR1002"
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert _episode(dialogue, database).success
+
+
+def test_replay_agent_limits_booking_values_annotated_later_or_before(database):
+    """A hotel booked with "people": "none" that a later belief of the same record states;
+    a restaurant rebooked elsewhere "for the same party" with every book value "none"."""
+    goal = {"hotel": {"info": {"name": "willow guest house"}, "book": {"people": "2", "day": "monday", "stay": "3"}}}
+    hotel = {"name": "willow guest house"}
+    record = {"name": "willow guest house", "reference": "HH11HH22"}
+    later = _dialogue("LATER01.json", goal, [
+        ("Willow guest house for the two of us , 3 nights from monday .", {}, {}),
+        ("Booked , reference HH11HH22 .", _belief(hotel=(hotel, {"people": "none", "day": "monday", "stay": "3", "booked": [record]})), {}),
+        ("Thanks , bye .", {}, {}),
+        ("Goodbye .", _belief(hotel=(hotel, {"people": "2", "day": "monday", "stay": "3", "booked": [record]})), {}),
+    ])
+    [(turn, booking)] = [(turn, call) for turn, call in gold_tool_calls(later) if call.name == "book_hotel"]
+    assert (turn, booking.arguments["people"]) == (1, "2")  # made at its own turn, with the later belief's value
+    assert _episode(later, database).success
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "book": {"people": "2", "day": "monday", "time": "18:00"}}}
+    first = ({"name": "copper kettle bistro"}, {"people": "2", "day": "monday", "time": "18:00",
+                                                "booked": [{"name": "the copper kettle bistro", "reference": "RR11RR22"}]})
+    again = ({"food": "chinese", "area": "north"}, {"people": "none", "day": "none", "time": "none",
+                                                    "booked": [{"name": "the copper kettle bistro", "reference": "RR11RR22"},
+                                                               {"name": "lotus garden", "reference": "RR33RR44"}]})
+    rebooked = _dialogue("LATER02.json", goal, [
+        ("The copper kettle bistro for 2 , monday at 18:00 .", {}, {}),
+        ("Booked , reference RR11RR22 .", _belief(restaurant=first), {}),
+        ("Sorry , I wanted chinese in the north , cancel that and book one for us instead .", {}, {}),
+        ("Lotus garden is booked instead , reference RR33RR44 .", _belief(restaurant=again), {}),
+    ])
+    result = _grade(rebooked, database)
+    assert result.success, result.reasons
+    assert result.domain("restaurant").offered == "lotus garden"
+
+
+def test_simulator_a_reference_before_any_offer_is_another_domains(database):
+    """The agent confirms the restaurant after the user moved on to the hotel: that
+    reference books nothing of the hotel, which the user still asks to book once offered."""
+    dialogue = _dialogue("SIM01.json", {"hotel": {"info": {"name": "willow guest house"}, "book": {"people": "2", "day": "monday", "stay": "3"}}}, [])
+    session = AgendaSimulator(database).session(dialogue.goal, 0)
+    session.opening_turn()
+    assert not session.reply("Booking was successful . Reference number is : AB12CD34 .").end
+    turn = session.reply("Willow guest house is a guesthouse on 8 mill road . Shall I book it ?")
+    assert not turn.end and "book" in turn.text.lower(), turn.text
+
+
+def test_simulator_a_booking_for_another_party_size_is_corrected(database):
+    """"Booked ... for 1 person" for a party of six: the user asks for its own party size
+    (as the real user did) instead of taking the reference; "6 tickets" is then taken."""
+    goal = {"train": {"info": {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "10:00"}, "book": {"people": "6"}}}
+    dialogue = _dialogue("PARTY01.json", goal, [])
+    session = AgendaSimulator(database).session(dialogue.goal, 0)
+    session.opening_turn()
+    turn = session.reply("TR1002 leaves at 10:05 . I have booked it for 1 person , your reference number is AB12CD34 .")
+    assert not turn.end and "6 people" in turn.text, turn.text
+    assert session.reply("I 've changed it to 6 tickets , the reference number is now CD34EF56 .").end
+
+
+def test_multi_entity_offer_a_train_id_beyond_the_shown_five_said_after_a_shown_time():
+    """"They run until 10:05" says a shown train's time in passing; "TR3001 leaves at 05:05"
+    then offers a train beyond the five shown, which the checker grades."""
+    trains = [{"trainID": f"TR300{n}", "day": "monday", "departure": "ely", "destination": "cambridge", "leaveAt": f"{4 + n:02d}:05",
+               "arriveBy": f"{4 + n:02d}:22", "duration": "17 minutes", "price": "4.40 pounds"} for n in range(1, 7)]
+    database = _database_with(train=trains)
+    goal = {"train": {"info": {"departure": "ely", "destination": "cambridge", "day": "monday", "arriveBy": "11:00"}, "reqt": ["trainID"]}}
+    semi = {"departure": "ely", "destination": "cambridge", "day": "monday", "arriveBy": "11:00"}
+    dialogue = _dialogue("TRID01.json", goal, [
+        ("A train from ely to cambridge on monday , arriving by 11:00 ?", {}, {}),
+        ("They run hourly until the 10:05 . Any preference ?", _belief(train=(semi, {})), {}),
+        ("The earliest , and its id please .", {}, {}),
+        ("That is TR3001 , leaving at 05:05 .", _belief(train=(semi, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("train").offered == "TR3001"
+
+
+def test_multi_entity_offer_another_fitting_venue_named_after_a_lookup_by_name():
+    """Asked about jade palace, the system answers with lotus garden's postcode, naming it:
+    lotus garden (chinese, north, as the goal wants) is the venue it offered."""
+    database = _database_with(restaurant=[{"id": "3", "name": "jade palace", "food": "chinese", "pricerange": "cheap", "area": "north",
+                                           "address": "9 fen road", "phone": "01223000777", "postcode": "cb43gg"}])
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "reqt": ["postcode"]}}
+    dialogue = _dialogue("OTHER01.json", goal, [
+        ("What is the postcode of jade palace ?", {}, {}),
+        ("lotus garden 's post code is cb43bb .", _belief(restaurant=({"food": "chinese", "area": "north", "name": "jade palace"}, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.success, result.reasons
+    assert result.domain("restaurant").offered == "lotus garden"
+
+
+def test_requested_attributes_an_unknown_fee_asked_with_a_typo_and_answered_in_person():
+    """"Is there an entrance free for riverside lido ?" - "that information is only
+    available in person": the fee the database does not know, answered."""
+    from pipelines.multiwoz.text import answers
+
+    assert answers("Is there an entrance free for riverside lido ?", "I 'm sorry but that information is only available in person .",
+                   "entrance fee", "?")
+    assert not answers("Is there an entrance free for riverside lido ?", "It is on 1 lido walk .", "entrance fee", "?")
+
+
+def _taxi_booked(dialogue_id: str, semi: dict, user_acts: dict, goal_info: dict):
+    goal = {"taxi": {"info": goal_info, "reqt": ["phone"]}}
+    return _dialogue(dialogue_id, goal, [
+        ("I need a taxi to riverside lido please .", {}, user_acts),
+        ("Booked , contact number 07000111222 .", _belief(taxi=(semi, {"booked": [{"phone": "07000111222", "type": "red skoda"}]})), {}),
+    ])
+
+
+def test_classification_bookings_the_annotations_leave_incomplete(database):
+    """A taxi booked without a pickup place or time nobody gave is the human system's
+    failure; a hotel day the user said ("starting thurs") that the belief dropped is an
+    annotation error; a taxi rebooked whose new number was never told is the human's."""
+    no_pickup = _taxi_booked("INCOMP01.json", {"destination": "riverside lido", "departure": "none", "arriveBy": "10:00"},
+                             {"Taxi-Inform": [["Dest", "riverside lido"]]}, {"arriveBy": "10:00"})
+    no_time = _taxi_booked("INCOMP02.json", {"destination": "riverside lido", "departure": "lotus garden", "arriveBy": "none"},
+                           {"Taxi-Inform": [["Dest", "riverside lido"], ["Depart", "lotus garden"]]}, {"arriveBy": "10:00"})
+    for dialogue in (no_pickup, no_time):
+        problems = offline_result(dialogue, database).problems
+        assert problems and problems[0].kind == "no_taxi"
+        assert classify_problem(problems[0], dialogue, database) == "human_failure", dialogue.dialogue_id
+    goal = {"hotel": {"info": {"name": "willow guest house"}, "book": {"people": "2", "day": "thursday", "stay": "3"}}}
+    dropped = _dialogue("INCOMP03.json", goal, [
+        ("Willow guest house for 2 people , 3 nights starting thurs .", {}, {"Hotel-Inform": [["People", "2"], ["Stay", "3"]]}),
+        ("Booked , reference HH55HH66 .", _belief(hotel=({"name": "willow guest house"}, {"people": "2", "day": "none", "stay": "3",
+                                                          "booked": [{"name": "willow guest house", "reference": "HH55HH66"}]})), {}),
+    ])
+    problem = offline_result(dropped, database).problems[0]
+    assert problem.kind == "no_booking" and classify_problem(problem, dropped, database) == "annotation_error"
+    semi = {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "09:00"}
+    goal = {"taxi": {"info": semi, "reqt": ["phone"]}}
+    rebooked = _dialogue("INCOMP04.json", goal, [
+        ("A taxi from lotus garden to meadow pool at 09:00 .", {}, {}),
+        ("Booked , contact number 07000111222 .", _belief(taxi=({**semi, "destination": "meadow pool"}, {"booked": [{"phone": "07000111222", "type": "red skoda"}]})),
+         {"Taxi-Inform": [["Phone", "07000111222"]]}),
+        ("Sorry , I meant riverside lido .", {}, {}),
+        ("Done , a red skoda will take you there .", _belief(taxi=(semi, {"booked": [{"phone": "07000333444", "type": "red skoda"}]})), {"Taxi-Inform": [["Car", "red skoda"]]}),
+    ])
+    problem = offline_result(rebooked, database).problems[0]
+    assert (problem.kind, problem.slot) == ("request_not_given", "phone")
+    assert classify_problem(problem, rebooked, database) == "human_failure"
+
+
+def test_classification_what_the_human_system_got_wrong(database):
+    """A phone told one digit off is the database's difference (or a typo), not an offer of
+    another venue; an area of one venue with the phone of another is the human's mix-up; a
+    taxi from a place nobody ever said is the human system's booking."""
+    goal = {"attraction": {"info": {"name": "old gaol museum"}, "reqt": ["phone"]}}
+    typo = _dialogue("WRONG01.json", goal, [
+        ("The phone number of the old gaol museum ?", {}, {}),
+        ("Old gaol museum , 01223000667 .", _belief(attraction=({"name": "old gaol museum"}, {})), {"Attraction-Inform": [["Phone", "01223000667"]]}),
+    ])
+    problem = offline_result(typo, database).problems[0]
+    assert classify_problem(problem, typo, database) == "db_mismatch"
+    pools = _database_with(attraction=[{"id": "4", "name": "east pool", "type": "swimmingpool", "area": "east", "entrance fee": "?",
+                                        "address": "4 east road", "phone": "01223000888", "postcode": "cb13hh"}])
+    goal = {"attraction": {"info": {"type": "swimmingpool"}, "reqt": ["area", "phone"]}}
+    semi = {"type": "swimmingpool", "area": "", "name": ""}
+    mixed = _dialogue("WRONG02.json", goal, [
+        ("A swimming pool , any area ?", {}, {}),
+        ("East pool is in the east .", _belief(attraction=(semi, {})), {"Attraction-Inform": [["Name", "east pool"], ["Area", "east"]]}),
+        ("Its phone number ?", {}, {}),
+        ("The phone is 01223000555 .", _belief(attraction=(semi, {})), {"Attraction-Inform": [["Phone", "01223000555"]]}),
+    ])
+    problems = offline_result(mixed, pools).problems
+    assert [(p.kind, p.slot, p.entity) for p in problems] == [("request_not_given", "area", "meadow pool")]
+    assert classify_problem(problems[0], mixed, pools) == "human_failure"
+    wanted = {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "09:00"}
+    unsaid = _dialogue("WRONG03.json", {"taxi": {"info": wanted, "reqt": ["phone"]}}, [
+        ("I need a taxi to riverside lido at 09:00 .", {}, {}),
+        ("Booked , contact number 07000111222 .", _belief(taxi=({**wanted, "departure": "the station"},
+                                                             {"booked": [{"phone": "07000111222", "type": "red skoda"}]})), {}),
+    ])
+    problem = next(p for p in offline_result(unsaid, database).problems if p.slot == "departure")
+    assert classify_problem(problem, unsaid, database) == "human_failure"
+    # It told TR1001 (which fits) and booked TR1002: graded on the booking, the human's slip.
+    semi = {"departure": "cambridge", "destination": "ely", "day": "monday", "leaveAt": "09:00"}
+    told_other = _dialogue("WRONG04.json", {"train": {"info": semi, "reqt": ["trainID"]}}, [
+        ("A train to ely on monday after 09:00 , and its id ?", {}, {}),
+        ("TR1001 leaves at 09:05 .", _belief(train=(semi, {})), {"Train-Inform": [["Id", "TR1001"]]}),
+        ("Thanks .", {}, {}),
+        ("I booked it , reference TT55TT66 .", _belief(train=(semi, {"people": "1", "booked": [{"trainID": "TR1002", "reference": "TT55TT66"}]})), {}),
+    ])
+    problem = offline_result(told_other, database).problems[0]
+    assert (problem.kind, problem.slot, problem.entity) == ("request_not_given", "trainID", "TR1002")
+    assert classify_problem(problem, told_other, database) == "human_failure"
+
+
 # -- the real validation dialogues -------------------------------------------------------
 
 
@@ -541,7 +749,8 @@ def real_val_dir(tmp_path_factory, real_db_dir):
 def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):
     """All 999 real dialogues, replayed as the gold_replay stage does (its params.yaml
     simulator settings); every failure gets a cause, and the success rate does not fall
-    below what was measured (0.8238 before issue 18's second round, 0.8559 after)."""
+    below what was measured (0.8238 before issue 18's second round, 0.8559 after, 0.8669
+    after its third)."""
     from pipelines.simulators.agenda import AgendaConfig
     from catalog.io import read_params
     from catalog.multiwoz_dir import load_multiwoz
@@ -551,10 +760,10 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     corpus = load_multiwoz(real_val_dir, real_db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
-    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl")), AgendaSimulator(database, AgendaConfig(**settings)), database)
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database, AgendaConfig(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
-    assert success >= 0.85, success
+    assert success >= 0.86, success
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     causes = [classify(e, by_id[e.dialogue_id], database)[0] for e in episodes if not e.success]
     assert set(causes) <= set(CAUSES)

@@ -4,8 +4,10 @@ Per goal domain (SpeakRL appendix B: success = every constraint of the goal is m
 
 * **offered** entity: the entity of the last successful booking in the domain; else the
   latest-mentioned entity of the latest query whose results (shown, or beyond the five
-  shown: a human system sees every match) the system named afterwards; else a database
-  entity of the domain that the system named.
+  shown: a human system sees every match) the system named afterwards (a train by its id
+  before a shown train by a time said in passing; after a lookup by name, another venue
+  fitting the goal that the system names instead); else a database entity of the domain
+  that the system named.
 * **inform**: the offered entity satisfies the goal's final ``info`` (``values_match``:
   ``leaveAt`` at/after, ``arriveBy`` at/before; a ``name`` must be that venue).
 * **book**: a successful booking whose entity satisfies ``info``, whose arguments match
@@ -368,14 +370,20 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
             named = _latest_named(query.results, transcript, query.turn, info)
             if named is None and "name" in query.constraints and query.count == 1:
                 # The user named the venue and the system looked it up: what it says next
-                # is about that venue, named again or not.
+                # is about that venue, named again or not; unless it names another venue
+                # that fits the goal ("curry king 's post code is cb21ug" when asked about
+                # curry queen), which is then the one it offered.
+                other = _latest_named(state.database.entities(domain), transcript, query.turn, info)
+                if other is not None and other != query.results[0] and not _info_problems(domain, other, info):
+                    return other
                 return query.results[0]
-            if named is None and domain == "train":
-                named = _train_by_time(query.results, transcript, query.turn, info)
             if named is None and query.count > len(query.results):
                 # Real systems see every match, not the first five: "would you like the
-                # Williams Art and Antiques museum?" after a query of eleven museums.
+                # Williams Art and Antiques museum?" after a query of eleven museums; a train
+                # id said ("TR0035 leaves at 07:19") beats a shown train's time said in passing.
                 named = _latest_named(state.database.search(domain, query.constraints), transcript, query.turn, info)
+            if named is None and domain == "train":
+                named = _train_by_time(query.results, transcript, query.turn, info)
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.

@@ -12,6 +12,14 @@ state (``semi`` constraints, ``book`` slots and ``booked`` records). Read back:
 
 Queries come before bookings within a turn. A turn without metadata yields no calls and
 a booking whose required values the annotation lacks is left out: nothing is invented.
+Two repairs stay within the annotations: a ``booked`` record whose belief lacks a required
+value ("people": "none") takes it from the first later belief that holds the same record
+and states it (the booking is still made at the record's own turn), else from the latest
+earlier belief of the domain that stated it (a rebooking "for the same party"); and, given the
+database, a booked train id that does not run on the belief's day and route (the wizard
+clicked the same departure on another day's or direction's timetable: MultiWOZ's booked
+ids disagree with their beliefs in about 1 % of real dialogues) is the belief's train
+leaving at that same time, when exactly one does.
 
 :func:`replay` runs those calls and returns what :func:`pipelines.env.checker.check_goal`
 needs, so gold dialogues (real or embedded) can be graded like agent episodes.
@@ -20,11 +28,11 @@ needs, so gold dialogues (real or embedded) can be graded like agent episodes.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
-from pipelines.env.tools import TOOLS, EnvState, ToolEnvironment
-from pipelines.multiwoz.ontology import TIME_SLOTS, format_time, is_dont_care, parse_time, spoken_time
+from pipelines.env.tools import TOOLS, Database, EnvState, ToolEnvironment
+from pipelines.multiwoz.ontology import TIME_SLOTS, format_time, is_dont_care, parse_time, spoken_time, values_match
 from pipelines.records import BookedRecord, DialogAct, Dialogue, DomainBelief, ToolCall, frozen_dict
 
 QUERY_TOOLS: Mapping[str, str] = frozen_dict(
@@ -59,9 +67,10 @@ def has_annotations(dialogue: Dialogue) -> bool:
     return any(turn.belief_state is not None for turn in dialogue.turns if turn.speaker == "system")
 
 
-def gold_tool_calls(dialogue: Dialogue) -> list[tuple[int, ToolCall]]:
-    """``(system turn index, call)`` for every call the annotations imply, in order."""
-    return [(step.turn, step.call) for step in _gold_steps(dialogue)]
+def gold_tool_calls(dialogue: Dialogue, database: Database | None = None) -> list[tuple[int, ToolCall]]:
+    """``(system turn index, call)`` for every call the annotations imply, in order; with
+    ``database``, booked train ids are read against the timetable (module docstring)."""
+    return [(step.turn, step.call) for step in _gold_steps(dialogue, database)]
 
 
 def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
@@ -75,7 +84,7 @@ def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
     """
     calls = []
     substitutions: list[tuple[int, str, str]] = []  # (from turn, gold value, environment's value)
-    for step in _gold_steps(dialogue):
+    for step in _gold_steps(dialogue, environment.database):
         observed = environment.call(step.call, turn=step.turn)
         calls.append((step.turn, ToolCall(step.call.name, step.call.arguments, observed)))
         if step.booked is None or "error" in observed:
@@ -108,13 +117,13 @@ def _as_said(gold: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"gr[ae]y", "gr[ae]y", pattern, flags=re.IGNORECASE), re.IGNORECASE)
 
 
-def _gold_steps(dialogue: Dialogue) -> list[_GoldStep]:
+def _gold_steps(dialogue: Dialogue, database: Database | None = None) -> list[_GoldStep]:
     steps: list[_GoldStep] = []
     last_semi: dict[str, dict[str, str]] = {}
     last_booked: dict[str, tuple[BookedRecord, ...]] = {}
-    for turn in dialogue.turns:
-        if turn.speaker != "system" or turn.belief_state is None:
-            continue
+    last_book: dict[str, dict[str, str]] = {}  # the latest stated value of each book slot, per domain
+    annotated = [t for t in dialogue.turns if t.speaker == "system" and t.belief_state is not None]
+    for position, turn in enumerate(annotated):
         queries, bookings = [], []
         for belief in turn.belief_state:
             domain, semi = belief.domain, _stated(belief.semi)
@@ -122,11 +131,17 @@ def _gold_steps(dialogue: Dialogue) -> list[_GoldStep]:
                 queries.append(_GoldStep(turn.index, _call(QUERY_TOOLS[domain], semi), None))
             for record in belief.booked:
                 if domain in BOOKING_TOOLS and record not in last_booked.get(domain, ()):
-                    call = _booking_call(belief, record)
+                    # The record's own belief first, then later ones still holding it, then its
+                    # own with the values the booking before it stated (a rebooking elsewhere
+                    # "for the same party", annotated "people": "none").
+                    later = (b for t in annotated[position + 1:] for b in t.belief_state if b.domain == domain and record in b.booked)
+                    carried = replace(belief, book={**last_book.get(domain, {}), **_stated(belief.book)})
+                    call = next((c for b in (belief, *later, carried) if (c := _booking_call(b, record, database)) is not None), None)
                     if call is not None:
                         bookings.append(_GoldStep(turn.index, call, record))
             last_semi[domain] = semi
             last_booked[domain] = belief.booked
+            last_book.setdefault(domain, {}).update(_stated(belief.book))
         steps += queries + bookings
     return steps
 
@@ -148,14 +163,16 @@ def _call(tool: str, values: Mapping[str, str]) -> ToolCall:
     return ToolCall(tool, frozen_dict({k: v for k, v in values.items() if spec.param(k) is not None}))
 
 
-def _booking_call(belief: DomainBelief, record: BookedRecord) -> ToolCall | None:
+def _booking_call(belief: DomainBelief, record: BookedRecord, database: Database | None = None) -> ToolCall | None:
     """The call that made ``record``; None when the annotation lacks a required value."""
     domain, semi, book = belief.domain, _stated(belief.semi), _stated(belief.book)
     booked = _stated(record.values)
     if domain == "train":
         # The timetable reuses ids across days and directions: the belief's route picks the train.
-        values = {"trainID": booked.get("trainID"), "people": book.get("people"),
-                  **{slot: semi.get(slot) for slot in ("day", "departure", "destination")}}
+        route = {slot: semi[slot] for slot in ("day", "departure", "destination") if semi.get(slot)}
+        train_id = booked.get("trainID")
+        values = {"trainID": _timetable_train(database, train_id, route) if database and train_id else train_id,
+                  "people": book.get("people"), **route}
     elif domain == "taxi":
         values = {k: semi.get(k) for k in ("departure", "destination", "leaveAt", "arriveBy")}
         if not (values["leaveAt"] or values["arriveBy"]):
@@ -166,3 +183,14 @@ def _booking_call(belief: DomainBelief, record: BookedRecord) -> ToolCall | None
     if any(slot not in call.arguments for slot in TOOLS[call.name].required):
         return None
     return call
+
+
+def _timetable_train(database: Database, train_id: str, route: Mapping[str, str]) -> str:
+    """``train_id`` when it runs on ``route`` (or is unknown, or the route is empty); else
+    the one train of ``route`` that leaves when ``train_id`` does on its own timetable."""
+    runs = database.named("train", train_id)
+    if not runs or not route or any(all(values_match(s, v, t.get(s)) for s, v in route.items()) for t in runs):
+        return train_id
+    times = {t.get("leaveAt") for t in runs}
+    same_time = [t for t in database.search("train", route) if t.get("leaveAt") in times]
+    return str(same_time[0].get("trainID")) if len(same_time) == 1 else train_id

@@ -409,9 +409,10 @@ class ReplayAgent(ActionAgent):
     Its position comes from the context alone (the exchange, and the calls made in this
     turn), so forked episodes replay on independently."""
 
-    def __init__(self, fmt: AgentFormat | None = None, *, name: str = "replay"):
+    def __init__(self, fmt: AgentFormat | None = None, *, name: str = "replay", database: Database | None = None):
         self.format = fmt or SpeakRLFormat()
         self.name = name
+        self.database = database  # reads booked train ids against the timetable (pipelines.env.replay)
 
     def actions(self, context: AgentContext) -> list[AgentAction]:
         dialogue = context.reference
@@ -421,7 +422,7 @@ class ReplayAgent(ActionAgent):
         if context.exchange >= len(system_turns):
             return [AgentAction.end()]  # the user talks on after the gold dialogue ended
         gold_turn = system_turns[context.exchange]
-        planned = [call for turn, call in gold_tool_calls(dialogue) if turn == gold_turn.index]
+        planned = [call for turn, call in gold_tool_calls(dialogue, self.database) if turn == gold_turn.index]
         made = sum(1 for turn, _ in context.calls if turn == context.turn)
         if made < len(planned):
             call = planned[made]

@@ -22,10 +22,13 @@ whatever askflow does (in the order ``human_failure``, ``annotation_error``, ``d
 * ``replay_agent_limits``: the annotations imply no tool call where the dialogue plainly
   made one (a taxi booked without a belief-state record);
 * ``annotation_error``: the belief state contradicts the user's own words (a taxi time the
-  user gave as "after 22:30" recorded as ``arriveBy``): the replayed call is wrong, the
-  human dialogue may well have succeeded, and nothing but reading the text could tell;
-* ``human_failure``: the human system never offered, booked or told what the goal asks,
-  or the human user asked for something else than the goal.
+  user gave as "after 22:30" recorded as ``arriveBy``; a hotel day said "starting thurs"
+  and recorded "none"): the replayed call is wrong, the human dialogue may well have
+  succeeded, and nothing but reading the text could tell;
+* ``human_failure``: the human system never offered, booked or told what the goal asks
+  (a taxi booked without a pickup place or time nobody gave, a rebooked taxi's number
+  never told, one venue's area with another's phone), booked something else than it
+  told, or the human user asked for something else than the goal.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 
 from pipelines.env.checker import GoalResult, Reason, check_goal
 from pipelines.env.replay import BOOKING_TOOLS, ReplayResult, gold_tool_calls, replay
-from pipelines.env.tools import Database, ToolEnvironment, name_key
+from pipelines.env.tools import TOOLS, Database, ToolEnvironment, name_key
 from pipelines.episodes.records import Episode
 from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, canonical_value, is_dont_care, norm_value, parse_time, twelve_hours_apart
 from pipelines.records import Dialogue
@@ -117,10 +120,13 @@ def classify_problem(problem: Reason, dialogue: Dialogue, database: Database, re
     case = _Case(dialogue, database, replayed or replay_offline(dialogue, database))
     kind, domain = problem.kind, problem.domain
     if kind == "request_not_given":
-        return _classify_request(domain, problem.slot or "", problem.got, case)
+        return _classify_request(domain, problem.slot or "", problem.got, case, problem.entity)
     if kind in ("not_offered", "request_without_offer") and domain != "taxi":
         return _classify_not_offered(domain, case)
     if kind in ("no_taxi", "request_without_offer"):
+        unannotated = _unannotated_booking(dialogue, "taxi")
+        if unannotated:
+            return _classify_unannotated(dialogue, "taxi", unannotated)
         said = any(t.speaker == "system" and _TAXI_WORDS.search(t.text) and re.search(r"\d{10}", t.text.replace(" ", "")) for t in dialogue.turns)
         return "replay_agent_limits" if said else "human_failure"
     if kind == "no_booking":
@@ -147,6 +153,8 @@ def _classify_mismatch(problem: Reason, case: _Case) -> str:
         return "value_normalisation"
     if slot in _SEMI_SLOTS and not _belief_held(case.dialogue, problem.domain, slot, wanted):
         return "human_failure"  # the human dialogue never established the goal's value
+    if case.replayed.state.successful_bookings(problem.domain):
+        return "human_failure"  # graded on what the human system booked: that one breaks the goal
     return "multi_entity_offers"
 
 
@@ -211,6 +219,10 @@ def _classify_taxi_place(actual: str, wanted: str, case: _Case) -> str:
     another of its domains and the booked one is not a venue at all ("the hotel", "home"),
     the annotation refers across domains; a different venue is the human's mistake."""
     database = case.database
+    said = " ".join(f" {name_key(t.text)} " for t in case.dialogue.turns)
+    if f" {name_key(actual)} " not in said and f" {name_key(wanted)} " not in said:
+        # Neither place was ever said: the human system booked a pickup nobody asked for.
+        return "human_failure"
     venues = {name_key(e.name) for domain in ("restaurant", "hotel", "attraction") for e in database.entities(domain)}
     other_goal_venues = {name_key(d.info.get("name", "")) for d in case.dialogue.goal.domains if d.domain != "taxi"}
     if name_key(actual) not in venues and (name_key(wanted) in other_goal_venues or name_key(wanted) in venues):
@@ -218,7 +230,7 @@ def _classify_taxi_place(actual: str, wanted: str, case: _Case) -> str:
     return "human_failure"
 
 
-def _classify_request(domain: str, slot: str, value: str | None, case: _Case) -> str:
+def _classify_request(domain: str, slot: str, value: str | None, case: _Case, entity: str | None = None) -> str:
     """A requested attribute not recognised as given. The gold dialog acts say what the
     human system informed: the database's value (the checker missed it in the text), a
     value of another venue the system named that fits the goal (the checker graded the
@@ -236,20 +248,74 @@ def _classify_request(domain: str, slot: str, value: str | None, case: _Case) ->
         # "Do they have free parking?" - "Yes, they do.": the answer names no attribute, and
         # the checker reads the system's side only.
         return "requested_attributes"
+    if domain == "taxi" and value is not None and _told_for_an_earlier_taxi(dialogue, slot, told):
+        return "human_failure"  # the taxi was booked again and the new one's detail never told
     if domain == "taxi" or value is None:
         # A taxi's details are the environment's own; told ones that did not reach the
         # graded booking were told about a booking the annotations did not tie to it.
         return "requested_attributes" if value is None else "replay_agent_limits"
     if any(canonical_value(slot, t) == canonical_value(slot, value) or norm_value(value) in norm_value(t) for t in told):
         return "requested_attributes"
+    if slot in ("phone", "postcode") and any(_one_character_off(t, value) for t in told):
+        return "db_mismatch"  # "01223525724" for the database's "01223525725": a typo or another database version
     goal = dialogue.goal.get(domain)
     info = {k: v for k, v in goal.info.items() if k != "name"} if goal else {}
     texts = " ".join(norm_value(t.text) for t in dialogue.turns if t.speaker == "system")
     fitting = {norm_value(e.get(slot)) for e in database.search(domain, info) if e.get(slot) and name_key(e.name) in texts}
     if any(norm_value(t) in fitting for t in told):
+        if entity and goal and _told_other_requests(dialogue, domain, slot, entity, case):
+            return "human_failure"  # one venue's area, another's phone and address: the human mixed two venues up
+        if case.replayed.state.successful_bookings(domain):
+            return "human_failure"  # it told one train's id and booked another: graded on what it booked
         return "multi_entity_offers"  # the human told a fitting venue's value; the checker graded another
     others = {norm_value(e.get(slot)) for e in database.entities(domain) if e.get(slot)}
     return "human_failure" if any(norm_value(t) in others for t in told) else "db_mismatch"
+
+
+def _told_other_requests(dialogue: Dialogue, domain: str, slot: str, entity: str, case: _Case) -> bool:
+    """Whether the system's acts told the graded venue's own phone, address or postcode (values
+    no other venue shares, unlike a train's price or duration) for another requested attribute."""
+    venues = case.database.named(domain, entity)
+    goal = dialogue.goal.get(domain)
+    if not venues or goal is None:
+        return False
+    acts = [act for turn in dialogue.turns if turn.speaker == "system" for act in turn.dialog_acts or ()
+            if act.intent in ("inform", "recommend") and act.domain in (domain, "booking", "attraction")]
+    for other in set(goal.reqt) & {"phone", "address", "postcode"}:
+        wanted = venues[0].get(other)
+        code = norm_value(ACT_SLOT.get(other, other))
+        if other != slot and wanted and any(norm_value(a.slot) == code and _compact(a.value) == _compact(wanted) for a in acts):
+            return True
+    return False
+
+
+def _told_for_an_earlier_taxi(dialogue: Dialogue, slot: str, told: list[str]) -> bool:
+    """Whether every told value of ``slot`` (phone, car type) is an earlier taxi booking's,
+    none the last one's: the system rebooked the taxi and never gave the new detail."""
+    key = "type" if slot == "car type" else slot
+    records: list = []
+    for turn in dialogue.turns:
+        for belief in turn.belief_state or ():
+            if belief.domain == "taxi":
+                records += [r for r in belief.booked if r not in records]
+    if len(records) < 2:
+        return False
+    last = _compact(records[-1].values.get(key, ""))
+    earlier = {_compact(r.values.get(key, "")) for r in records[:-1]} - {""}
+    said = {_compact(t) for t in told}
+    return bool(last) and last not in said and bool(said & earlier)
+
+
+def _compact(value: str) -> str:
+    """A value without spaces or dashes: "0 7000 - 333 - 444" is "07000333444"."""
+    return re.sub(r"[\s-]", "", norm_value(value))
+
+
+def _one_character_off(told: str, value: str) -> bool:
+    """A phone number or postcode told with one character changed (a train id one digit
+    off is another train)."""
+    a, b = _compact(told), _compact(value)
+    return len(a) == len(b) >= 6 and sum(x != y for x, y in zip(a, b)) == 1
 
 
 def _classify_no_booking(domain: str, case: _Case) -> str:
@@ -262,7 +328,57 @@ def _classify_no_booking(domain: str, case: _Case) -> str:
     if attempts:
         return "db_mismatch"
     annotated = any(belief.domain == domain and belief.booked for turn in case.dialogue.turns for belief in turn.belief_state or ())
+    unannotated = _unannotated_booking(case.dialogue, domain)
+    if annotated and unannotated:
+        return _classify_unannotated(case.dialogue, domain, unannotated)
     return "replay_agent_limits" if annotated else "human_failure"
+
+
+def _unannotated_booking(dialogue: Dialogue, domain: str) -> set[str]:
+    """The values a booking call needs that no belief holding one of the domain's ``booked``
+    records states (empty when there is no such record or nothing is missing)."""
+    holding = [b for t in dialogue.turns for b in t.belief_state or () if b.domain == domain and b.booked]
+    if not holding:
+        return set()
+    if domain == "taxi":
+        needed = {"departure": ("departure",), "destination": ("destination",), "time": ("leaveAt", "arriveBy")}
+        return {what for what, slots in needed.items()
+                if not any(not is_dont_care(b.semi.get(slot, "")) for b in holding for slot in slots)}
+    tool = TOOLS.get(BOOKING_TOOLS.get(domain, ""))
+    wanted = [slot for slot in (tool.required if tool else ()) if slot not in ("name", "trainID")]
+    return {slot for slot in wanted if not any(not is_dont_care(b.book.get(slot, "")) for b in holding)}
+
+
+def _classify_unannotated(dialogue: Dialogue, domain: str, missing: set[str]) -> str:
+    """A ``booked`` record whose beliefs lack a value the booking needs (a hotel's day, a
+    taxi's pickup place or time): when the user's own words gave it (their dialog acts, or
+    the goal's booking value in their text: "starting thurs" for thursday) the annotation
+    dropped it; otherwise the human system booked without it, which the goal does not allow."""
+    goal = dialogue.goal.get(domain)
+    booking = dict(goal.book) if goal else {}
+    for what in missing:
+        slots = ("leaveAt", "arriveBy") if what == "time" else (what,)
+        codes = {norm_value(ACT_SLOT.get(slot, slot)) for slot in slots}
+        for turn in dialogue.turns:
+            if turn.speaker != "user":
+                continue
+            if any(act.domain in (domain, "booking") and act.intent == "inform" and norm_value(act.slot) in codes
+                   and not is_dont_care(act.value) for act in turn.dialog_acts or ()):
+                return "annotation_error"
+            # The text only for booking values: a taxi's time may be another domain's ("a table at 19:30").
+            if any(slot in booking and _user_states(turn.text, slot, booking[slot]) for slot in slots):
+                return "annotation_error"
+    return "human_failure"
+
+
+def _user_states(text: str, slot: str, value: str) -> bool:
+    """Whether a user's text states ``value``: as whole words, a day also by its first
+    three or more letters ("thurs")."""
+    words = norm_value(text).split()
+    wanted = norm_value(value)
+    if slot == "day":
+        return any(len(w) >= 3 and wanted.startswith(w) for w in words)
+    return bool(wanted) and f" {wanted} " in f" {' '.join(words)} "
 
 
 def _classify_not_offered(domain: str, case: _Case) -> str:

@@ -28,7 +28,8 @@ _TRAIN_ID = re.compile(r"\btr\s?-?(\d{4})\b", re.I)
 ATTRIBUTE_WORDS: dict[str, tuple[str, ...]] = {
     "internet": ("internet", "wifi", "wi fi"),
     "parking": ("parking", "park"),
-    "entrance fee": ("entrance fee", "admission", "entry fee", "free entry", "free to enter"),
+    # "is there an entrance free for ...?": a typo real users make (six times in the validation split)
+    "entrance fee": ("entrance fee", "entrance free", "admission", "entry fee", "free entry", "free to enter"),
     "openhours": ("opening hours", "open", "opens"),
     "pricerange": ("price range", "priced", "cheap", "moderate", "expensive"),
     "car type": ("car",),
@@ -122,8 +123,10 @@ def states(text: TextView, slot: str, value: str | None) -> bool:
 # Attributes asked about as yes/no questions ("Do they have free parking?").
 FLAG_SLOTS = frozenset({"internet", "parking"})
 _YES_NO = re.compile(r"^(?:yes|no|yeah|yep|nope|indeed|they do|it does|they dont|it doesnt|unfortunately not)\b")
-# "I am actually unsure of that", "we do n't have that information": an unknown value told.
-_NOT_KNOWN = re.compile(r"\b(?:unsure|not sure|not listed|(?:dont|nt|not) (?:have|know)\b(?: \w+){0,3} (?:information|info|details)|no (?:information|info))\b")
+# "I am actually unsure of that", "we do n't have that information", "that information is
+# only available in person": an unknown value told.
+_NOT_KNOWN = re.compile(r"\b(?:unsure|not sure|not listed|(?:dont|nt|not) (?:have|know)\b(?: \w+){0,3} (?:information|info|details)|no (?:information|info)"
+                        r"|only available (?:in person|on site|at|by))\b")
 
 
 def asks_flag(text: str, slot: str) -> bool:

@@ -29,6 +29,7 @@ reader built from it are shared read-only by all sessions of a simulator.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -58,6 +59,9 @@ from pipelines.simulators.understanding import AgentReader, Reading, read
 STATIC_DOMAINS: tuple[str, ...] = ("police", "hospital")
 # Either one answers "when do you want to travel?"; the user's goal has one of them.
 _TIME_GROUP = frozenset({"leaveAt", "arriveBy"})
+# A party size an agent states with its booking: "for 1 person", "6 tickets", "a table for two".
+_COUNTS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+_PARTY = re.compile(r"\b(\d{1,2}|" + "|".join(_COUNTS) + r") (?:people|persons?|guests|adults|tickets?|seats?)\b")
 # Attributes whose value, said by the agent, shows it is talking about a venue.
 _DESCRIBING: tuple[str, ...] = ("address", "phone", "postcode", "area", "type", "food", "pricerange", "stars")
 
@@ -319,13 +323,15 @@ class AgendaSession:
         """Take in what the agent said about the focus domain, and answer it."""
         d.heard_back = True
         offered, violations = self._consider_offers(d, reading, utterance, phraser)
-        booking_failed = self._take_booking_news(d, reading)
+        news = self._take_booking_news(d, reading)
         self._take_attributes(d, reading)
         if d.done:
             phraser.thanks(utterance)
             return
-        if booking_failed:
+        if news == "failed":
             self._retry_booking(d, utterance, phraser)
+        elif news == "wrong_party":
+            self._correct_party(d, utterance, phraser)
         elif reading.no_offer and not offered and d.entity is None and not d.is_static and d.domain != "taxi":
             self._no_match(d, utterance, phraser)
         if violations:
@@ -378,17 +384,26 @@ class AgendaSession:
             return []
         return [e for e in database.named(d.domain, name) if any(reader.gives(reading, slot, e.get(slot)) for slot in _DESCRIBING)][:1]
 
-    def _take_booking_news(self, d: _DomainState, reading: Reading) -> bool:
-        """Record a booking reference or taxi confirmation; True when the agent reports that
-        the booking the user asked for failed."""
+    def _take_booking_news(self, d: _DomainState, reading: Reading) -> str | None:
+        """Record a booking reference or taxi confirmation. "failed" when the agent reports
+        that the booking the user asked for failed; "wrong_party" when it confirms one for
+        another number of people than the user's ("for 1 person" for a party of six), which
+        the user does not take."""
         if not d.needs_booking or d.booked:
-            return False
+            return None
         if d.domain == "taxi":
             d.taxi.update(self._simulator.reader.taxi_details(reading))
-        # A reference counts after the user asked for a booking, or when the agent calls it one.
-        if reading.references and (d.booking_requested or reading.says_reference):
+        # A reference counts after the user asked for a booking, or when the agent calls it one;
+        # and only once a venue or train was accepted: before that it is another domain's
+        # booking (the restaurant confirmed after the user moved on to the hotel).
+        offered = d.entity is not None or d.domain == "taxi"
+        if reading.references and offered and (d.booking_requested or reading.says_reference):
+            people = d.booking().get("people", "")
+            said = {int(n) if n.isdigit() else _COUNTS.index(n) for n in _PARTY.findall(reading.padded)}
+            if people.isdigit() and said and int(people) not in said:
+                return "wrong_party"
             d.reference = reading.references[0]
-        return not d.booked and d.booking_requested and reading.no_book
+        return "failed" if not d.booked and d.booking_requested and reading.no_book else None
 
     def _take_attributes(self, d: _DomainState, reading: Reading) -> None:
         if d.entity is None and not d.is_static and not d.booked:
@@ -421,6 +436,14 @@ class AgendaSession:
             what = " ".join(slot_phrase(d.domain, s, v) for s, v in values.items())
             utterance.say(phraser.line("retry_booking", what=what), inform_acts(d.domain, values))
         d.booking_requested = True
+
+    def _correct_party(self, d: _DomainState, utterance: Utterance, phraser: Phraser) -> None:
+        """The agent booked for another party size: ask for the booking the user wants."""
+        values = d.booking()
+        d.booking_requested = True
+        d.stated.update(values)
+        what = " ".join(slot_phrase(d.domain, s, v) for s, v in values.items())
+        utterance.say(phraser.line("correct_booking", what=what), inform_acts(d.domain, values))
 
     def _no_match(self, d: _DomainState, utterance: Utterance, phraser: Phraser) -> None:
         if d.fail_info_active:

@@ -249,6 +249,10 @@ _TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {
         "terse": ("Book it {what}.",),
         "normal": ("Please book tickets {what}.", "Yes, please book it {what}.", "Could you book seats {what}?"),
     },
+    "correct_booking": {  # the agent booked for another number of people
+        "terse": ("No, {what}.",),
+        "normal": ("Actually, I need it {what}.", "Sorry, that should be {what}. Could you change it?"),
+    },
     "retry_booking": {
         "terse": ("Try again {what}.",),
         "normal": ("Could you try the booking again {what}?", "Please try once more {what}."),
