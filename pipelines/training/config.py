@@ -96,7 +96,11 @@ class SourceSpec:
     (:data:`pipelines.policy.prompts.SYSTEM_PROMPT_NAMES`: ``compact``, ``toolwoz_react``,
     ``own``); None: ``DataSpec.compact_prompts`` decides (``compact`` or ``own``). So a
     SpeakER source and a JOSH source (ReAct over the ToolWOZ apis) train in one run, each in
-    its own format."""
+    its own format.
+
+    ``grammar``: how held-out generations are read (:data:`pipelines.training.evaluation.GRAMMARS`):
+    ``speakrl`` (SpeakER), ``react`` (JOSH's PLAN/APICALL/SPEAK) or ``clarifier`` (``NO NEED TO
+    ASK`` / ``YES [QUESTION]...``)."""
 
     path: str
     max_rows: int | None = None
@@ -104,9 +108,13 @@ class SourceSpec:
     prompts_from: str | None = None
     windows: bool = False
     system_prompt: str | None = None
+    grammar: str = "speakrl"
 
     def __post_init__(self) -> None:
         from pipelines.policy.prompts import SYSTEM_PROMPT_NAMES
+
+        if self.grammar not in ("speakrl", "react", "clarifier"):
+            raise ConfigError(f"{self.path}: grammar must be speakrl, react or clarifier, got {self.grammar!r}")
 
         if self.system_prompt is not None and self.system_prompt not in SYSTEM_PROMPT_NAMES:
             raise ConfigError(f"{self.path}: system_prompt must be one of {list(SYSTEM_PROMPT_NAMES)} or null, got {self.system_prompt!r}")

@@ -329,6 +329,7 @@ class SourceRows:
     heldout: list[Row]
     stats: dict[str, Any] = field(default_factory=dict)
     windows: bool = False  # training rows are dialogue windows ({"messages"})
+    grammar: str = "speakrl"  # how held-out generations are read (SourceSpec.grammar)
 
 
 JOIN_COLUMN = "step"
@@ -490,7 +491,7 @@ def prepare_source(
     heldout, stats["heldout_dropped_too_long"] = fitted(heldout_rows, max_heldout)
     stats["train"] = len(train)
     stats["heldout"] = len(heldout)
-    return SourceRows(source.name, layout, train, heldout, stats, windows=source.windows)
+    return SourceRows(source.name, layout, train, heldout, stats, windows=source.windows, grammar=source.grammar)
 
 
 # --- Rows -> TRL's layout --------------------------------------------------------------------

@@ -89,20 +89,51 @@ def generate(
 # --- Scoring generations ---------------------------------------------------------------------
 
 
+def _speakrl(text: str) -> tuple[float, str | None]:
+    return format_score(text), decision(text)
+
+
+def _clarifier(text: str) -> tuple[float, str | None]:
+    from pipelines.clarifier.prompts import parse_clarifier
+
+    parsed = parse_clarifier(text)
+    return (0.0, None) if parsed.malformed else (FULL_CREDIT, "clarify" if parsed.asks else "no_need")
+
+
+def _react(text: str) -> tuple[float, str | None]:
+    from pipelines.env.toolwoz import toolwoz_tools
+    from pipelines.episodes.formats import Malformed, get_format
+
+    parsed = get_format("react", toolwoz_tools()).parse(text)
+    if isinstance(parsed, Malformed):
+        return 0.0, None
+    kinds = [action.kind for action in parsed if action.kind != "think"]
+    return FULL_CREDIT, kinds[0] if kinds else None
+
+
+#: How a source's generations are read: text -> (format score, decision or None when malformed).
+GRAMMARS: Mapping[str, Callable[[str], tuple[float, str | None]]] = {"speakrl": _speakrl, "clarifier": _clarifier, "react": _react}
+
+
 def generation_metrics(
-    texts: Sequence[str], references: Sequence[str] | None = None, ask_needed: Sequence[bool | None] | None = None
+    texts: Sequence[str], references: Sequence[str] | None = None, ask_needed: Sequence[bool | None] | None = None,
+    grammar: str = "speakrl",
 ) -> dict[str, float]:
-    """Format and decision statistics of generated texts (module docstring).
+    """Format and decision statistics of generated texts (module docstring), read in the
+    source's ``grammar`` (:data:`GRAMMARS`).
 
     >>> ask, act = "<think>a</think><clarify>Which area?</clarify>", "<think>b</think>Here it is."
     >>> m = generation_metrics([ask, ask, act], ask_needed=[True, False, False])
     >>> m["clarify_rate"], m["over_asking"], m["clarify_rate_when_needed"]
     (0.6666666666666666, 0.5, 1.0)
+    >>> m = generation_metrics(["<think>x</think>YES [QUESTION]Which order?[/QUESTION]", "NO NEED TO ASK"], grammar="clarifier")
+    >>> m["clarify_rate"], m["well_formed"]
+    (0.5, 1.0)
     """
     if not texts:
         return {}
-    scores = [format_score(t) for t in texts]
-    decisions = [decision(t) for t in texts]
+    read = GRAMMARS[grammar]
+    scores, decisions = zip(*(read(t) for t in texts))
     metrics = {
         "n": len(texts),
         "format_reward": fmean(scores),
@@ -110,7 +141,7 @@ def generation_metrics(
         "clarify_rate": fmean(d == "clarify" for d in decisions),
     }
     if references is not None:
-        metrics["decision_match"] = fmean(d is not None and d == decision(r) for d, r in zip(decisions, references))
+        metrics["decision_match"] = fmean(d is not None and d == read(r)[1] for d, r in zip(decisions, references))
     if ask_needed is not None:
         act_here = [d == "clarify" for d, needed in zip(decisions, ask_needed) if needed is False]
         needed = [d == "clarify" for d, n in zip(decisions, ask_needed) if n is True]
@@ -285,7 +316,7 @@ def evaluate_heldout(
             generations[source.name] = texts[::copies]
             reference_column = {COMPLETION: "completion", PAIRS: "chosen"}.get(source.layout)
             references = [completion_text(r[reference_column]) for r in repeated] if reference_column else None
-            metrics["generation"] = generation_metrics(texts, references, _ask_needed(repeated))
+            metrics["generation"] = generation_metrics(texts, references, _ask_needed(repeated), source.grammar)
             if isinstance(objective, GRPOObjective):
                 functions, weights = reward_functions(objective, judge)
                 names = [reward_name(f) for f in functions]
