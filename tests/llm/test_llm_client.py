@@ -414,6 +414,40 @@ def test_a_tool_call_history_is_accepted_and_sent_in_openai_form(server):
     assert client.complete_sync(without_content, "judge", SamplingParams(), seed=0, tools=TOOLS).ok
 
 
+def test_the_request_body_is_what_the_sdks_create_sends(server):
+    """The client posts the body itself (the SDK's ``create`` walks every message through a
+    typed-dict transform that costs milliseconds per request): the server must get the same
+    JSON as from ``chat.completions.create``, extra_body merged, headers included."""
+    import openai
+
+    history = [
+        {"role": "system", "content": "be helpful"},
+        {"role": "user", "content": f"{CALL_TOOL} please"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "query_hotel", "arguments": {"area": "north"}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "query_hotel", "content": '{"count": 0}'},
+    ]
+    sampling = SamplingParams(temperature=0.7, max_tokens=32, top_p=0.9, stop=("###",), extra_body={"top_k": 50})
+    client = LLMClient(fast_config(server.base_url))
+    assert client.complete_sync(history, "judge", sampling, seed=3, tools=TOOLS).ok
+    client.complete_sync(user("plain"), "judge", SamplingParams(), seed=4, n=2)
+    ours = server.stats.bodies[-2:]
+    header = server.stats.authorizations
+
+    async def through_the_sdk(bodies):
+        sdk = openai.AsyncOpenAI(api_key="EMPTY", base_url=server.base_url, max_retries=0)
+        for body in bodies:
+            body = dict(body)
+            extra = {k: body.pop(k) for k in ("top_k",) if k in body}
+            await sdk.chat.completions.create(**body, **({"extra_body": extra} if extra else {}))
+        await sdk.close()
+
+    server.reset_stats()
+    asyncio.run(through_the_sdk(ours))
+    assert server.stats.bodies == ours and ours[0]["top_k"] == 50 and ours[0]["stop"] == ["###"]
+    assert server.stats.authorizations == header == {"Bearer EMPTY"}
+
+
 def test_tool_calls_are_cached_and_tools_are_part_of_the_key(server, tmp_path):
     messages = user(f"{CALL_TOOL}: a taxi")
     first = LLMClient(fast_config(server.base_url), cache=ResponseCache(tmp_path / "cache"))
