@@ -565,3 +565,20 @@ def test_a_missing_key_variable_is_a_config_error_naming_it(server, monkeypatch)
     monkeypatch.delenv("ASKFLOW_ABSENT_KEY", raising=False)
     with pytest.raises(ConfigError, match="ASKFLOW_ABSENT_KEY"):
         LLMClient(fast_config(server.base_url, api_key_env="ASKFLOW_ABSENT_KEY"))
+
+
+def test_the_fake_server_in_its_own_process_answers_like_the_in_process_one(server):
+    """FakeServerProcess (what benchmarks/josh.py measures against): the same replies, the
+    delays it slept added up (spread around the latency), its own CPU time, and no process
+    left behind."""
+    from pipelines.llm.testing.fake_server import FakeServerProcess
+
+    requests = requests_for(PROMPTS[:6])
+    expected = texts(LLMClient(fast_config(server.base_url)).complete_many_sync(requests))
+    with FakeServerProcess(latency_s=0.02, latency_spread=0.5) as child:
+        got = texts(LLMClient(fast_config(child.base_url)).complete_many_sync(requests))
+        stats = child.stats()
+        process = child._process
+    assert got == expected
+    assert stats["requests"] == 6 and 6 * 0.01 <= stats["service_s"] <= 6 * 0.03 and stats["cpu_s"] > 0
+    assert process is not None and process.poll() is not None
