@@ -24,6 +24,8 @@ import hashlib
 import json
 import math
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -400,6 +402,9 @@ class FakeServerProcess:
         deadline = time.monotonic() + self.startup_timeout_s
         line = ""
         while time.monotonic() < deadline and not line.startswith("port "):
+            ready, _, _ = select.select([self._process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
             line = self._process.stdout.readline()
             if not line and self._process.poll() is not None:
                 raise RuntimeError(f"the fake server process exited with {self._process.returncode}")
@@ -446,11 +451,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     server = FakeOpenAIServer(FaultPlan(args.fault_rate, tuple(args.fault)), latency_s=args.latency_s,
                                latency_spread=args.latency_spread, keep_bodies=False).start()
-    print(f"port {server.port}", flush=True)
     stop = threading.Event()
-    import signal
-
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"port {server.port}", flush=True)
     try:
         stop.wait()
     except KeyboardInterrupt:
