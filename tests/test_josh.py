@@ -446,3 +446,46 @@ def test_all_leaves_of_all_trees_in_a_round_go_to_the_agent_as_one_call(small_co
     # Four trees of up to 8 leaves each: a round's call carries more than one tree's leaves.
     assert max(together.batches) > config.max_beam >= max(alone.batches)
     assert sum(together.batches) == sum(alone.batches) == sum(t.agent_calls for t in trees)
+
+
+def test_an_endpoint_agent_has_no_round_barrier_between_trees(small_corpus):
+    """With an agent whose calls may overlap (an endpoint), one tree's slow request holds up
+    no other tree: here goal A's requests are answered only once goal B's whole tree is done,
+    which a round barrier (every tree waiting for the slowest request of the round) would
+    turn into a deadlock. The trees are the ones a one-tree-at-a-time run makes."""
+    from pipelines.josh.beam import harvest
+
+    database = ToolWozDatabase(small_corpus.entities)
+    goals = harvest_goals(toolwoz_goals(small_corpus.dialogues, small_corpus.splits, database), 2)
+    rules = RulesToolWozAgent(database, get_format("react", toolwoz_tools()))
+    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), AgendaConfig())
+    config = BeamConfig(max_turns=4)
+    slow, fast = goals[0].goal_id, goals[1].goal_id
+
+    class Endpoint:
+        name, format, overlapping_calls = rules.name, rules.format, True
+
+        def __init__(self) -> None:
+            self.release = asyncio.Event()
+            self.order: list[str] = []
+
+        async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
+            if any(c.episode_id == slow for c in contexts):
+                await self.release.wait()
+            self.order.extend(c.episode_id for c in contexts)
+            return await rules.act(contexts)
+
+    endpoint = Endpoint()
+
+    def done(tree: JoshTree) -> None:
+        if tree.goal_id == fast:
+            endpoint.release.set()
+
+    async def both() -> list[JoshTree]:
+        return await asyncio.wait_for(harvest(goals, endpoint, simulator, database, config, concurrency=2, done=done), 30)
+
+    trees = asyncio.run(both())
+    one_by_one = asyncio.run(harvest(goals, rules, simulator, database, config, concurrency=1))
+    assert [t.to_record() for t in trees] == [t.to_record() for t in one_by_one]
+    # Goal B's tree finished before goal A's first request was answered.
+    assert endpoint.order.index(slow) == endpoint.order.count(fast) > 0

@@ -318,6 +318,10 @@ class OpenAIAgent:
     A failed call becomes an output with ``error`` set, which the runner treats like a
     malformed output (retried, then the turn fails)."""
 
+    # Calls may overlap (the client bounds the requests in flight), so a caller need not
+    # wait for one call's slowest request before making the next (pipelines.josh.beam).
+    overlapping_calls = True
+
     def __init__(
         self,
         client: LLMClient,

@@ -348,9 +348,11 @@ async def harvest(
     concurrency: int = 8,
     done: Any = None,
 ) -> list[JoshTree]:
-    """Every goal's tree, ``concurrency`` trees in play at a time; the agent steps of all
-    their leaves in a round go to the agent as one call (:class:`RoundBatcher`). ``done(tree)`` is
-    called as each tree finishes, e.g. to checkpoint it; trees come back in goal order."""
+    """Every goal's tree, ``concurrency`` trees in play at a time (a finished tree's place
+    goes to the next goal at once); the agent steps of all their leaves in a round go to a
+    local model as one call, to an endpoint as each tree makes them (:class:`RoundBatcher`).
+    ``done(tree)`` is called as each tree finishes, e.g. to checkpoint it; trees come back in
+    goal order."""
     semaphore = asyncio.Semaphore(max(1, concurrency))
     batched = agent if isinstance(agent, RoundBatcher) else RoundBatcher(agent)
 
@@ -366,22 +368,34 @@ async def harvest(
 
 
 class RoundBatcher:
-    """One agent for many trees: the ``act`` calls that the trees in play make in the same
+    """One agent for many trees.
+
+    A local model (the default): the ``act`` calls that the trees in play make in the same
     round (before the event loop runs anything else) go to the wrapped agent as **one**
-    call, so a local model decodes all leaves of all trees as one batch, and an endpoint
-    gets them concurrently. Never two calls to the wrapped agent at once: a local model is
-    not shared between threads."""
+    call, so it decodes all leaves of all trees as one batch; never two calls at once (a
+    local model is not shared between threads): trees that ask while a batch decodes wait
+    for it and go in the next one.
+
+    An agent whose calls may overlap (``overlapping_calls``: an endpoint, whose client
+    bounds the requests in flight): each tree's call goes to it at once and comes back as
+    soon as that tree's own requests have, so the leaves of all trees in play are in flight
+    together and no tree waits for another's slowest request (a round barrier would idle
+    the server at the end of every round)."""
 
     def __init__(self, agent: Agent):
         self.agent = agent
         self.name = agent.name
         self.format = agent.format
+        self.overlapping = bool(getattr(agent, "overlapping_calls", False))
         self.batches: list[int] = []  # contexts per call to the wrapped agent
         self._pending: list[tuple[list[Any], asyncio.Future]] = []
         self._lock = asyncio.Lock()
         self._flushes: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
     async def act(self, contexts: Sequence[Any]) -> list[Any]:
+        if self.overlapping:
+            self.batches.append(len(contexts))
+            return list(await self.agent.act(contexts))
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self._pending:

@@ -414,6 +414,40 @@ def test_a_tool_call_history_is_accepted_and_sent_in_openai_form(server):
     assert client.complete_sync(without_content, "judge", SamplingParams(), seed=0, tools=TOOLS).ok
 
 
+def test_the_request_body_is_what_the_sdks_create_sends(server):
+    """The client posts the body itself (the SDK's ``create`` walks every message through a
+    typed-dict transform that costs milliseconds per request): the server must get the same
+    JSON as from ``chat.completions.create``, extra_body merged, headers included."""
+    import openai
+
+    history = [
+        {"role": "system", "content": "be helpful"},
+        {"role": "user", "content": f"{CALL_TOOL} please"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "query_hotel", "arguments": {"area": "north"}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "query_hotel", "content": '{"count": 0}'},
+    ]
+    sampling = SamplingParams(temperature=0.7, max_tokens=32, top_p=0.9, stop=("###",), extra_body={"top_k": 50})
+    client = LLMClient(fast_config(server.base_url))
+    assert client.complete_sync(history, "judge", sampling, seed=3, tools=TOOLS).ok
+    client.complete_sync(user("plain"), "judge", SamplingParams(), seed=4, n=2)
+    ours = server.stats.bodies[-2:]
+    header = server.stats.authorizations
+
+    async def through_the_sdk(bodies):
+        sdk = openai.AsyncOpenAI(api_key="EMPTY", base_url=server.base_url, max_retries=0)
+        for body in bodies:
+            body = dict(body)
+            extra = {k: body.pop(k) for k in ("top_k",) if k in body}
+            await sdk.chat.completions.create(**body, **({"extra_body": extra} if extra else {}))
+        await sdk.close()
+
+    server.reset_stats()
+    asyncio.run(through_the_sdk(ours))
+    assert server.stats.bodies == ours and ours[0]["top_k"] == 50 and ours[0]["stop"] == ["###"]
+    assert server.stats.authorizations == header == {"Bearer EMPTY"}
+
+
 def test_tool_calls_are_cached_and_tools_are_part_of_the_key(server, tmp_path):
     messages = user(f"{CALL_TOOL}: a taxi")
     first = LLMClient(fast_config(server.base_url), cache=ResponseCache(tmp_path / "cache"))
@@ -531,3 +565,20 @@ def test_a_missing_key_variable_is_a_config_error_naming_it(server, monkeypatch)
     monkeypatch.delenv("ASKFLOW_ABSENT_KEY", raising=False)
     with pytest.raises(ConfigError, match="ASKFLOW_ABSENT_KEY"):
         LLMClient(fast_config(server.base_url, api_key_env="ASKFLOW_ABSENT_KEY"))
+
+
+def test_the_fake_server_in_its_own_process_answers_like_the_in_process_one(server):
+    """FakeServerProcess (what benchmarks/josh.py measures against): the same replies, the
+    delays it slept added up (spread around the latency), its own CPU time, and no process
+    left behind."""
+    from pipelines.llm.testing.fake_server import FakeServerProcess
+
+    requests = requests_for(PROMPTS[:6])
+    expected = texts(LLMClient(fast_config(server.base_url)).complete_many_sync(requests))
+    with FakeServerProcess(latency_s=0.02, latency_spread=0.5) as child:
+        got = texts(LLMClient(fast_config(child.base_url)).complete_many_sync(requests))
+        stats = child.stats()
+        process = child._process
+    assert got == expected
+    assert stats["requests"] == 6 and 6 * 0.01 <= stats["service_s"] <= 6 * 0.03 and stats["cpu_s"] > 0
+    assert process is not None and process.poll() is not None

@@ -18,11 +18,18 @@ counted per kind, so a test can check the client's retry counts against the serv
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import json
 import math
+import os
+import select
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -89,6 +96,7 @@ class ServerStats:
     response_format_rejections: int = 0
     n_rejections: int = 0
     tool_requests: int = 0  # requests that carried ``tools``
+    service_s: float = 0.0  # the reply delays, added up
     bodies: list[dict[str, Any]] = field(default_factory=list)
     authorizations: set[str] = field(default_factory=set)
 
@@ -140,7 +148,10 @@ class FakeOpenAIServer:
     ``n_mode``: "native" answers ``n`` choices, "ignore" answers one choice whatever ``n`` is
     (as ``transformers serve`` does), "reject" answers 400 to ``n > 1``.
     ``response_format_mode``: "native" honours ``response_format``, "reject" answers 400 to it.
-    ``latency_s`` delays every reply; ``hang_s`` is how long a "timeout" fault hangs.
+    ``latency_s`` delays every reply; with ``latency_spread`` s, request k's delay is spread
+    evenly over ``latency_s * (1 +- s)`` by a hash of k (a model's replies take unequal times;
+    the mean stays ``latency_s``), and ``stats.service_s`` adds up the delays.
+    ``hang_s`` is how long a "timeout" fault hangs.
     ``tool_arguments``: the arguments of every tool call, sent as given (default ``"{}"``).
 
     Use as a context manager; ``base_url`` is the address to give the client.
@@ -153,10 +164,14 @@ class FakeOpenAIServer:
         n_mode: Literal["native", "ignore", "reject"] = "native",
         response_format_mode: Literal["native", "reject"] = "native",
         latency_s: float = 0.0,
+        latency_spread: float = 0.0,
         hang_s: float = 2.0,
         keep_bodies: bool = True,
         tool_arguments: Any = "{}",
     ):
+        if not 0.0 <= latency_spread <= 1.0:
+            raise ValueError(f"latency_spread must be in [0, 1], got {latency_spread}")
+        self.latency_spread = latency_spread
         self.tool_arguments = tool_arguments
         self.faults = faults
         self.n_mode = n_mode
@@ -213,6 +228,19 @@ class FakeOpenAIServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    def delay(self, request_number: int) -> float:
+        """The reply delay of the ``request_number``-th request (see the class docstring).
+
+        >>> server = FakeOpenAIServer(latency_s=0.1, latency_spread=0.5)
+        >>> delays = [server.delay(k) for k in range(1, 2001)]
+        >>> 0.05 <= min(delays) < 0.052 and 0.148 < max(delays) <= 0.15, round(sum(delays) / 2000, 2)
+        (True, 0.1)
+        """
+        if not self.latency_spread:
+            return self.latency_s
+        unit = int.from_bytes(hashlib.sha256(str(request_number).encode()).digest()[:4], "big") / 0xFFFFFFFF
+        return self.latency_s * (1 + self.latency_spread * (2 * unit - 1))
+
     def reset_stats(self) -> None:
         with self._lock:
             self.stats = ServerStats()
@@ -237,7 +265,10 @@ class FakeOpenAIServer:
                 self.stats.authorizations.add(request.headers.get("authorization", ""))
             try:
                 if self.latency_s:
-                    await asyncio.sleep(self.latency_s)
+                    delay = self.delay(number)
+                    with self._lock:
+                        self.stats.service_s += delay
+                    await asyncio.sleep(delay)
                 fault = self.faults.fault_for(number)
                 if fault is not None:
                     with self._lock:
@@ -246,6 +277,13 @@ class FakeOpenAIServer:
             finally:
                 with self._lock:
                     self.stats.in_flight -= 1
+
+        @app.get("/stats")
+        async def stats():
+            """The counters, and this process's CPU seconds (for a server in its own process)."""
+            with self._lock:
+                return {"requests": self.stats.requests, "max_in_flight": self.stats.max_in_flight,
+                        "service_s": self.stats.service_s, "faults": dict(self.stats.faults), "cpu_s": time.process_time()}
 
         return app
 
@@ -325,3 +363,104 @@ def _choice(index: int, text: str | None, tool_calls: list[dict[str, Any]]) -> d
     if tool_calls:
         message["tool_calls"] = tool_calls
     return {"index": index, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}
+
+
+class FakeServerProcess:
+    """The fake server in a child process of its own, as a real server would be: its CPU time
+    is not the client's, and it does not share the client's event loop or GIL.
+
+    ``with FakeServerProcess(latency_s=0.05) as server: server.base_url ...``;
+    ``server.stats()`` reads the child's counters (``requests``, ``max_in_flight``,
+    ``service_s``, ``faults``, ``cpu_s``: the child's CPU seconds so far). Only the fault plan
+    and the latency travel to the child; it keeps no request bodies."""
+
+    def __init__(
+        self, faults: FaultPlan = FaultPlan(), *, latency_s: float = 0.0, latency_spread: float = 0.0, startup_timeout_s: float = 30.0
+    ):
+        self.faults = faults
+        self.latency_s = latency_s
+        self.latency_spread = latency_spread
+        self.startup_timeout_s = startup_timeout_s
+        self.port: int | None = None
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the fake server process is not running")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "FakeServerProcess":
+        command = [sys.executable, "-m", "pipelines.llm.testing.fake_server", "--latency-s", repr(self.latency_s),
+                   "--latency-spread", repr(self.latency_spread),
+                   "--fault-rate", repr(self.faults.rate), *(f"--fault={k}" for k in self.faults.kinds)]
+        # The child imports the same pipelines package as this process (a worktree's, not an installed one).
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])), "PYTHONUNBUFFERED": "1"}
+        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        assert self._process.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        line = ""
+        while time.monotonic() < deadline and not line.startswith("port "):
+            ready, _, _ = select.select([self._process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            line = self._process.stdout.readline()
+            if not line and self._process.poll() is not None:
+                raise RuntimeError(f"the fake server process exited with {self._process.returncode}")
+        if not line.startswith("port "):
+            self.stop()
+            raise RuntimeError(f"the fake server process did not start within {self.startup_timeout_s} s")
+        self.port = int(line.split()[1])
+        return self
+
+    def stats(self) -> dict[str, Any]:
+        import httpx
+
+        return httpx.get(f"http://127.0.0.1:{self.port}/stats", timeout=10).json()
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        self.port = None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()  # uvicorn shuts down on SIGTERM
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+    def __enter__(self) -> "FakeServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until terminated; print ``port N`` once listening (what FakeServerProcess reads)."""
+    parser = argparse.ArgumentParser(prog="python -m pipelines.llm.testing.fake_server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency-s", type=float, default=0.0)
+    parser.add_argument("--latency-spread", type=float, default=0.0)
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--fault", action="append", default=[], choices=FAULT_KINDS)
+    args = parser.parse_args(argv)
+    server = FakeOpenAIServer(FaultPlan(args.fault_rate, tuple(args.fault)), latency_s=args.latency_s,
+                               latency_spread=args.latency_spread, keep_bodies=False).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"port {server.port}", flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
