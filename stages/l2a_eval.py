@@ -20,9 +20,10 @@ params.yaml ``l2a.eval``:
 * ``output``: ``{generations (l2a_eval Parquet), metrics (JSON), markdown}``.
 
 The policy's system prompt is the one ``l2a_train`` carries (the ROLLOUT prompt of the
-``hindsight.prompts`` file, else appendix G's sampler prompt). The content score R_a comes
-from the ``rules`` grader (:class:`pipelines.rewards.learn_to_ask.RulesGrader`), the one the
-``l2a`` training reward uses.
+``hindsight.prompts`` file, else appendix G's sampler prompt). The content score R_a is the
+``rules`` grader's (:class:`pipelines.rewards.learn_to_ask.RulesGrader`) on the output's
+questions only, 0 for an output that asks none (appendix G grades "the question(s)";
+:class:`pipelines.learn_to_ask.metrics.QuestionGrader`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipelines.errors import ConfigError, DataError
-from pipelines.learn_to_ask.metrics import METRICS, bootstrap, bootstrap_difference, counts_of, markdown_table, metrics_of, score_output
+from pipelines.learn_to_ask.metrics import METRICS, QuestionGrader, bootstrap, bootstrap_difference, counts_of, markdown_table, metrics_of, score_output
 from pipelines.learn_to_ask.tables import L2A_EVAL, eval_table
 from pipelines.rewards.learn_to_ask import BETA, RulesGrader
 from stages.entry import main_wrapper
@@ -143,7 +144,7 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -
     if not samples:
         raise DataError(str(settings["samples"]), f"no usable sample in split {settings['split']!r}")
     prompts = policy_prompts(samples, policy_prompt((hindsight or {}).get("prompts")).render())
-    grader = RulesGrader()
+    grader = QuestionGrader(RulesGrader())
     answers: dict[str, list[str | None]] = {}
     timings: dict[str, float] = {}
     too_long = 0

@@ -123,3 +123,23 @@ def test_markdown_table_has_a_row_per_model_and_dashes_for_undefined():
     assert lines[0].startswith("| Model | n | WA | WA-GH |") and len(lines) == 4
     assert lines[2].startswith("| a | 7 | 0.50 [") and lines[3].startswith("| b | 3 | - | - | - | 0.67 |")
     assert not any(math.isnan(v) for v in metrics_of(scored).values())
+
+
+def test_content_is_graded_on_the_questions_only():
+    from pipelines.learn_to_ask.metrics import QuestionGrader, questions
+    from pipelines.learn_to_ask.reward import l2a_questions
+
+    tool_call = '<tool_call>\n{"name": "query_restaurant", "arguments": {"area": "north"}}\n</tool_call>'
+    statement = "There are 4 restaurants in the north area. Which food would you like?"
+    assert questions(statement) == ["Which food would you like?"] and questions(tool_call) == []
+    rules, asked = RulesGrader(), QuestionGrader(RulesGrader())
+    # The whole-text rules grader credits a tool call naming the slot; the question grader does not.
+    assert score_output(tool_call, "continue", AREA, rules).content == 1.0
+    assert score_output(tool_call, "continue", AREA, asked).content == 0.0
+    assert score_output(tool_call, "continue", AREA, asked).reason == "no_question"
+    # Only the question counts: it asks about food, the target is the area (same domain: 0.5).
+    assert score_output(statement, "continue", AREA, asked).content == 0.5
+    assert score_output(statement, "continue", FOOD, asked).content == 1.0
+    # An empty reference stays ungraded (None), never 0.
+    assert score_output(tool_call, "continue", [], asked).reward is None
+    assert l2a_questions(["p"], [tool_call], decision_truth=["continue"], info_truth=[AREA]) == [1.0]
