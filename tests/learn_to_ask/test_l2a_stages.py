@@ -129,9 +129,16 @@ def _shrink_l2a(params: dict) -> None:
 
 @pytest.mark.slow
 def test_dvc_repro_l2a_eval_trains_both_policies_and_is_idempotent(tmp_path):
+    from tests.conftest import REPO
     from tests.test_dvc_pipeline import _run, pipeline_project
 
     project = pipeline_project(tmp_path / "project", _shrink_l2a)
+    if not (project / "catalog").exists():  # pipeline_project predates catalog/ (the stages import it)
+        import shutil
+
+        shutil.copytree(REPO / "catalog", project / "catalog", ignore=shutil.ignore_patterns("__pycache__"))
+        _run(["git", "add", "-A"], project)
+        _run(["git", "commit", "-q", "-m", "catalog"], project)
     first = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project)
     for stage in ("hindsight", "train_l2a_sft", "train_l2a_grpo", "l2a_eval"):
         assert f"Running stage '{stage}'" in first.stdout
