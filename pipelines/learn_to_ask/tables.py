@@ -83,7 +83,49 @@ L2A_TRAIN = ArtifactSpec(
     expectations=(in_set("split", ("train", "val")), in_set("decision_truth", DECISIONS), between("step", 1, None)),
 )
 
-SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (L2A_SAMPLES, L2A_TRAIN, CALIBRATION_RUNS)}
+L2A_EVAL = ArtifactSpec(
+    name="l2a_eval",
+    min_rows=1,
+    description="Learn-to-Ask held-out outputs of each policy with their metric pieces (R_s, R_a, Omega, R; stage l2a_eval).",
+    schema=pa.schema([
+        _required("model", pa.string()),
+        _required("session_id", pa.string()),
+        _required("turn", pa.int32()),
+        _required("decision_truth", pa.string()),
+        _required("output", pa.string()),
+        _required("decision", pa.string()),
+        _required("correct", pa.float64()),  # R_s
+        ("content", pa.float64()),  # R_a: null unless a right CONTINUE was graded
+        _required("format", pa.float64()),  # Omega
+        ("reward", pa.float64()),  # R: null when the grader could not score
+        _required("reason", pa.string()),
+    ]),
+    keys=("model", "session_id", "turn"),
+    expectations=(
+        in_set("decision_truth", DECISIONS),
+        in_set("decision", DECISIONS),
+        in_set("correct", (0.0, 1.0)),
+        in_set("content", (0.0, 0.5, 1.0)),
+        in_set("format", (0.0, 0.5, 1.0)),
+        between("reward", 0.0, None),
+    ),
+)
+
+SPECS: dict[str, ArtifactSpec] = {s.name: s for s in (L2A_SAMPLES, L2A_TRAIN, L2A_EVAL, CALIBRATION_RUNS)}
+
+
+def eval_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """``l2a_eval`` rows: ``model``, ``session_id``, ``turn``, ``output`` and a
+    :class:`~pipelines.learn_to_ask.metrics.Scored`'s fields."""
+    columns = {name: [] for name in L2A_EVAL.schema.names}
+    for row in rows:
+        scored = row["scored"]
+        values = {"model": row["model"], "session_id": row["session_id"], "turn": row["turn"], "output": row["output"],
+                  "decision_truth": scored.truth, "decision": scored.decision, "correct": scored.correct,
+                  "content": scored.content, "format": scored.fmt, "reward": scored.reward, "reason": scored.reason}
+        for name in columns:
+            columns[name].append(values[name])
+    return pa.Table.from_pydict(columns, schema=L2A_EVAL.schema)
 
 
 def train_table(samples: Sequence[Sample], system_prompt: str) -> pa.Table:

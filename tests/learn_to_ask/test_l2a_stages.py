@@ -1,0 +1,153 @@
+"""Stages train_l2a_sft, train_l2a_grpo and l2a_eval: the test split never reaches training,
+the evaluation scores real generations, and the DVC chain is idempotent."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from catalog.io import read_artifact
+from pipelines.errors import ConfigError, DataError
+
+LOGS = [
+    {"session_id": f"s{i}", "split": split, "messages": [
+        {"role": "user", "content": "A table please.", "info": [{"field": "restaurant-area", "value": "north"}]},
+        {"role": "assistant", "content": "Which area would you like?"},
+        {"role": "user", "content": "The north.", "info": [{"field": "restaurant-food", "value": "thai"}]},
+        {"role": "assistant", "content": "What food would you like?"},
+        {"role": "user", "content": "Thai, for two.", "info": [{"field": "restaurant-book-people", "value": "2"}]},
+        {"role": "assistant", "content": "Booked."},
+    ]}
+    for i, split in enumerate(["train", "train", "val", "test", "test", "test"])
+]
+
+
+def samples_rows():
+    from pipelines.learn_to_ask.hindsight import RulesExtractor, hindsight_samples
+    from pipelines.learn_to_ask.logs import parse_chat_logs
+    from pipelines.learn_to_ask.tables import samples_table
+
+    sessions = parse_chat_logs([(f"line {i}", r) for i, r in enumerate(LOGS)], "logs.jsonl")
+    return samples_table(hindsight_samples(sessions, RulesExtractor(), "no_info")).to_pylist()
+
+
+def test_held_out_samples_are_the_usable_rows_of_the_split_a_stable_sample():
+    from stages.l2a_eval import held_out_samples
+
+    rows = samples_rows()
+    rows[0] = {**rows[0], "split": "test", "failure": "empty_info"}  # a dropped sample never counts
+    chosen = held_out_samples(rows, "test", None)
+    assert {r["session_id"] for r in chosen} == {"s3", "s4", "s5"} and all(r["failure"] is None for r in chosen)
+    assert held_out_samples(rows, "test", 2) == held_out_samples(list(reversed(rows)), "test", 2)
+    assert len(held_out_samples(rows, "test", 2)) == 2
+    broken = [{**r, "decision_truth": None} if r["split"] == "test" else r for r in rows]
+    with pytest.raises(DataError, match="without its target"):
+        held_out_samples(broken, "test", None)
+
+
+def test_a_test_split_row_stops_l2a_training():
+    """The training leak check holds for the l2a layout: train/val rows train, a test row is an error."""
+    from pipelines.learn_to_ask.tables import train_table
+    from pipelines.learn_to_ask.hindsight import RulesExtractor, hindsight_samples
+    from pipelines.learn_to_ask.logs import parse_chat_logs
+    from pipelines.training.config import DataSpec, SourceSpec
+    from pipelines.training.data import prepare_source
+
+    sessions = parse_chat_logs([(f"line {i}", r) for i, r in enumerate(LOGS)], "logs.jsonl")
+    table = train_table(hindsight_samples(sessions, RulesExtractor(), "no_info"), "Ask or <stop />.")
+    rows = table.to_pylist()
+    assert {r["split"] for r in rows} == {"train", "val"}
+    source = SourceSpec("l2a_train.parquet", system_prompt="own")
+    spec = DataSpec(sources=(source,), max_history_messages=None)
+    count = lambda messages, add_generation_prompt=False: sum(len(m["content"].split()) for m in messages)  # noqa: E731
+    for method in ("sft", "grpo"):
+        prepared = prepare_source(rows, table.column_names, source, method, spec, count, 512)
+        assert prepared.train and prepared.heldout and all(r["prompt"][0]["content"] == "Ask or <stop />." for r in prepared.train)
+    leaked = [*rows, {**rows[0], "dialogue_id": "s3", "split": "test"}]
+    with pytest.raises(DataError, match="test-split dialogue"):
+        prepare_source(leaked, table.column_names, source, "sft", spec, count, 512)
+
+
+def test_bad_eval_params_are_config_errors(tmp_path):
+    from stages.l2a_eval import check_params, run
+
+    good = {"samples": "s.parquet", "models": {"a": "m"}, "output": {"generations": "g.parquet", "metrics": "m.json", "markdown": "m.md"}}
+    assert check_params(good)["split"] == "test"
+    for bad, message in (({"nope": 1}, "unknown key"), ({"models": {}}, "l2a.eval.models"),
+                         ({"compare": [["a", "zzz"]]}, "l2a.eval.compare"), ({"max_samples": 0}, "max_samples"),
+                         ({"output": {"metrics": "m.json"}}, "l2a.eval.output")):
+        with pytest.raises(ConfigError, match=message):
+            check_params({**good, **bad})
+    import pyarrow.parquet as pq
+    from pipelines.learn_to_ask.tables import L2A_SAMPLES
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(samples_rows(), schema=L2A_SAMPLES.schema), tmp_path / "l2a_samples.parquet")
+    with pytest.raises(ConfigError, match="does not exist"):
+        run({**good, "samples": str(tmp_path / "l2a_samples.parquet"), "models": {"a": str(tmp_path / "missing")}})
+
+
+def test_eval_scores_real_generations_and_writes_every_report(tmp_path, tiny_model_dir, single_torch_thread):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.learn_to_ask.tables import L2A_SAMPLES
+    from stages.l2a_eval import run
+
+    pq.write_table(pa.Table.from_pylist(samples_rows(), schema=L2A_SAMPLES.schema), tmp_path / "l2a_samples.parquet")
+    output = {"generations": str(tmp_path / "g/l2a_eval.parquet"), "metrics": str(tmp_path / "l2a.json"), "markdown": str(tmp_path / "l2a.md")}
+    params = {"samples": str(tmp_path / "l2a_samples.parquet"), "models": {"one": str(tiny_model_dir), "two": str(tiny_model_dir)},
+              "generation": {"max_new_tokens": 8, "batch_size": 4}, "stats": {"resamples": 20, "alpha": 0.1, "seed": 0},
+              "compare": [["two", "one"]], "output": output}
+    report = run(params)
+    table = read_artifact(tmp_path / "g/l2a_eval.parquet")  # the l2a_eval suite
+    assert table.num_rows == 2 * report["samples"] and set(table.column("model").to_pylist()) == {"one", "two"}
+    assert report["samples"] == 9  # 3 test sessions x (2 CONTINUE + 1 STOP)
+    saved = json.loads((tmp_path / "l2a.json").read_text())
+    assert set(saved["models"]["one"]["metrics"]) == {"WA", "WA-GH", "WC", "WS", "AA", "FC", "TR"}
+    assert saved["models"]["one"]["counts"]["stop"] == 3
+    # The same model twice, greedy: identical outputs, zero difference.
+    assert all(v in (0.0, None) for v in saved["compare"]["two - one"]["difference"].values())
+    assert "| one | 9 |" in (tmp_path / "l2a.md").read_text()
+
+
+def _shrink_l2a(params: dict) -> None:
+    from tests.test_dvc_pipeline import shrink
+
+    shrink(params)
+    l2a = params["l2a"]
+    for name in ("sft", "grpo"):
+        section = l2a["train"][name]
+        section["data"]["sources"][0]["max_rows"] = 8
+        section["optim"].update(max_steps=2, batch_size=4, logging_steps=1)
+        section["eval"].update(max_examples=4, max_new_tokens=8)
+    l2a["train"]["grpo"]["objective"].update(num_generations=2, max_completion_length=8)
+    l2a["eval"].update(max_samples=6, generation={"max_new_tokens": 8, "batch_size": 6}, stats={"resamples": 20, "alpha": 0.05, "seed": 0})
+
+
+@pytest.mark.slow
+def test_dvc_repro_l2a_eval_trains_both_policies_and_is_idempotent(tmp_path):
+    from tests.conftest import REPO
+    from tests.test_dvc_pipeline import _run, pipeline_project
+
+    project = pipeline_project(tmp_path / "project", _shrink_l2a)
+    if not (project / "catalog").exists():  # pipeline_project predates catalog/ (the stages import it)
+        import shutil
+
+        shutil.copytree(REPO / "catalog", project / "catalog", ignore=shutil.ignore_patterns("__pycache__"))
+        _run(["git", "add", "-A"], project)
+        _run(["git", "commit", "-q", "-m", "catalog"], project)
+    first = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project)
+    for stage in ("hindsight", "train_l2a_sft", "train_l2a_grpo", "l2a_eval"):
+        assert f"Running stage '{stage}'" in first.stdout
+    sft = json.loads((project / "reports/train/l2a_sft.json").read_text())
+    grpo = json.loads((project / "reports/train/l2a_grpo.json").read_text())
+    assert sft["train"]["steps"] == 2 and grpo["train"]["steps"] == 2
+    assert (project / "models/l2a_grpo/config.json").is_file()
+    report = json.loads((project / "reports/l2a.json").read_text())
+    assert set(report["models"]) == {"base", "l2a_sft", "l2a_grpo"} and report["split"] == "test"
+    assert read_artifact(project / "data/processed/l2a/l2a_eval.parquet").num_rows == 3 * (report["samples"] - report["dropped_too_long"])
+    second = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project)
+    assert "Running stage" not in second.stdout and "Data and pipelines are up to date" in second.stdout
