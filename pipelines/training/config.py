@@ -96,11 +96,15 @@ class SourceSpec:
     (:data:`pipelines.policy.prompts.SYSTEM_PROMPT_NAMES`: ``compact``, ``toolwoz_react``,
     ``own``); None: ``DataSpec.compact_prompts`` decides (``compact`` or ``own``). So a
     SpeakER source and a JOSH source (ReAct over the ToolWOZ apis) train in one run, each in
-    its own format."""
+    its own format.
+
+    ``prompt_column``: a text column to use as the prompt's one user message where the table
+    has no ``prompt`` messages (e.g. ``pir_traces``' ``input``)."""
 
     path: str
     max_rows: int | None = None
     completion_column: str | None = None
+    prompt_column: str | None = None
     prompts_from: str | None = None
     windows: bool = False
     system_prompt: str | None = None
@@ -212,9 +216,15 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class SFTObjective:
-    """Supervised fine-tuning on prompt-completion pairs; the loss covers the completion."""
+    """Supervised fine-tuning on prompt-completion pairs; the loss covers the completion.
+
+    ``loss_mask``: a function by import path (``package.module:name``) from a completion's
+    text to the character spans ``[(start, end), ...]`` that get no loss (a token overlapping
+    a span is masked), e.g. ``pipelines.pir.sft:response_spans``, the simulated user's
+    ``<response>`` blocks of PIR traces. The examples are then tokenized here, with labels."""
 
     completion_only_loss: bool = True
+    loss_mask: str | None = None
 
 
 @dataclass(frozen=True)
