@@ -55,7 +55,7 @@ def pipeline_project(root: Path, edit_params: Callable[[dict], None], files: Map
     """A copy of the repository's pipeline (code, dvc.yaml, params.yaml changed by
     ``edit_params``, plus ``files``) committed in a fresh git + DVC repository at ``root``."""
     root.mkdir(parents=True)
-    for name in ("pipelines", "stages", "flows"):
+    for name in ("pipelines", "catalog", "stages", "flows"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
