@@ -229,10 +229,6 @@ class ConversationRollout:
         seen = len(state.messages)
         turn = 0
         while state.phase == WAITS_FOR_AGENT:
-            if len(prompt_ids) + len(rollout.completion_ids) + 8 > self.config.max_total_tokens:
-                rollout.truncated = True
-                state.stop()
-                break
             text = await self._policy_turn(model, state, rollout, seed, turn)
             turn += 1
             state.take(AgentOutput(text=text, completion_tokens=None))
@@ -241,8 +237,14 @@ class ConversationRollout:
                 await state.hear_user()
             new = state.messages[seen + 1:]
             seen = len(state.messages)
-            if state.phase == WAITS_FOR_AGENT:  # after the end, nothing more is read
-                self._inject(rollout, "\n" + self._blocks(new))
+            if state.phase != WAITS_FOR_AGENT:  # after the end, nothing more is read
+                break
+            injected = self._ids("\n" + self._blocks(new))
+            if len(prompt_ids) + len(rollout.completion_ids) + len(injected) + 8 > self.config.max_total_tokens:
+                rollout.truncated = True  # no room for the next turn: a limit, as max_exchanges is
+                state.stop()
+                break
+            self._inject_ids(rollout, injected)
         rollout.episode = state.finish()
         rollout.policy_text = self.tokenizer.decode([t for t, m in zip(rollout.completion_ids, rollout.env_mask) if m],
                                                     skip_special_tokens=True)
@@ -251,7 +253,9 @@ class ConversationRollout:
         return rollout
 
     def _inject(self, rollout: Rollout, text: str) -> None:
-        ids = self._ids(text)
+        self._inject_ids(rollout, self._ids(text))
+
+    def _inject_ids(self, rollout: Rollout, ids: list[int]) -> None:
         rollout.completion_ids.extend(ids)
         rollout.env_mask.extend([0] * len(ids))
         rollout.logprobs.extend([0.0] * len(ids))
@@ -262,9 +266,13 @@ class ConversationRollout:
         budget = self.config.max_turn_tokens
         start = len(rollout.completion_ids)
         segment = 0
-        while budget > 0:
+        while True:
+            # Never past max_total_tokens (the model's positions): one token is kept for the turn's end.
+            room = min(budget, self.config.max_total_tokens - len(rollout.prompt_ids) - len(rollout.completion_ids) - 1)
+            if room <= 0:
+                break
             asks_left = self.config.ask_inside_reasoning and len(rollout.asks) < self.config.max_asks
-            ids, logprobs = self._generate(model, rollout.prompt_ids + rollout.completion_ids, budget,
+            ids, logprobs = self._generate(model, rollout.prompt_ids + rollout.completion_ids, room,
                                            _seed(seed, state.spec.episode_id, turn, segment), stop_at_ask=asks_left)
             segment += 1
             budget -= len(ids)

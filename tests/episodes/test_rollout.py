@@ -112,6 +112,12 @@ def test_a_budget_cut_turn_is_closed_by_an_injected_end_of_turn(world, tiny_mode
         # The turn ends with the policy's own end-of-turn token, or an injected one when cut.
         assert ids[b - 1] == eos or (b < len(ids) and ids[b] == eos and mask[b] == 0)
 
+    # A token budget just above the prompt: the conversation stops there, as a limit.
+    short = RolloutConfig(max_exchanges=4, max_turn_tokens=6, max_total_tokens=len(first.prompt_ids) + 40, ask_inside_reasoning=False)
+    [cut] = ConversationRollout(database, AgendaSimulator(database), tokenizer, short).play(model, [spec], [3])
+    assert len(cut.prompt_ids) + len(cut.completion_ids) <= short.max_total_tokens
+    assert cut.truncated and cut.episode.ended_by == "turn_limit"
+
 
 def test_unstated_slots_are_the_goal_values_the_opening_leaves_out(world):
     _, dialogue = world
