@@ -506,7 +506,7 @@ def loss_mask_function(path: str) -> Callable[[str], list[tuple[int, int]]]:
     """The span function an ``SFTObjective.loss_mask`` names (``package.module:name``).
 
     >>> loss_mask_function("pipelines.pir.sft:response_spans")("a<response>b</response>")
-    [(1, 22)]
+    [(1, 23)]
     """
     import importlib
 
