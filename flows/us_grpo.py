@@ -125,9 +125,13 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
     rows, specs, repeated = conversation_rows(rollout, train_dialogues, env.seed)
     logger.info("us_grpo: %d conversation prompts (%d goals with a repeated start left out), %d held-out goals",
                 len(rows), repeated, len(eval_dialogues))
-    composite = next((f for f in functions if hasattr(f, "judge")), None)
-    if composite is None:
-        from pipelines.pir.reward import pir_composite_rules as composite
+    # The held-out conversations are scored by their own composite reward (the training
+    # reward's judge and settings), so that the training reward's branch counts are training's.
+    from pipelines.pir.reward import PIRReward, RulesHelpfulness
+
+    trained = next((f for f in functions if isinstance(f, PIRReward)), None)
+    composite = PIRReward(trained.judge, s_base=trained.s_base, n_max=trained.n_max) if trained else PIRReward(RulesHelpfulness())
+    branches_before = dict(trained.stats) if trained else {}
 
     set_seed(config.optim.seed)
     model = load_model(config, device)
@@ -155,7 +159,8 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
             "data": {"train_prompts": len(rows), "repeated_starts_left_out": repeated, "heldout_goals": len(eval_dialogues)},
             "train": {"steps": summary.steps, "max_steps": summary.max_steps, "stopped_by": summary.stopped_by,
                       "mean_loss": summary.mean_loss, "final_loss": summary.final_loss,
-                      "rollouts": dict(rollout.stats), "reward_branches": dict(composite.stats)},
+                      "rollouts": dict(rollout.stats),
+                      "reward_branches": {k: v - branches_before.get(k, 0) for k, v in (trained.stats if trained else {}).items()}},
             "eval": {"before": before, "after": after},
         }
         card = (f"# {Path(config.output.model_dir).name}\n\nUS-GRPO (PIR section 3.2) from `{config.model.name_or_path}`: "
