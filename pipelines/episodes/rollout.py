@@ -285,7 +285,8 @@ class ConversationRollout:
             question = written.rstrip()[: -len(ASK_CLOSE)].rsplit(ASK_OPEN, 1)[-1].strip()
             reply = await state.session.respond(question)
             rollout.asks.append((question, reply.text))
-            self._inject(rollout, f"\n{RESPONSE_OPEN}{reply.text}{RESPONSE_CLOSE}\n")
+            # As the SFT traces have it (pipelines.pir.insertion.render_pair): the next step follows a blank line.
+            self._inject(rollout, f"\n{RESPONSE_OPEN}{reply.text.strip()}{RESPONSE_CLOSE}\n\n")
         if not rollout.completion_ids[start:] or rollout.completion_ids[-1] != self.eos_id:
             self._inject(rollout, self.tokenizer.eos_token)  # cut at the budget: the template closes the turn
         return self.tokenizer.decode(rollout.completion_ids[start:], skip_special_tokens=True)

@@ -75,7 +75,7 @@ def test_user_and_tool_tokens_are_masked_and_the_policy_tokens_are_not(world, to
     # The simulator answered the question asked inside the reasoning, injected as <response>, masked.
     [(question, answer)] = played.asks
     assert question == "Which area would you like?" and answer
-    assert f"<response>{answer}</response>" in injected
+    assert f"\n<response>{answer.strip()}</response>\n\n" in injected
     assert answer not in tokenizer.decode(ours)
     # Every user turn after the opening was injected, and none of it is the policy's.
     replies = [e.text for e in played.episode.events if e.actor == "user" and e.turn > 0]
