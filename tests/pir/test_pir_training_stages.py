@@ -49,3 +49,18 @@ def test_eval_section_errors_name_the_setting(params, tiny_model_dir, small_corp
         check({**section, "models": {"pir_sft": "models/nowhere"}})
     with pytest.raises(ConfigError, match="unknown key"):
         check({**section, "extra": 1})
+
+
+def test_sft_section_reads_the_traces_with_the_response_mask(params):
+    from pipelines.training.preflight import preflight
+    from stages.train import train_config
+
+    config = train_config("sft", params["pir_train"], section_name="sft")
+    assert config.resolved_objective().loss_mask == "pipelines.pir.sft:response_spans"
+    [source] = config.data.sources
+    assert (source.prompt_column, source.completion_column) == ("input", "augmented_trace")
+    assert config.data.holdout.split == "val" and config.output.model_dir == "models/pir_sft"
+    bad = copy.deepcopy(params["pir_train"])
+    bad["sft"]["objective"]["loss_mask"] = "pipelines.pir.sft:nothing_here"
+    with pytest.raises(ConfigError, match="loss_mask 'pipelines.pir.sft:nothing_here': cannot import"):
+        preflight(train_config("sft", bad, section_name="sft"))
