@@ -144,8 +144,9 @@ def _joining_prompts(path: str, key: str, records: list[dict]) -> list[dict]:
 
 
 @task(name="build-dataset", **_TASK)
-def build_dataset(config: TrainConfig, prepared: list[SourceRows]) -> Any:
-    dataset = build_train_dataset(config.method, prepared, seed=config.data.seed)
+def build_dataset(config: TrainConfig, prepared: list[SourceRows], tokenizer: Any = None) -> Any:
+    loss_mask = getattr(config.resolved_objective(), "loss_mask", None)
+    dataset = build_train_dataset(config.method, prepared, seed=config.data.seed, tokenizer=tokenizer, loss_mask=loss_mask)
     get_run_logger().info("%s: %d training examples, columns %s", config.method, len(dataset), dataset.column_names)
     return dataset
 
@@ -274,7 +275,7 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
     device = check_config(config)
     tokenizer = load_tokenizer(config)
     prepared = load_datasets(config, tokenizer)
-    dataset = build_dataset(config, prepared)
+    dataset = build_dataset(config, prepared, tokenizer)
     # Seeded before the model exists: TRL wraps it in a LoRA adapter (random A matrices)
     # before the Trainer seeds itself, so the adapter's start must not hang on RNG history.
     from transformers import set_seed

@@ -386,6 +386,12 @@ class EpisodeState:
         self.step = self.attempt = 0
         self.phase = WAITS_FOR_USER
 
+    def stop(self) -> None:
+        """End the episode from outside, as a limit (a rollout's token budget is spent)."""
+        if self.phase == DONE:
+            raise RuntimeError(f"episode {self.spec.episode_id!r} is already over")
+        self._end(TURN_LIMIT, "runner", self.turn)
+
     # -- bookkeeping ---------------------------------------------------------------------
 
     def _end(self, ended_by: str, actor: str, turn: int, **cost: Any) -> None:

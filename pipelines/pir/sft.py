@@ -48,17 +48,7 @@ def tokenize_example(
     up to the reply (no loss), the completion and an end-of-sequence token (loss), except the
     tokens of ``<response>`` spans unless ``train_on_responses``. A token counts as part of a
     span when its characters overlap it."""
-    prefix = tokenizer.apply_chat_template([dict(m) for m in prompt], tokenize=False, add_generation_prompt=True)
-    prompt_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"]
-    encoded = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
+    from pipelines.training.data import masked_example
+
     spans = [] if train_on_responses else response_spans(completion)
-    completion_labels = []
-    for token_id, (start, end) in zip(encoded["input_ids"], encoded["offset_mapping"]):
-        masked = any(start < b and a < end for a, b in spans)
-        completion_labels.append(IGNORE_INDEX if masked else token_id)
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    input_ids = prompt_ids + list(encoded["input_ids"]) + eos
-    labels = [IGNORE_INDEX] * len(prompt_ids) + completion_labels + eos
-    if max_length is not None:
-        input_ids, labels = input_ids[:max_length], labels[:max_length]
-    return {"input_ids": input_ids, "labels": labels}
+    return masked_example(tokenizer, prompt, completion, spans, max_length)

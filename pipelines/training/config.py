@@ -98,6 +98,9 @@ class SourceSpec:
     SpeakER source and a JOSH source (ReAct over the ToolWOZ apis) train in one run, each in
     its own format.
 
+    ``prompt_column``: a text column to use as the prompt's one user message where the table
+    has no ``prompt`` messages (e.g. ``pir_traces``' ``input``).
+
     ``grammar``: how held-out generations are read (:data:`pipelines.training.evaluation.GRAMMARS`):
     ``speakrl`` (SpeakER), ``react`` (JOSH's PLAN/APICALL/SPEAK) or ``clarifier`` (``NO NEED TO
     ASK`` / ``YES [QUESTION]...``)."""
@@ -105,6 +108,7 @@ class SourceSpec:
     path: str
     max_rows: int | None = None
     completion_column: str | None = None
+    prompt_column: str | None = None
     prompts_from: str | None = None
     windows: bool = False
     system_prompt: str | None = None
@@ -115,7 +119,6 @@ class SourceSpec:
 
         if self.grammar not in ("speakrl", "react", "clarifier"):
             raise ConfigError(f"{self.path}: grammar must be speakrl, react or clarifier, got {self.grammar!r}")
-
         if self.system_prompt is not None and self.system_prompt not in SYSTEM_PROMPT_NAMES:
             raise ConfigError(f"{self.path}: system_prompt must be one of {list(SYSTEM_PROMPT_NAMES)} or null, got {self.system_prompt!r}")
 
@@ -220,9 +223,15 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class SFTObjective:
-    """Supervised fine-tuning on prompt-completion pairs; the loss covers the completion."""
+    """Supervised fine-tuning on prompt-completion pairs; the loss covers the completion.
+
+    ``loss_mask``: a function by import path (``package.module:name``) from a completion's
+    text to the character spans ``[(start, end), ...]`` that get no loss (a token overlapping
+    a span is masked), e.g. ``pipelines.pir.sft:response_spans``, the simulated user's
+    ``<response>`` blocks of PIR traces. The examples are then tokenized here, with labels."""
 
     completion_only_loss: bool = True
+    loss_mask: str | None = None
 
 
 @dataclass(frozen=True)

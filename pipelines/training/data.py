@@ -89,6 +89,8 @@ def source_layout(method: str, source: SourceSpec, columns: Iterable[str], holdo
     """The layout in which ``method`` reads a source with these ``columns``; ConfigError
     naming what is missing otherwise."""
     present = set(columns)
+    if source.prompt_column is not None:
+        present |= {"prompt"} if source.prompt_column in present else set()
     if source.completion_column is not None:
         if method not in ("sft",):
             raise ConfigError(f"{source.path}: completion_column is only for sft sources, not {method}")
@@ -352,7 +354,9 @@ def _messages(value: Any, where: str) -> Messages:
 def _normalize(row: Row, layout: str, source: SourceSpec) -> Row:
     where = f"{source.path} ({row.get('dialogue_id', '?')})"
     out = dict(row)
-    out["prompt"] = _messages(row["prompt"], f"{where} prompt")
+    if source.prompt_column is not None:
+        out["prompt"] = [{"role": "user", "content": str(row[source.prompt_column])}]
+    out["prompt"] = _messages(out["prompt"], f"{where} prompt")
     if source.completion_column is not None:
         out["completion"] = [{"role": "assistant", "content": str(row[source.completion_column])}]
     for column in ("completion", "chosen", "rejected"):
@@ -496,6 +500,60 @@ def prepare_source(
 
 # --- Rows -> TRL's layout --------------------------------------------------------------------
 
+IGNORE_INDEX = -100
+
+
+def loss_mask_function(path: str) -> Callable[[str], list[tuple[int, int]]]:
+    """The span function an ``SFTObjective.loss_mask`` names (``package.module:name``).
+
+    >>> loss_mask_function("pipelines.pir.sft:response_spans")("a<response>b</response>")
+    [(1, 23)]
+    """
+    import importlib
+
+    module_name, _, attribute = path.rpartition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute) if module_name else None
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"sft loss_mask {path!r}: cannot import it ({exc})") from None
+    if not callable(function):
+        raise ConfigError(f"sft loss_mask {path!r}: expected an import path package.module:function")
+    return function
+
+
+def masked_example(
+    tokenizer: Any, prompt: Messages, completion: str, masked: Sequence[tuple[int, int]] = (), max_length: int | None = None
+) -> dict[str, list[int]]:
+    """``input_ids`` and ``labels`` of one prompt-completion example: the prompt rendered
+    with the chat template up to the reply (no loss), then the completion and the
+    end-of-sequence token (loss), except the completion tokens whose characters overlap one
+    of the ``masked`` character spans of ``completion`` (label -100). SFTTrainer takes such
+    rows as they are."""
+    prefix = tokenizer.apply_chat_template([dict(m) for m in prompt], tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"]
+    encoded = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
+    labels = [
+        IGNORE_INDEX if any(start < b and a < end for a, b in masked) else token_id
+        for token_id, (start, end) in zip(encoded["input_ids"], encoded["offset_mapping"])
+    ]
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    input_ids = prompt_ids + list(encoded["input_ids"]) + eos
+    labels = [IGNORE_INDEX] * len(prompt_ids) + labels + eos
+    if max_length is not None:
+        input_ids, labels = input_ids[:max_length], labels[:max_length]
+    return {"input_ids": input_ids, "labels": labels}
+
+
+def masked_rows(rows: Sequence[Row], tokenizer: Any, loss_mask: str) -> list[Row]:
+    """SFT rows (``prompt`` + one-message ``completion``) tokenized with the spans that
+    ``loss_mask`` finds in each completion left out of the loss (:func:`masked_example`)."""
+    spans = loss_mask_function(loss_mask)
+    out = []
+    for row in rows:
+        text = "".join(str(m["content"]) for m in row["completion"])
+        out.append(masked_example(tokenizer, row["prompt"], text, spans(text)))
+    return out
+
 
 def trainer_rows(method: str, prepared: SourceRows) -> list[Row]:
     """The training rows in the columns the method's TRL trainer reads. KTO reads pairs as
@@ -520,8 +578,10 @@ def trainer_rows(method: str, prepared: SourceRows) -> list[Row]:
     raise ConfigError(f"unknown method {method!r}")
 
 
-def build_train_dataset(method: str, prepared: Sequence[SourceRows], seed: int = 0) -> Any:
-    """All sources' training rows as one shuffled ``datasets.Dataset``."""
+def build_train_dataset(method: str, prepared: Sequence[SourceRows], seed: int = 0, *, tokenizer: Any = None,
+                        loss_mask: str | None = None) -> Any:
+    """All sources' training rows as one shuffled ``datasets.Dataset``; with ``loss_mask``
+    (SFT), tokenized with the masked spans out of the loss (:func:`masked_rows`)."""
     from datasets import Dataset
 
     if len({source.windows for source in prepared}) > 1:
@@ -536,6 +596,10 @@ def build_train_dataset(method: str, prepared: Sequence[SourceRows], seed: int =
         # Arrow needs one type per column across sources: keep the columns all sources share.
         shared = set.intersection(*(set(source.train[0]) for source in prepared if source.train))
         rows = [{k: v for k, v in row.items() if k in shared} for row in rows]
+    if loss_mask is not None:
+        if method != "sft" or any(source.windows for source in prepared):
+            raise ConfigError(f"{method}: loss_mask is for sft prompt-completion rows (not dialogue windows)")
+        rows = masked_rows(rows, tokenizer, loss_mask)
     random.Random(seed).shuffle(rows)
     return Dataset.from_list(rows)
 
@@ -558,6 +622,9 @@ __all__ = [
     "held_out",
     "holdout_score",
     "is_held_out",
+    "loss_mask_function",
+    "masked_example",
+    "masked_rows",
     "prepare_source",
     "reward_columns",
     "shorten_tool_response",

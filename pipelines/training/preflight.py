@@ -122,6 +122,11 @@ def preflight(config: TrainConfig, machine: Machine | None = None) -> DeviceSett
     check_numbers(config)
     if isinstance(config.resolved_objective(), GRPOObjective):
         reward_functions(config.resolved_objective(), config.judge)
+    loss_mask = getattr(config.resolved_objective(), "loss_mask", None)
+    if loss_mask is not None:
+        from pipelines.training.data import loss_mask_function
+
+        loss_mask_function(loss_mask)  # an unimportable span function fails before anything loads
     check_model(config)
     check_data(config)
     return resolve_device(config.device, config.model, config.method, machine or Machine.detect())

@@ -86,10 +86,12 @@ def build_trainer(
     peft_config: Any,
     output_dir: str,
     callbacks: Sequence[Any] = (),
+    rollout_func: Callable[..., dict] | None = None,
 ) -> Any:
     """The TRL trainer for ``config.method``, ready to ``train()``. Its progress goes to
     the callbacks (e.g. :class:`~pipelines.training.callbacks.LoggingCallback`), not to
-    stdout."""
+    stdout. ``rollout_func`` (GRPO): TRL's custom rollouts, e.g. whole conversations with a
+    user simulator (:func:`pipelines.episodes.rollout.trl_rollout_func`)."""
     from transformers import PrinterCallback
 
     shared = {
@@ -99,6 +101,8 @@ def build_trainer(
         "peft_config": peft_config,
         "callbacks": list(callbacks),
     }
+    if rollout_func is not None:
+        shared["rollout_func"] = rollout_func
     trainer = _trainer(config.resolved_objective(), training_arguments(config, device, output_dir), shared, device, config.judge)
     trainer.remove_callback(PrinterCallback)
     return trainer

@@ -86,3 +86,32 @@ def test_trl_sft_trainer_keeps_the_mask(tiny_model_dir, tokenizer, tmp_path):
     assert trainer.train_dataset[0]["labels"] == example["labels"]
     batch = trainer.data_collator([trainer.train_dataset[0]])
     assert batch["labels"][0].tolist() == example["labels"]
+
+
+def test_the_training_flow_reads_pir_traces_and_masks_the_responses(tokenizer):
+    """pir_traces rows through the training data path (stage train_pir_sft): the input as the
+    user's message under the compact system prompt, the augmented trace as the reply, the
+    <response> blocks out of the loss; without loss_mask (the paper's eq. 3) TRL gets the
+    prompt-completion pairs whole."""
+    from pipelines.errors import ConfigError
+    from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
+    from pipelines.training.config import DataSpec, SourceSpec
+    from pipelines.training.data import TokenCounter, build_train_dataset, prepare_source
+
+    rows = [{"trace_id": "t1", "dialogue_id": "d1", "split": "train", "input": PROMPT[0]["content"], "augmented_trace": TRACE},
+            {"trace_id": "t2", "dialogue_id": "d2", "split": "val", "input": "Another request.", "augmented_trace": TRACE}]
+    source = SourceSpec("pir_traces.parquet", prompt_column="input", completion_column="augmented_trace")
+    spec = DataSpec(sources=(source,), max_history_messages=None)
+    prepared = prepare_source(rows, list(rows[0]), source, "sft", spec, TokenCounter(tokenizer), 4096)
+    assert [r["dialogue_id"] for r in prepared.train] == ["d1"] and [r["dialogue_id"] for r in prepared.heldout] == ["d2"]
+    assert prepared.train[0]["prompt"] == [{"role": "system", "content": COMPACT_SYSTEM_PROMPT}, PROMPT[0]]
+
+    [example] = build_train_dataset("sft", [prepared], tokenizer=tokenizer, loss_mask="pipelines.pir.sft:response_spans").to_list()
+    assert example == tokenize_example(tokenizer, prepared.train[0]["prompt"], TRACE)
+    trained = tokenizer.decode([t for t in example["labels"] if t != IGNORE_INDEX])
+    assert "Which area would you like?" in trained and "north" not in trained and "Two people." not in trained
+
+    [whole] = build_train_dataset("sft", [prepared]).to_list()
+    assert whole["completion"] == [{"role": "assistant", "content": TRACE}]
+    with pytest.raises(ConfigError, match="loss_mask"):
+        build_train_dataset("sft", [prepared], tokenizer=tokenizer, loss_mask="pipelines.pir.sft:no_such_function")

@@ -1,0 +1,111 @@
+"""PIR's evaluation numbers (section 4.1) for played conversations
+(:class:`pipelines.episodes.rollout.Rollout`): task success (the world's grade: on MultiWOZ the
+goal checker), TTR (turns to resolution: the simulator's replies after its opening), tokens
+(what the policy wrote), questions asked (in its reasoning and as visible clarifications),
+helpfulness of the asking (H from a :class:`~pipelines.pir.reward.HelpfulnessJudge`) and the
+composite reward."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Sequence
+
+from pipelines.pir.reward import HelpfulnessJudge, HelpItem, PIRReward
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def helpfulness_scores(rollouts: Sequence[Any], unstated: Sequence[Sequence[str]], judge: HelpfulnessJudge) -> list[float | None]:
+    """H per conversation that asked (None for one that did not ask, or that the judge could
+    not score)."""
+    items, where = [], []
+    for i, (rollout, slots) in enumerate(zip(rollouts, unstated)):
+        if rollout.questions:
+            opening = rollout.episode.events[0].text if rollout.episode.events else ""
+            items.append(HelpItem(opening or "", opening or "", "\n".join(rollout.questions), {"unstated_slots": list(slots)}))
+            where.append(i)
+    scores: list[float | None] = [None] * len(rollouts)
+    for i, (score, _) in zip(where, judge.helpfulness(items) if items else []):
+        scores[i] = score
+    return scores
+
+
+def conversation_metrics(rollouts: Sequence[Any], unstated: Sequence[Sequence[str]], reward: PIRReward) -> dict[str, Any]:
+    """The table's numbers over ``rollouts`` (``unstated``: each goal's slots its opening
+    turn left out, for the helpfulness judge and the reward).
+
+    ``helpfulness`` is the mean H over the conversations that asked (null when none did);
+    ``reward`` the mean composite reward of the policy's text, scored as in training."""
+    n = len(rollouts)
+    help_scores = helpfulness_scores(rollouts, unstated, reward.judge)
+    rewards = reward(["" for _ in rollouts], [r.policy_text for r in rollouts], correct=[r.episode.success for r in rollouts],
+                     unstated_slots=[list(s) for s in unstated])
+    asked = [r for r in rollouts if r.questions]
+    return {
+        "conversations": n,
+        "success": _mean([float(r.episode.success) for r in rollouts]),
+        "inform": _mean([float(r.episode.result.inform) for r in rollouts]),
+        "ttr": _mean([float(r.ttr) for r in rollouts]),
+        "tokens": _mean([float(r.policy_tokens) for r in rollouts]),
+        "questions": _mean([float(len(r.questions)) for r in rollouts]),
+        "asks_in_reasoning": _mean([float(len(r.asks)) for r in rollouts]),
+        "asked_share": _mean([float(bool(r.questions)) for r in rollouts]),
+        "helpfulness": _mean([s for s in help_scores if s is not None]),
+        "helpfulness_scored": sum(s is not None for s in help_scores),
+        "reward": _mean([x for x in rewards if x is not None]),
+        "malformed": _mean([float(r.episode.n_malformed) for r in rollouts]),
+        "tool_calls": _mean([float(r.episode.n_tool_calls) for r in rollouts]),
+        "truncated": sum(r.truncated for r in rollouts),
+        "ended_by": dict(sorted(_count(r.episode.ended_by for r in rollouts).items())),
+        "asked_conversations": len(asked),
+    }
+
+
+def play_and_score(rollout: Any, model: Any, dialogues: Sequence[Any], seed: int, reward: PIRReward) -> tuple[dict[str, Any], list]:
+    """Play each dialogue's goal once (episode ``<id>#<seed>``, sampling seeded by ``seed``)
+    with ``rollout`` (a :class:`pipelines.episodes.rollout.ConversationRollout`) and
+    ``model``; PIR's numbers over them (:func:`conversation_metrics`) and the rollouts."""
+    from pipelines.episodes.rollout import unstated_slots
+    from pipelines.episodes.runner import EpisodeSpec
+
+    specs = [EpisodeSpec(f"{d.dialogue_id}#{seed}", d.goal, seed) for d in dialogues]
+    played = rollout.play(model, specs, [seed] * len(specs))
+    unstated = [unstated_slots(spec.goal, opening_text(r)) for spec, r in zip(specs, played)]
+    return conversation_metrics(played, unstated, reward), played
+
+
+def opening_text(rollout: Any) -> str:
+    """The user's opening turn of a played conversation."""
+    return next((e.text or "" for e in rollout.episode.events if e.actor == "user"), "")
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[str(v)] = out.get(str(v), 0) + 1
+    return out
+
+
+COLUMNS = (("success", "success", True), ("ttr", "TTR", False), ("tokens", "tokens", False),
+           ("questions", "questions", False), ("helpfulness", "help.", False), ("reward", "reward", False))
+
+
+def markdown_table(results: dict[str, dict[str, Any]]) -> str:
+    """One row per model.
+
+    >>> print(markdown_table({"base": {"success": 0.0, "ttr": 2.0, "tokens": 80.5, "questions": 0.0, "helpfulness": None, "reward": 0.0, "conversations": 4}}))
+    | model | conversations | success | TTR | tokens | questions | help. | reward |
+    |---|---|---|---|---|---|---|---|
+    | base | 4 | 0.0 % | 2.00 | 80.50 | 0.00 | – | 0.000 |
+    """
+    head = "| model | conversations | " + " | ".join(label for _, label, _ in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+    for name, m in results.items():
+        cells = []
+        for key, _, percent in COLUMNS:
+            value = m.get(key)
+            cells.append("–" if value is None else (f"{100 * value:.1f} %" if percent else (f"{value:.3f}" if key == "reward" else f"{value:.2f}")))
+        lines.append(f"| {name} | {m.get('conversations')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""DVC stage ``train_pir_grpo``: PIR's US-GRPO, one Prefect flow run (:mod:`flows.us_grpo`).
+
+    python -m stages.pir_grpo [--params params.yaml]
+
+params.yaml ``pir_train.grpo``: ``model`` (``{path: models/pir_sft}``), ``env`` (the MultiWOZ
+directory, the train goals, the held-out goals played before and after, the agenda
+simulator, and ``rollout``: conversation limits and sampling,
+:class:`pipelines.episodes.rollout.RolloutConfig`), ``optim``, ``device``, ``objective``
+(GRPO's settings; ``rewards: {"pipelines.pir.reward:pir_composite_rules": 1.0}``) and
+``output``. A bad setting fails here with ``error: <message>`` and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from catalog.io import from_params, read_params
+from pipelines.errors import ConfigError
+from pipelines.training.config import DataSpec, DeviceSpec, GRPOObjective, ModelSpec, OptimSpec, OutputSpec, TrainConfig
+from stages.entry import main_wrapper
+
+_KEYS = {"model", "env", "optim", "device", "objective", "output"}
+
+
+def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> tuple[TrainConfig, Any]:
+    """The run's :class:`TrainConfig` (no Parquet source: the conversations are the data)
+    and its :class:`flows.us_grpo.ConversationEnv`."""
+    from flows.us_grpo import ConversationEnv
+    from stages.train import _judge
+
+    where = "params.yaml pir_train.grpo"
+    unknown = sorted(set(section) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+    for key in ("env", "output"):
+        if key not in section:
+            raise ConfigError(f"{where}.{key}: required")
+    env = from_params(ConversationEnv, section["env"], f"{where}.env")
+    if not Path(env.source).exists():
+        raise ConfigError(f"{where}.env.source: {env.source} does not exist")
+    config = TrainConfig(
+        method="grpo",
+        model=from_params(ModelSpec, section.get("model"), f"{where}.model"),
+        data=DataSpec(sources=()),
+        output=from_params(OutputSpec, section["output"], f"{where}.output"),
+        optim=from_params(OptimSpec, section.get("optim"), f"{where}.optim"),
+        device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
+        objective=from_params(GRPOObjective, section.get("objective"), f"{where}.objective"),
+        judge=_judge(llm),
+    )
+    objective = config.resolved_objective()
+    if config.optim.batch_size % objective.num_generations:
+        raise ConfigError(f"{where}: optim.batch_size ({config.optim.batch_size}) must be a multiple of "
+                          f"objective.num_generations ({objective.num_generations})")
+    from pipelines.training.preflight import check_model
+    from pipelines.training.trainers import reward_functions
+
+    check_model(config)
+    reward_functions(objective, config.judge)
+    return config, env
+
+
+def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    from stages.train import configure_prefect
+
+    config, env = grpo_config(section, llm)
+    configure_prefect(Path.cwd())
+    from flows.local_api import local_prefect_api
+    from flows.us_grpo import train_us_grpo
+
+    with local_prefect_api(os.environ["PREFECT_HOME"]):
+        report = train_us_grpo(config, env)
+    before, after = report["eval"]["before"], report["eval"]["after"]
+    print(f"train_pir_grpo: {report['train']['steps']} steps -> {config.output.model_dir}; held-out conversations "
+          f"success {before['success']} -> {after['success']}, reward {before['reward']} -> {after['reward']}, "
+          f"questions {before['questions']} -> {after['questions']}, TTR {before['ttr']} -> {after['ttr']}")
+    return report
+
+
+@main_wrapper
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.pir_grpo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    from stages.train import configure_threads
+
+    configure_threads()
+    section = read_params("pir_train", args.params).get("grpo")
+    if not isinstance(section, Mapping):
+        raise ConfigError("params.yaml pir_train.grpo: missing (or not a mapping)")
+    run(section, read_params("llm", args.params, required=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
