@@ -27,7 +27,6 @@ from typing import Any, Callable, Iterator, Mapping
 
 from pipelines.errors import ConfigError
 from pipelines.llm import LLMClient
-from pipelines.records import frozen_dict
 from pipelines.rewards.clarify import NO_QUESTION, Clarification, ClarifyReward, Judge, JudgeError, Verdict
 from pipelines.rewards.format import (
     FULL_CREDIT,
