@@ -154,7 +154,9 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
         report = {
             "method": "us_grpo",
             "model": {"start": config.model.name_or_path, "parameters": parameter_counts(trainer.model)},
-            "config": {"optim": config_dict(config.optim), "objective": config_dict(config.resolved_objective()),
+            # max_time_s is left out like every clock setting of a hashed report; train.stopped_by says if it stopped the run.
+            "config": {"optim": {k: v for k, v in config_dict(config.optim).items() if k != "max_time_s"},
+                       "objective": config_dict(config.resolved_objective()),
                        "env": config_dict(env)},
             "data": {"train_prompts": len(rows), "repeated_starts_left_out": repeated, "heldout_goals": len(eval_dialogues)},
             "train": {"steps": summary.steps, "max_steps": summary.max_steps, "stopped_by": summary.stopped_by,
