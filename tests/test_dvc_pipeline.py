@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import pytest
 import yaml
@@ -49,6 +49,31 @@ def shrink_training_and_evaluation(params: dict) -> None:
     if evaluate:
         evaluate.update(max_goals=2, seeds=[0, 1], max_exchanges=2)
         evaluate["generation"].update(max_new_tokens=8)
+    # Every method's training section (SpeakRL's again, JOSH, Learn-to-Ask, PIR, the Clarifier): a couple of steps.
+    for section in _training_sections(params):
+        for source in section.get("data", {}).get("sources", []):
+            source["max_rows"] = 8
+        section["optim"].update(max_steps=2, batch_size=4, logging_steps=1)
+        if "eval" in section:
+            section["eval"] = {**section["eval"], "max_examples": 4, **({"max_new_tokens": 8} if "max_new_tokens" in section["eval"] else {})}
+        objective = section.get("objective") or {}
+        if "num_generations" in objective:
+            objective.update(num_generations=2, max_completion_length=min(objective.get("max_completion_length", 16), 64))
+        if "env" in section:  # US-GRPO: a few short conversations
+            section["env"].update(max_goals=2, eval_goals=2)
+    if "l2a" in params:
+        params["l2a"]["eval"]["max_samples"] = 8
+    if "pir_eval" in params:
+        params["pir_eval"]["max_goals"] = 2
+
+
+def _training_sections(params: Any) -> list[dict]:
+    """Every training-method section of ``params`` (a dict with model, optim and data or env)."""
+    if not isinstance(params, dict):
+        return []
+    if {"model", "optim"} <= set(params) and ("data" in params or "env" in params):
+        return [params]
+    return [section for value in params.values() for section in _training_sections(value)]
 
 
 def pipeline_project(root: Path, edit_params: Callable[[dict], None], files: Mapping[str, str] | None = None) -> Path:
