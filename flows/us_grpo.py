@@ -49,9 +49,10 @@ class ConversationEnv:
     rollout: RolloutConfig = RolloutConfig()
 
 
-def build_environment(env: ConversationEnv, tokenizer: Any, *, temperature: float | None = None) -> tuple[Any, list, list]:
-    """The conversation rollout (database, agenda simulator, tokenizer) and the train and
-    held-out dialogues."""
+def build_environment(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, list, list]:
+    """The sampling rollout, its greedy twin for the held-out conversations (each with its own
+    simulator and counters, over one database), and the train and held-out dialogues: the
+    corpus is read once."""
     from dataclasses import replace
 
     from catalog.multiwoz_dir import load_multiwoz
@@ -62,10 +63,10 @@ def build_environment(env: ConversationEnv, tokenizer: Any, *, temperature: floa
 
     corpus = load_multiwoz(env.source, env.db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
-    simulator = AgendaSimulator(database, env.simulator)
-    config = env.rollout if temperature is None else replace(env.rollout, temperature=temperature)
-    rollout = ConversationRollout(database, simulator, tokenizer, config)
-    return rollout, held_out_goals(corpus.dialogues, env.split, env.max_goals), held_out_goals(corpus.dialogues, env.eval_split, env.eval_goals)
+    rollout, greedy = (ConversationRollout(database, AgendaSimulator(database, env.simulator), tokenizer, config)
+                       for config in (env.rollout, replace(env.rollout, temperature=0.0)))
+    return (rollout, greedy, held_out_goals(corpus.dialogues, env.split, env.max_goals),
+            held_out_goals(corpus.dialogues, env.eval_split, env.eval_goals))
 
 
 def conversation_rows(rollout: Any, dialogues: list, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
@@ -120,8 +121,7 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
     device = resolve_device(config.device, config.model, "grpo", Machine.detect())
     functions, _ = reward_functions(config.resolved_objective(), config.judge)
     tokenizer = load_tokenizer(config)
-    rollout, train_dialogues, eval_dialogues = build_environment(env, tokenizer)
-    greedy, _, _ = build_environment(env, tokenizer, temperature=0.0)
+    rollout, greedy, train_dialogues, eval_dialogues = build_environment(env, tokenizer)
     rows, specs, repeated = conversation_rows(rollout, train_dialogues, env.seed)
     logger.info("us_grpo: %d conversation prompts (%d goals with a repeated start left out), %d held-out goals",
                 len(rows), repeated, len(eval_dialogues))

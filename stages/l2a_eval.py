@@ -28,6 +28,8 @@ questions only, 0 for an output that asks none (appendix G grades "the question(
 
 from __future__ import annotations
 
+from collections import Counter
+
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -167,7 +169,7 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -
             "metrics": metrics_of(values),
             "ci": bootstrap(values, stats["resamples"], stats["alpha"], stats["seed"]),
             "counts": counts_of(values),
-            "reasons": dict(sorted(_count(s.reason for s in values).items())),
+            "reasons": dict(sorted(Counter(s.reason for s in values).items())),
         }
         for name, values in scored.items()
     }
@@ -198,12 +200,6 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -
     print(f"l2a_eval: {len(kept)} {settings['split']} samples x {len(answers)} models -> {settings['output']['metrics']}")
     print(markdown_table(results))
     return report
-
-
-def _count(values: Any) -> dict[str, int]:
-    from collections import Counter
-
-    return Counter(values)
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
