@@ -98,7 +98,8 @@ def table1_markdown(results: Iterable[RunResult], domains: Sequence[str], notes:
     by_clarifier: dict[str, dict[str, RunResult]] = {}
     for result in results:
         by_clarifier.setdefault(result.clarifier, {})[result.domain] = result
-    header = ["Clarifier", *(f"{d.capitalize()} pass@1 % (floor)" for d in domains), "Average", "Avg Agent", "Avg Clarify", "Avg Sum"]
+    header = ["Clarifier", *(f"{d.capitalize()} pass@1 % (floor)" for d in domains), "Average", "Avg Agent", "Avg Clarify", "Avg Sum",
+              "Unreadable % (of consultations)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, cells in by_clarifier.items():
         row = [name]
@@ -110,6 +111,9 @@ def table1_markdown(results: Iterable[RunResult], domains: Sequence[str], notes:
         row.append(f"{100 * mean([c.pass_at_1 for c in present]):.1f}")
         agent, clarify = mean([c.agent_steps for c in present]), mean([c.clarifications for c in present])
         row += [f"{agent:.2f}", f"{clarify:.2f}", f"{agent + clarify:.2f}"]
+        # An unreadable answer asks nothing: a trained row equal to `none` may just be this.
+        consulted = sum(c.consultations * c.n_tasks for c in present)
+        row.append(f"{100 * sum(c.malformed for c in present) / consulted:.1f}" if consulted else "–")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"
 

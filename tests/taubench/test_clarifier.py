@@ -6,6 +6,7 @@ ones skip without ../shared/data/taubench (set ASKFLOW_SHARED)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -279,6 +280,10 @@ def test_table1_layout_puts_the_floor_beside_each_pass_rate(mini_retail):
     assert result.floor_passed == 1  # the read-only status task
     text = table1_markdown([result], ["retail"], ["a note"])
     assert f"| rules | {100 * result.pass_at_1:.1f} (50.0; {result.passed}/2) |" in text and "- a note" in text
+    assert text.splitlines()[2].endswith("| 0.0 |")  # the rules Clarifier's answers are all readable
+    unreadable = dataclasses.replace(result, clarifier="hf", malformed=1)  # one answer of all consultations unreadable
+    row = table1_markdown([unreadable], ["retail"]).splitlines()[2]
+    assert row.endswith(f"| {100 / (result.consultations * result.n_tasks):.1f} |")
 
 
 # -- goal-aware GRPO reward -------------------------------------------------------------------
