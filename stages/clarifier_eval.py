@@ -162,6 +162,9 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
                "domains": dict(domains)}
     metrics = results_json(results, setting)
     metrics["llm"] = accounting.as_dict()
+    # A model Clarifier's consultations whose history was compacted to fit its positions, and
+    # those that did not fit even so (asked nothing, counted as unreadable), both domains.
+    metrics["prompts"] = {name: {"compacted": c.compacted, "too_long": c.too_long} for name, c in built.items() if isinstance(c, HFClarifier)}
     write_json_atomic(metrics_path, metrics)
     notes = NOTES["informed" if agent_kind == "informed" else "model"] + [
         f"Floor: a do-nothing agent against the same user (tasks that change nothing and require no output). "

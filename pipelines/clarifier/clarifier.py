@@ -24,7 +24,7 @@ import random
 from typing import Any, Protocol, Sequence
 
 from pipelines.clarifier.grounding import QUESTIONS, missing_details, question_for
-from pipelines.clarifier.prompts import ClarifierDecision, clarifier_messages, parse_clarifier
+from pipelines.clarifier.prompts import ClarifierDecision, clarifier_messages, cut_tool_outputs, fit_history, parse_clarifier
 from pipelines.env.taubench.data import TauTask
 from pipelines.episodes.clarify import ClarifyContext
 from pipelines.llm import Failure, LLMClient, SamplingParams
@@ -132,21 +132,32 @@ class HFClarifier:
         self.backend = backend
         self.prompt_cut = prompt_cut  # (max_tool_chars, max_tool_outputs), as in the training rows
         self.sampling = sampling if sampling is not None else SamplingParams(temperature=0.0, max_tokens=256)
-        self.too_long = 0
+        self.too_long = 0  # prompts that did not fit even compacted
+        self.compacted = 0  # histories compacted to fit
 
     async def decide(self, contexts: Sequence[ClarifyContext]) -> list[ClarifierDecision]:
         if not contexts:
             return []
-        conversations = [clarifier_messages(c.history, *self.prompt_cut) for c in contexts]
-        # A prompt the model cannot hold with its answer is not sent (a small model's positions
-        # run out): it asks nothing and is counted as malformed, like an unreadable answer.
+        # A history too long for the model's positions with its answer loses its oldest agent
+        # and tool lines, then user lines (fit_history); one that still does not fit is not
+        # sent: it asks nothing and is counted as malformed, like an unreadable answer.
         limit = getattr(getattr(self.backend.model, "config", None), "max_position_embeddings", None)
-        fits = [limit is None or len(self.backend.tokenizer(self.backend.render(c))["input_ids"]) + (self.sampling.max_tokens or 0) <= limit
-                for c in conversations]
-        sent = [c for c, ok in zip(conversations, fits) if ok]
+
+        def fits(messages: list[dict[str, str]]) -> bool:
+            return limit is None or len(self.backend.tokenizer(self.backend.render(messages))["input_ids"]) + (self.sampling.max_tokens or 0) <= limit
+
+        conversations, ok = [], []
+        for c in contexts:
+            messages = clarifier_messages(c.history, *self.prompt_cut)
+            if not fits(messages):
+                self.compacted += 1
+                messages = clarifier_messages(fit_history(cut_tool_outputs(c.history, *self.prompt_cut), lambda h: fits(clarifier_messages(h))))
+            conversations.append(messages)
+            ok.append(fits(messages))
+        sent = [c for c, fit in zip(conversations, ok) if fit]
         replies = iter(self.backend.generate(sent, self.sampling, seed=contexts[0].call_seed) if sent else [])
-        self.too_long += fits.count(False)
-        return [parse_clarifier(next(replies)) if ok else ClarifierDecision(None, "", "", malformed=True) for ok in fits]
+        self.too_long += ok.count(False)
+        return [parse_clarifier(next(replies)) if fit else ClarifierDecision(None, "", "", malformed=True) for fit in ok]
 
 
 __all__ = ["ROLE", "QUESTIONS", "Clarifier", "ClarifyContext", "HFClarifier", "LLMClarifier", "RulesClarifier"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 NO_NEED = "NO NEED TO ASK"
 
@@ -166,6 +166,30 @@ def cut_tool_outputs(history: str, max_tool_chars: int | None = None, max_tool_o
         if limit is not None and len(output) > limit:
             lines[i] = f"{head}]: {output[:limit]}…"
     return "\n".join(lines)
+
+
+def fit_history(history: str, fits: Callable[[str], bool]) -> str:
+    r"""The history with its oldest lines dropped until ``fits`` accepts it: agent and tool
+    lines first, then user lines, never the opening request; each dropped run becomes ``…``.
+    What the user said is what a Clarifier must not ask for again, so it goes last.
+
+    >>> h = "User: hi\nAgent: go on\nUser: order #1\nTool[get]: {}\nUser: thanks"
+    >>> fit_history(h, lambda text: len(text) <= 40)
+    'User: hi\n…\nUser: order #1\n…\nUser: thanks'
+    """
+    lines = history.splitlines()
+    order = [i for i, line in enumerate(lines) if i and not line.startswith("User: ")]
+    order += [i for i, line in enumerate(lines) if i and line.startswith("User: ")]
+    dropped: set[int] = set()
+
+    def text() -> str:
+        return "\n".join("…" if i in dropped else line for i, line in enumerate(lines) if i not in dropped or i - 1 not in dropped)
+
+    for i in order:
+        if fits(text()):
+            break
+        dropped.add(i)
+    return text()
 
 
 def clarifier_messages(history: str, max_tool_chars: int | None = None, max_tool_outputs: int | None = None) -> list[dict[str, str]]:

@@ -6,6 +6,7 @@ ones skip without ../shared/data/taubench (set ASKFLOW_SHARED)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections import Counter
@@ -406,3 +407,36 @@ def test_prompt_cut_is_validated_and_cuts_only_tool_outputs():
     assert "User: cancel #W1" in cut and "Agent: ok" in cut
     assert "Tool[get_order_details]: …" in cut and "Tool[get_user_details]: " + "y" * 10 + "…" in cut
     assert clarifier_messages(history)[0]["content"].count("x") >= 50
+
+
+# -- a model Clarifier's prompt that outgrows the model's positions ------------------------------
+
+
+def test_hf_clarifier_compacts_a_history_past_the_model_positions_keeping_what_the_user_said(tiny_model_dir, single_torch_thread):
+    """The first user line and the latest lines stay; the oldest agent and tool lines go first;
+    a prompt that cannot fit even so is not sent and counts as unreadable."""
+    from pipelines.clarifier import HFClarifier
+    from pipelines.episodes.clarify import ClarifyContext
+    from pipelines.llm import HFBackend, HFConfig, SamplingParams
+
+    backend = HFBackend.from_config(HFConfig(model_path=str(tiny_model_dir)))
+    sent: list = []
+    generate = backend.generate
+    backend.generate = lambda conversations, *args, **kwargs: sent.extend(conversations) or generate(conversations, *args, **kwargs)
+    clarifier = HFClarifier(backend, SamplingParams(temperature=0.0, max_tokens=8))
+    filler = " ".join(["lorem"] * 30)
+    lines = ["User: I want to return an order."]
+    for i in range(40):
+        lines += [f"Agent: step {i} {filler}", f"Tool[get_order_details]: {{\"n\": {i}, \"x\": \"{filler}\"}}"]
+    lines += ["User: The order is #W42.", "Agent: [TOOL_CALL: get_order_details(order_id=#W42)]", 'Tool[get_order_details]: {"status": "delivered"}']
+    long = ClarifyContext("e#0", 0, 0, "\n".join(lines), "get_order_details")
+    hopeless = ClarifyContext("e#1", 0, 0, "User: " + " ".join(["word"] * 3000), "get_order_details")
+
+    decisions = asyncio.run(clarifier.decide([long, hopeless]))
+
+    assert (clarifier.compacted, clarifier.too_long) == (2, 1)
+    assert len(sent) == 1 and decisions[1].malformed and decisions[1].question is None
+    prompt = sent[0][0]["content"]
+    assert "User: I want to return an order." in prompt and "User: The order is #W42." in prompt
+    assert 'Tool[get_order_details]: {"status": "delivered"}' in prompt and "Agent: step 0 " not in prompt and "…" in prompt
+    assert len(backend.tokenizer(backend.render(sent[0]))["input_ids"]) + 8 <= backend.model.config.max_position_embeddings
