@@ -149,11 +149,13 @@ class HFClarifier:
         conversations, ok = [], []
         for c in contexts:
             messages = clarifier_messages(c.history, *self.prompt_cut)
-            if not fits(messages):
+            fit = fits(messages)  # one tokenization per prompt that fits as it is
+            if not fit:
                 self.compacted += 1
                 messages = clarifier_messages(fit_history(cut_tool_outputs(c.history, *self.prompt_cut), lambda h: fits(clarifier_messages(h))))
+                fit = fits(messages)
             conversations.append(messages)
-            ok.append(fits(messages))
+            ok.append(fit)
         sent = [c for c, fit in zip(conversations, ok) if fit]
         replies = iter(self.backend.generate(sent, self.sampling, seed=contexts[0].call_seed) if sent else [])
         self.too_long += ok.count(False)
