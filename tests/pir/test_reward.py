@@ -108,8 +108,10 @@ def test_llm_helpfulness_uses_the_papers_prompt_and_parses_its_json(make_server,
     out = reward([[{"role": "user", "content": "Find me a hotel."}]] * 2, [ASK_AREA, asks(1)], correct=[True, True], intent=["a cheap hotel in the north", "x"])
     assert out == [pytest.approx(1.8), None]
     assert judge.stats == {"judged": 1, "unparsable": 1}
-    prompt = server.stats.bodies[0]["messages"][0]["content"]
-    assert "assess the helpfulness of an LLM-generated response" in prompt and "a cheap hotel in the north" in prompt
+    # The two requests go out concurrently, so the server may receive them in either order.
+    prompts = [b["messages"][0]["content"] for b in server.stats.bodies]
+    prompt = next(p for p in prompts if "a cheap hotel in the north" in p)
+    assert len(prompts) == 2 and "assess the helpfulness of an LLM-generated response" in prompt
     assert "user: Find me a hotel." in prompt
 
 
