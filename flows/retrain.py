@@ -48,6 +48,7 @@ from pipelines.retrain import (
     stages_run,
 )
 from catalog.io import read_json, write_json_atomic
+from catalog.repro import plan
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACT_KEY = "askflow-retrain"
@@ -182,7 +183,14 @@ def retrain(project_dir: str | None = None, targets: list[str] | None = None, me
         raise ConfigError(f"{root}: no dvc.yaml; project_dir must be an askflow project directory")
     started = datetime.now(timezone.utc)
     before = record_versions(root)
-    lines = dvc_repro(root, list(targets or []))
+    if not targets:  # the whole pipeline, less the stages whose data outside the project is absent
+        runnable, skipped = plan(root)
+        for stage, reason in skipped.items():
+            get_run_logger().warning("leaving out %s: %s", stage, reason)
+        if skipped and not runnable:
+            raise ConfigError(f"{root}: no stage can run here ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
+        targets = runnable if skipped else []
+    lines = dvc_repro(root, list(targets))
     after = collect_results(root, metrics)
     finished = datetime.now(timezone.utc)
     run = {

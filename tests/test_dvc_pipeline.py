@@ -98,6 +98,9 @@ def pipeline_project(root: Path, edit_params: Callable[[dict], None], files: Map
 
 def shrink(params: dict) -> None:
     params["corpus"]["n_dialogues"] = N_DIALOGUES
+    # The τ-bench stages read ../shared, which a temporary project has not beside it; their DVC
+    # run is tests/taubench/test_clarifier_dvc.py.
+    params["clarifier"]["enable"] = []
     if "bootstrap" in params:  # a token pre-training run: this test is about the pipeline, not learning
         params["bootstrap"].update(vocab_size=1000, max_length=512)
         params["bootstrap"]["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
