@@ -13,9 +13,10 @@ params.yaml ``clarifier.eval``:
   ``max_tokens`` for the model backbones;
 * ``user``: ``{backend: rules}`` (the task-grounded fuzzy user) or an ``openai`` backend
   (the paper's User-Driven Fuzzy Intent prompt; role ``user_simulator``);
-* ``clarifiers``: name -> ``null`` (no Clarifier) or a ``clarifier`` role backend: ``rules``
-  (the untrained, task-grounded one), ``openai``, ``hf`` (``model_path``: a trained
-  Clarifier; a missing directory is an error naming it);
+* ``clarifiers``: name -> ``null`` (no Clarifier) or a ``clarifier`` role backend: ``hf``
+  (``model_path``: the untrained starting model or a trained Clarifier; a missing directory is
+  an error naming it), ``openai``, ``rules`` (the offline teacher, grounded in the task's
+  ground truth: a reference row);
 * ``cache_dir``, ``output`` (``episodes.parquet`` + ``episode_events.parquet``; episode ids
   ``<clarifier>:<task id>#<seed>``), ``metrics`` (JSON) and ``markdown`` (the table);
   ``max_llm_failure_rate`` (default 0.05): an LLM outage stops the stage, nothing published.
