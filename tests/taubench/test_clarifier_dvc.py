@@ -29,9 +29,9 @@ def test_clarifier_stages_build_once_and_are_left_out_where_taubench_is_absent(t
     for stage in ("clarifier_data", "train_clarifier_sft", "train_clarifier_dpo", "train_clarifier_grpo", "clarifier_eval"):
         assert f"{stage}@taubench" in stages
     # Training is tested with the flows (tests/training/test_clarifier_training.py); here the
-    # trained models are stand-ins the evaluation (without hf rows) does not read.
-    for method in ("sft", "dpo", "grpo"):
-        (project / "models" / f"clarifier_{method}").mkdir(parents=True)
+    # starting and trained models are stand-ins the evaluation (without hf rows) does not read.
+    for name in ("base", "clarifier_sft", "clarifier_dpo", "clarifier_grpo"):
+        (project / "models" / name).mkdir(parents=True)
     repro = [sys.executable, "-m", "dvc", "repro", "--single-item"]
     built = _run(repro + ["clarifier_data@taubench"], project)
     evaluated = _run(repro + ["clarifier_eval@taubench"], project)
