@@ -13,7 +13,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
+
+from pipelines.errors import ConfigError
 
 
 def plan(root: Path) -> tuple[list[str], dict[str, str]]:
@@ -41,17 +43,27 @@ def _name(stage, root: Path) -> str:
     return stage.name if dvcfile == "dvc.yaml" else f"{dvcfile}:{stage.name}"
 
 
+def targets_here(root: Path, warn: Callable[[str], None]) -> list[str]:
+    """``dvc repro``'s targets for "the whole pipeline" here: none (everything) when every stage
+    can run, else the runnable ones; ``warn`` gets one line per stage left out."""
+    runnable, skipped = plan(root)
+    for stage, reason in skipped.items():
+        warn(f"leaving out {stage}: {reason}")
+    if skipped and not runnable:
+        raise ConfigError(f"{root}: no stage can run here ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
+    return runnable if skipped else []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     root = Path.cwd()
     chosen: list[str] = []
     if all(a.startswith("-") for a in argv):  # no targets given: the whole pipeline that can run
-        runnable, skipped = plan(root)
-        for stage, reason in skipped.items():
-            print(f"leaving out {stage}: {reason}", file=sys.stderr)
-        if skipped and not runnable:
-            return 0
-        chosen = runnable if skipped else []
+        try:
+            chosen = targets_here(root, lambda line: print(line, file=sys.stderr))
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run([sys.executable, "-m", "dvc", "repro", *argv, *chosen], cwd=root, env=env).returncode

@@ -48,7 +48,7 @@ from pipelines.retrain import (
     stages_run,
 )
 from catalog.io import read_json, write_json_atomic
-from catalog.repro import plan
+from catalog.repro import targets_here
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACT_KEY = "askflow-retrain"
@@ -184,12 +184,7 @@ def retrain(project_dir: str | None = None, targets: list[str] | None = None, me
     started = datetime.now(timezone.utc)
     before = record_versions(root)
     if not targets:  # the whole pipeline, less the stages whose data outside the project is absent
-        runnable, skipped = plan(root)
-        for stage, reason in skipped.items():
-            get_run_logger().warning("leaving out %s: %s", stage, reason)
-        if skipped and not runnable:
-            raise ConfigError(f"{root}: no stage can run here ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
-        targets = runnable if skipped else []
+        targets = targets_here(root, get_run_logger().warning)
     lines = dvc_repro(root, list(targets))
     after = collect_results(root, metrics)
     finished = datetime.now(timezone.utc)

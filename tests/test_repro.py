@@ -56,3 +56,11 @@ def test_make_run_leaves_out_the_stages_whose_outside_data_is_absent(tmp_path, p
     assert "Running stage" not in again.stdout
     forced = _run([sys.executable, "-m", "catalog.repro", "--force", "local"], project)
     assert "Running stage 'local'" in forced.stdout and "leaving out" not in forced.stderr
+
+
+def test_make_run_with_no_stage_that_can_run_says_so_and_fails(tmp_path):
+    data = tmp_path / "absent" / "data.txt"
+    project = _project(tmp_path / "project", data)
+    (project / "dvc.yaml").write_text(f"stages:\n  outside:\n    cmd: cat '{data}'\n    deps: ['{data}']\n")
+    proc = _run([sys.executable, "-m", "catalog.repro"], project, check=False)
+    assert proc.returncode == 1 and f"error: {project}: no stage can run here (outside: {data} does not exist)" in proc.stderr
