@@ -39,3 +39,8 @@ class ConfigError(AskflowError):
 
 class LLMOutage(AskflowError):
     """Too many LLM calls of a stage failed: its results would be what the outage left, not data."""
+
+
+class LowYield(AskflowError):
+    """A stage kept less of its input than the share its params declare: what it would publish
+    is what a fault (a broken model, a garbage-answering server) left, not data."""

@@ -11,7 +11,11 @@ params.yaml ``speaker``:
 * ``output`` (directory of the Parquet files), ``metrics`` (JSON), ``cache_dir`` (LLM
   response cache; a re-run with unchanged inputs sends no request);
 * ``max_llm_failure_rate`` (default 0.05): more failed LLM calls than this (the model's own
-  invalid output aside) is an outage, and the stage exits non-zero without publishing.
+  invalid output included: a reply that does not validate, or makes no playable dialogue) is
+  an outage, and the stage exits non-zero without publishing;
+* ``min_yield`` (default 0.5): the least share of the planned seeds (those with an ambiguity
+  point, in a domain with tools) that must end as kept dialogues; below it the stage exits
+  non-zero without publishing (the rules backend keeps about 0.83 of them on the embedded corpus).
 
 Only train and val seeds are synthesized; nothing is written unless every table passes its
 expectation suite (which requires rows) and no table holds a test-split dialogue id (the leak check).
@@ -20,24 +24,27 @@ expectation suite (which requires rows) and no table holds a test-split dialogue
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping
 
 from pipelines.artifacts.leakage import check_no_test_dialogues
 from pipelines.env.tools import Database
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, LowYield
 from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import TEST
-from pipelines.speaker.pipeline import SpeakerConfig, run_speaker
+from pipelines.speaker.pipeline import SpeakerConfig, SpeakerResult, run_speaker
 from pipelines.speaker.synthesis import LLMSynthesizer, RulesSynthesizer, Synthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
 from stages.entry import main_wrapper
 from catalog.io import publish, read_params, write_json_atomic, write_timings
 from catalog.multiwoz_dir import load_multiwoz
 
-_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "output", "metrics", "cache_dir", "max_llm_failure_rate"}
+_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "output", "metrics", "cache_dir",
+         "max_llm_failure_rate", "min_yield"}
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
+DEFAULT_MIN_YIELD = 0.5
 
 
 def speaker_config(params: Mapping[str, Any]) -> SpeakerConfig:
@@ -80,6 +87,9 @@ def run(params: dict) -> dict:
     max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
     if isinstance(max_failure_rate, bool) or not isinstance(max_failure_rate, (int, float)) or not 0 <= max_failure_rate <= 1:
         raise ConfigError(f"params.yaml speaker.max_llm_failure_rate: expected a number in [0, 1], got {max_failure_rate!r}")
+    min_yield = params.get("min_yield", DEFAULT_MIN_YIELD)
+    if isinstance(min_yield, bool) or not isinstance(min_yield, (int, float)) or not 0 <= min_yield <= 1:
+        raise ConfigError(f"params.yaml speaker.min_yield: expected a number in [0, 1], got {min_yield!r}")
     started = time.perf_counter()
     corpus = load_multiwoz(source, params.get("db_dir"))
     database = Database(corpus.entities, corpus.taxi_options)
@@ -87,7 +97,8 @@ def run(params: dict) -> dict:
     synthesizer = make_synthesizer(params, database, config.seed, accounting)
     loaded = time.perf_counter()
     result = run_speaker(corpus.dialogues, database, synthesizer, config)
-    check_failure_rate(accounting, max_failure_rate, "speaker")
+    check_failure_rate(accounting, max_failure_rate, "speaker", count_invalid_output=True)
+    check_yield(result, min_yield)
     tables = speaker_tables(result)
     test_ids = {dialogue_id for dialogue_id, split in corpus.splits.items() if split == TEST}
     check_no_test_dialogues(
@@ -111,6 +122,19 @@ def run(params: dict) -> dict:
         f"[load {loaded - started:.1f}s, synthesis+tables {synthesized - loaded:.1f}s, publish {done - synthesized:.1f}s]"
     )
     return metrics
+
+
+def check_yield(result: SpeakerResult, min_yield: float) -> None:
+    """Raise ``LowYield`` when fewer than ``min_yield`` of the planned seeds became kept dialogues."""
+    planned = sum(1 for outcome in result.outcomes if outcome.plan is not None)
+    kept = len(result.kept)
+    if planned and kept / planned < min_yield:
+        drops = Counter(o.drop_reason for o in result.outcomes if o.plan is not None and not o.kept)
+        detail = ", ".join(f"{reason}: {count}" for reason, count in sorted(drops.items()))
+        raise LowYield(
+            f"speaker: {kept} of {planned} planned seeds made a kept dialogue ({kept / planned:.0%}), less than "
+            f"params.yaml speaker.min_yield ({min_yield:.0%}); dropped: {detail}; nothing was published"
+        )
 
 
 @main_wrapper

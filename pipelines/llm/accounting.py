@@ -126,15 +126,20 @@ class Accounting:
         return {"roles": roles, "total": self.total().as_dict()}
 
 
-#: Failure reasons that say the model answered (badly), not that the endpoint was unusable.
-MODEL_FAILURE_REASONS = frozenset({"invalid_output"})
+#: Failure reasons that say the model answered (badly), not that the endpoint was unusable:
+#: "invalid_output" from the client (the reply did not validate, repairs included), and
+#: "invalid_dialogue" from a caller whose valid JSON still made no usable record.
+MODEL_FAILURE_REASONS = frozenset({"invalid_output", "invalid_dialogue"})
 
 
-def check_failure_rate(accounting: Accounting, max_rate: float, where: str) -> None:
-    """Raise ``LLMOutage`` when, for any role, more than ``max_rate`` of its calls failed for
-    a reason other than the model's own invalid output (timeouts, 5xx, refused connections, a
-    401 from a revoked key...). A stage calls this before publishing, so that an outage stops
-    it and leaves the previous artifacts in place instead of publishing what little got through.
+def check_failure_rate(accounting: Accounting, max_rate: float, where: str, *, count_invalid_output: bool = False) -> None:
+    """Raise ``LLMOutage`` when, for any role, more than ``max_rate`` of its calls failed
+    (timeouts, 5xx, refused connections, a 401 from a revoked key...). The model's own invalid
+    output counts too with ``count_invalid_output``: a stage that generates data from the
+    replies (``speaker``) must not publish what a garbage-answering server left; an evaluation
+    of a model leaves it out, its invalid answers being what it measures. A stage calls this
+    before publishing, so that an outage stops it and leaves the previous artifacts in place
+    instead of publishing what little got through.
 
     >>> accounting = Accounting()
     >>> for _ in range(10): accounting.record_call("synthesizer")
@@ -145,9 +150,17 @@ def check_failure_rate(accounting: Accounting, max_rate: float, where: str) -> N
     Traceback (most recent call last):
     ...
     pipelines.errors.LLMOutage: speaker: 2 of 10 synthesizer LLM call(s) failed (connection: 1, rejected: 1), more than the allowed 10%; nothing was published
+    >>> accounting = Accounting()
+    >>> for _ in range(10): accounting.record_call("synthesizer")
+    >>> for _ in range(2): accounting.record_failure("synthesizer", "invalid_output")
+    >>> check_failure_rate(accounting, 0.1, "eval")
+    >>> check_failure_rate(accounting, 0.1, "speaker", count_invalid_output=True)
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.LLMOutage: speaker: 2 of 10 synthesizer LLM call(s) failed (invalid_output: 2), more than the allowed 10%; nothing was published
     """
     for role, usage in accounting.as_dict()["roles"].items():
-        reasons = {r: c for r, c in usage["failures_by_reason"].items() if r not in MODEL_FAILURE_REASONS}
+        reasons = {r: c for r, c in usage["failures_by_reason"].items() if count_invalid_output or r not in MODEL_FAILURE_REASONS}
         failed = sum(reasons.values())
         if usage["calls"] and failed / usage["calls"] > max_rate:
             detail = ", ".join(f"{r}: {c}" for r, c in sorted(reasons.items()))

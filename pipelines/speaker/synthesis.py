@@ -18,10 +18,10 @@ Two backends behind one interface (:class:`Synthesizer`), both producing
     fails for good, or whose dialogue is malformed or does not clarify where the plan says,
     is dropped with a recorded reason.
 
-Re-running with unchanged inputs makes no request: successful replies are in the client's
-response cache, and replies that were invalid even after repair (a deterministic outcome
-for a given request) are remembered in the same cache directory as failures. Transient
-failures (timeouts, server errors) are not remembered, so a later run retries them.
+Re-running with unchanged inputs makes no request for the seeds that succeeded: their
+replies are in the client's response cache. Only successful, schema-valid replies are cached:
+a reply that was invalid even after repair (a garbage answer from a broken server, say) is
+not remembered, so that a later run, against a server that has been fixed, asks again.
 """
 
 from __future__ import annotations
@@ -276,15 +276,14 @@ class LLMSynthesisStats:
     """What the prompted synthesizer did beyond the client's accounting."""
 
     seeds_sent: int = 0  # seeds handed to the client (its cache hits included)
-    remembered_failures: int = 0  # seeds dropped from the failure record, without a request
 
     def as_dict(self) -> dict[str, Any]:
-        return {"seeds_sent": self.seeds_sent, "remembered_failures": self.remembered_failures}
+        return {"seeds_sent": self.seeds_sent}
 
 
 class LLMSynthesizer:
-    """The prompted synthesizer (module docstring). ``cache`` is the client's response cache
-    directory, where deterministic failures are remembered too."""
+    """The prompted synthesizer (module docstring). ``cache``: the client's response cache,
+    kept for callers that pass it; failures are never written to it."""
 
     name = "openai"
 
@@ -306,23 +305,19 @@ class LLMSynthesizer:
                 results[i] = draft  # nothing to rewrite: the seed drops as it would with rules
                 continue
             request = CompletionRequest(synthesis_prompt(task, draft.trajectory), ROLE, self.sampling, self.seed, 1, DIALOGUE_SCHEMA)
-            remembered = self._remembered_failure(request)
-            if remembered is not None:
-                self.stats.remembered_failures += 1
-                results[i] = self._drop(task, "llm_invalid_output", remembered)
-                continue
             pending.append((i, task, draft.trajectory, request))
         self.stats.seeds_sent += len(pending)
         replies = self.client.complete_many_sync([request for *_, request in pending]) if pending else []
         for (i, task, draft, request), reply in zip(pending, replies):
             if not isinstance(reply, Completion):
-                if reply.reason == "invalid_output":
-                    self._remember_failure(request, reply.last_error)
                 results[i] = self._drop(task, f"llm_{reply.reason}", reply.last_error)
                 continue
             try:
                 trajectory = materialize(reply.parsed[0], task, draft, self.database)
             except DialogueShapeError as error:
+                # The model's output is unusable as much as a reply that failed validation:
+                # counted as a failure, for the stage's failure-rate check.
+                self.client.accounting.record_failure(ROLE, "invalid_dialogue")
                 results[i] = self._drop(task, "llm_dialogue_invalid", str(error))
                 continue
             results[i] = Synthesis(task.dialogue.dialogue_id, trajectory)
@@ -331,27 +326,3 @@ class LLMSynthesizer:
     @staticmethod
     def _drop(task: SeedTask, reason: str, detail: str) -> Synthesis:
         return Synthesis(task.dialogue.dialogue_id, None, reason, detail)
-
-    def _failure_key(self, request: CompletionRequest) -> dict[str, Any]:
-        # Everything that determines the client's outcome, repairs included, so that a change
-        # of model, prompt, sampling or repair budget asks again.
-        return {
-            "kind": "speaker-synthesis-failure",
-            "endpoint": self.client.config.endpoint,
-            "model": self.client.config.model,
-            "messages": list(request.messages),
-            "sampling": request.sampling.as_dict(),
-            "seed": request.seed,
-            "response_schema": dict(DIALOGUE_SCHEMA),
-            "repair_retries": self.client.config.repair_retries,
-        }
-
-    def _remembered_failure(self, request: CompletionRequest) -> str | None:
-        if self.cache is None:
-            return None
-        record = self.cache.get(self._failure_key(request))
-        return None if record is None else str(record.get("last_error", ""))
-
-    def _remember_failure(self, request: CompletionRequest, last_error: str) -> None:
-        if self.cache is not None:
-            self.cache.put(self._failure_key(request), {"reason": "invalid_output", "last_error": last_error})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.errors import ConfigError, LLMOutage, ValidationFailed
+from pipelines.errors import AskflowError, ConfigError, LLMOutage, LowYield, ValidationFailed
 from pipelines.llm.testing.fake_server import FaultPlan
 from stages.entry import main_wrapper
 from stages.speaker import run
@@ -73,13 +73,67 @@ def test_an_endpoint_that_is_down_is_an_outage(make_server, published):
 
 
 def test_failures_up_to_the_threshold_are_tolerated_and_a_bad_threshold_is_refused(make_server, published):
-    # Every request fails, but the threshold allows all of them: the stage then goes on, and
-    # the minimum row count is what stops it (no kept dialogue, so no SFT rows).
+    # Every request fails, but the threshold allows all of them (and min_yield is off): the
+    # stage then goes on, and the minimum row count is what stops it (no kept dialogue, so no SFT rows).
     server = make_server(FaultPlan(rate=1.0, kinds=("http_401",)))
     before = _snapshot(published)
-    params = {**published, "synthesizer": _synthesizer(server.base_url), "max_llm_failure_rate": 1.0}
+    params = {**published, "synthesizer": _synthesizer(server.base_url), "max_llm_failure_rate": 1.0, "min_yield": 0.0}
     with pytest.raises(ValidationFailed, match="expect_table_row_count_to_be_between"):
         run(params)
     assert _snapshot(published) == before
     with pytest.raises(ConfigError, match="max_llm_failure_rate"):
         run({**published, "max_llm_failure_rate": 1.5})
+
+
+def test_a_garbage_reply_is_not_cached_and_the_next_run_asks_again(make_server, published):
+    """Issue 28 item 3: HTTP 200 with content that is not the dialogue JSON (after repairs) is
+    not written to the cache, so once the server is fixed a re-run asks again instead of
+    failing from the cache."""
+    server = make_server(FaultPlan(rate=1.0, kinds=("invalid_content",)))
+    before = _snapshot(published)
+    params = {**published, "synthesizer": {**_synthesizer(server.base_url), "repair_retries": 1}}
+
+    with pytest.raises(AskflowError):
+        run(params)
+    first = server.stats.requests
+    assert first > 0 and server.stats.faults["invalid_content"] == first
+    assert not list(Path(params["cache_dir"]).rglob("*.json")), "a garbage reply was cached"
+
+    server.faults = FaultPlan()  # the server is fixed (its replies still do not make dialogues)
+    with pytest.raises(AskflowError):
+        run(params)
+    assert server.stats.requests == 2 * first, "the re-run must ask the server again"
+    assert _snapshot(published) == before
+
+
+def _writes_the_draft(messages, seed, index, as_json) -> str:
+    """A fake model that writes every dialogue it is asked for: it returns the prompt's draft."""
+    prompt = str(messages[-1]["content"])
+    return prompt.split("## Draft\n", 1)[1].split("\n\n## ", 1)[0]
+
+
+def test_invalid_model_output_counts_as_failures_and_a_low_yield_fails(make_server, published):
+    """Issue 28 item 4: with 90 % garbage replies the stage used to exit 0 and publish a tenth of
+    the dialogues over the good ones. Invalid output now counts toward max_llm_failure_rate,
+    and with that check off, min_yield stops the stage; nothing is published either way."""
+    good = make_server(reply_fn=_writes_the_draft)
+    healthy = run({**published, "output": published["output"] + "-healthy", "metrics": published["metrics"] + ".healthy",
+                   "cache_dir": published["cache_dir"] + "-healthy", "synthesizer": _synthesizer(good.base_url)})
+    assert healthy["dialogues"]["kept"] > 40, "the draft-writing model keeps the dialogues"
+
+    server = make_server(FaultPlan(rate=0.9, kinds=("invalid_content",)), reply_fn=_writes_the_draft)
+    before = _snapshot(published)
+    params = {**published, "synthesizer": {**_synthesizer(server.base_url), "repair_retries": 0}}
+    with pytest.raises(LLMOutage, match=r"synthesizer LLM call\(s\) failed \(invalid_output: \d+\)"):
+        run(params)
+    assert _snapshot(published) == before
+    with pytest.raises(LowYield, match=r"speaker: \d+ of \d+ planned seeds made a kept dialogue .*speaker.min_yield \(50%\)"):
+        run({**params, "max_llm_failure_rate": 1.0})
+    assert _snapshot(published) == before
+    assert not list(Path(published["output"]).glob(".*")), "no staging leftovers"
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, True, "half", None])
+def test_a_bad_min_yield_is_refused_before_any_work(published, value):
+    with pytest.raises(ConfigError, match=r"params.yaml speaker.min_yield: expected a number in \[0, 1\]"):
+        run({**published, "source": "/nonexistent", "min_yield": value})

@@ -143,7 +143,7 @@ class _StubClient:
         return replies
 
 
-def test_llm_synthesizer_keeps_valid_dialogues_and_remembers_invalid_ones(speaker_corpus, database, tmp_path):
+def test_llm_synthesizer_keeps_valid_dialogues_and_does_not_remember_invalid_ones(speaker_corpus, database, tmp_path):
     tasks = _tasks(speaker_corpus, database, limit=6)
     good = LLMSynthesizer(_StubClient(), SamplingParams(), database, seed=4)
     kept = good.synthesize(tasks)
@@ -156,7 +156,8 @@ def test_llm_synthesizer_keeps_valid_dialogues_and_remembers_invalid_ones(speake
     again_client = _StubClient(failure="invalid_output")
     again = LLMSynthesizer(again_client, SamplingParams(), database, seed=4, cache=cache)
     assert [s.drop_reason for s in again.synthesize(tasks)] == [s.drop_reason for s in first]
-    assert again_client.requests == [] and again.stats.remembered_failures == len(tasks)
+    assert len(again_client.requests) == len(tasks), "an invalid reply is not cached: the next run asks again"
+    assert not list((tmp_path / "cache").rglob("*.json"))
 
     transient = _StubClient(failure="timeout")
     LLMSynthesizer(transient, SamplingParams(), database, seed=5, cache=cache).synthesize(tasks)

@@ -32,7 +32,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -153,6 +153,8 @@ class FakeOpenAIServer:
     the mean stays ``latency_s``), and ``stats.service_s`` adds up the delays.
     ``hang_s`` is how long a "timeout" fault hangs.
     ``tool_arguments``: the arguments of every tool call, sent as given (default ``"{}"``).
+    ``reply_fn``: the fake model, ``(messages, seed, index, as_json) -> text``, in place of
+    :func:`reply_text` (a test's stand-in for a model that writes what its task needs).
 
     Use as a context manager; ``base_url`` is the address to give the client.
     """
@@ -168,11 +170,13 @@ class FakeOpenAIServer:
         hang_s: float = 2.0,
         keep_bodies: bool = True,
         tool_arguments: Any = "{}",
+        reply_fn: Callable[[list[dict[str, Any]], int | None, int, bool], str] = reply_text,
     ):
         if not 0.0 <= latency_spread <= 1.0:
             raise ValueError(f"latency_spread must be in [0, 1], got {latency_spread}")
         self.latency_spread = latency_spread
         self.tool_arguments = tool_arguments
+        self.reply_fn = reply_fn
         self.faults = faults
         self.n_mode = n_mode
         self.response_format_mode = response_format_mode
@@ -326,7 +330,7 @@ class FakeOpenAIServer:
         wants_json = body.get("response_format") is not None or any(
             JSON_INSTRUCTION_MARKER in str(m.get("content", "")) for m in messages
         )
-        texts: list[str | None] = [reply_text(messages, body.get("seed"), i, wants_json) for i in range(n)]
+        texts: list[str | None] = [self.reply_fn(messages, body.get("seed"), i, wants_json) for i in range(n)]
         tool_calls: list[list[dict[str, Any]]] = [[] for _ in texts]
         if fault == "invalid_content":
             texts = ['{"answer": "cut off' for _ in texts]
