@@ -46,6 +46,69 @@ def test_a_secret_anywhere_in_a_role_is_refused_without_echoing_it(section, loca
     assert FAKE_KEY not in str(error.value)
 
 
+_OPENAI = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+
+
+@pytest.mark.parametrize(
+    "section, location",
+    [
+        ({**_OPENAI, "api_token": "plainvalue"}, "llm.roles.judge.api_token"),
+        ({**_OPENAI, "sampling": {"extra_body": {"key": "plainvalue"}}}, "llm.roles.judge.sampling.extra_body.key"),
+        ({**_OPENAI, "sampling": {"extra_body": {"bearer": "plainvalue"}}}, "llm.roles.judge.sampling.extra_body.bearer"),
+        ({**_OPENAI, "sampling": {"extra_body": {"headers": {"Ocp-Apim-Subscription-Key": "plainvalue"}}}},
+         "llm.roles.judge.sampling.extra_body.headers.Ocp-Apim-Subscription-Key"),
+        ({**_OPENAI, "sampling": {"extra_body": {"headers": {"X-Request-Source": "plainvalue"}}}},
+         "llm.roles.judge.sampling.extra_body.headers.X-Request-Source"),
+        ({**_OPENAI, "headers": {"X-Anything": "plainvalue"}}, "llm.roles.judge.headers.X-Anything"),
+        ({"backend": "rules", "sampling": {"extra_body": {"client_secret_id": "plainvalue"}}},
+         "llm.roles.judge.sampling.extra_body.client_secret_id"),
+        ({"backend": "rules", "sampling": {"extra_body": {"x_session_token": "plainvalue"}}},
+         "llm.roles.judge.sampling.extra_body.x_session_token"),
+    ],
+)
+def test_a_plain_credential_by_key_name_or_in_headers_is_refused(section, location):
+    """Issue 28 item 5: values of no recognisable shape under credential-like keys, and any
+    header value, used to be accepted and copied into dvc.lock and every cache record."""
+    from pipelines.llm import BackendConfig
+
+    with pytest.raises(ConfigError) as error:
+        BackendConfig.from_dict("judge", section, "llm.roles.judge")
+    assert str(error.value).startswith(f"{location}: looks like a secret")
+    assert "plainvalue" not in str(error.value)
+
+
+def test_params_refuse_headers_and_api_tokens_in_any_section(tmp_path):
+    from catalog.io import read_params
+
+    for section, location in [({"synthesizer": {"headers": {"Ocp-Apim-Subscription-Key": "plainvalue"}}},
+                               "speaker.synthesizer.headers.Ocp-Apim-Subscription-Key"),
+                              ({"synthesizer": {"api_token": "plainvalue"}}, "speaker.synthesizer.api_token")]:
+        path = tmp_path / "params.yaml"
+        path.write_text(yaml.safe_dump({"speaker": section}))
+        with pytest.raises(ConfigError, match=f"{location}: looks like a secret"):
+            read_params("speaker", path)
+
+
+def test_extra_body_reaches_the_server_but_the_cache_only_as_a_hash(server, tmp_path):
+    """extra_body values are sent, but the cache key (and so every record) holds their hash."""
+    from pipelines.llm import LLMClient, ResponseCache
+    from pipelines.llm.config import ClientConfig, SamplingParams
+
+    marker = f"custom-{uuid.uuid4().hex}"
+    cache = ResponseCache(tmp_path / "cache")
+    client = LLMClient(ClientConfig(base_url=server.base_url, model="m", max_retries=0), cache=cache)
+    sampling = SamplingParams(extra_body={"routing_hint": marker})
+    first = client.complete_sync([{"role": "user", "content": "hi"}], "judge", sampling, seed=1)
+    assert first.ok and server.stats.bodies[-1]["routing_hint"] == marker
+    records = list((tmp_path / "cache").rglob("*.json"))
+    assert records and not [r for r in records if marker in r.read_text()], "extra_body written in clear"
+    assert '"extra_body":"sha256:' in records[0].read_text()
+    again = LLMClient(ClientConfig(base_url=server.base_url, model="m", max_retries=0), cache=cache)
+    assert again.complete_sync([{"role": "user", "content": "hi"}], "judge", sampling, seed=1).cached
+    other = SamplingParams(extra_body={"routing_hint": marker + "x"})
+    assert not again.complete_sync([{"role": "user", "content": "hi"}], "judge", other, seed=1).cached
+
+
 def test_sampling_built_in_code_refuses_a_secret_too():
     """extra_body is part of the response-cache key: a secret there would be cached."""
     from pipelines.llm.config import SamplingParams

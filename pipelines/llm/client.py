@@ -613,12 +613,13 @@ class LLMClient:
     # ---- cache ----
 
     def _key_fields(self, request: CompletionRequest, seed: int, n: int) -> dict[str, Any]:
-        # The API key cannot be here: nothing secret is in scope of this method.
+        # The API key cannot be here: nothing secret is in scope of this method; extra_body is
+        # here only as its hash (SamplingParams.key_dict).
         fields = {
             "endpoint": self.config.endpoint,
             "model": self.config.model,
             "messages": request.messages,
-            "sampling": request.sampling.as_dict(),
+            "sampling": request.sampling.key_dict(),
             "seed": seed,
             "n": n,
         }

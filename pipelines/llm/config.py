@@ -24,6 +24,8 @@ says where it came from so that errors point at the right place.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -159,7 +161,7 @@ class SamplingParams:
         # Normalise to immutable values: the params are shared between concurrent calls.
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "extra_body", MappingProxyType(dict(_check_mapping(self.extra_body, "extra_body"))))
-        refuse_secrets(dict(self.extra_body), "extra_body")  # it is part of the cache key
+        refuse_secrets(dict(self.extra_body), "extra_body", strict=True)  # sent with every request
 
     @property
     def greedy(self) -> bool:
@@ -176,6 +178,22 @@ class SamplingParams:
             "frequency_penalty": self.frequency_penalty,
             "extra_body": dict(self.extra_body),
         }
+
+    def key_dict(self) -> dict[str, Any]:
+        """``as_dict()`` as the response-cache key holds it: ``extra_body``, when set, only as
+        the sha256 of its canonical JSON, so that its values (a server's custom parameters,
+        which may carry what no check recognises as a secret) are never written in clear into
+        a cache key or record. An empty ``extra_body`` stays ``{}``, keeping the keys of
+        every other call as they were.
+
+        >>> SamplingParams(extra_body={"top_k": 20}).key_dict()["extra_body"]
+        'sha256:176a4381cf64c185af602bd9ed7aec5d929994f6c57bf1c8463def3c3d90eb7b'
+        """
+        fields_ = self.as_dict()
+        if fields_["extra_body"]:
+            canonical = json.dumps(fields_["extra_body"], sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            fields_["extra_body"] = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        return fields_
 
     def request_fields(self) -> dict[str, Any]:
         """The standard OpenAI request fields that are set; ``extra_body`` travels separately."""
@@ -343,8 +361,9 @@ class BackendConfig:
             raise ConfigError(f"{where}: {_unknown_role(role)}")
         section = _check_mapping(section, where)
         # Anywhere in the section (sampling.extra_body too), before any of it reaches a cache
-        # key or a record; the message names the place, not the value.
-        refuse_secrets(section, where)
+        # key or a record; the message names the place, not the value. Strict: any value under
+        # a credential-like key name (``key``, ``api_token``, ``bearer``) or in ``headers``.
+        refuse_secrets(section, where, strict=True)
         if "backend" not in section:
             raise ConfigError(f"{where}: missing required key 'backend' (one of {list(BACKEND_KINDS)})")
         kind = _choice(section["backend"], BACKEND_KINDS, f"{where}.backend")
