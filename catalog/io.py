@@ -29,7 +29,7 @@ import yaml
 from pipelines.artifacts.spec import ArtifactSpec
 from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, validate
 from pipelines.errors import ConfigError, DataError, ValidationFailed
-from pipelines.files import remove_stale_staging, staging_path
+from pipelines.files import FILE_MODE, make_directories, remove_stale_staging, staging_path
 from pipelines.secrets import refuse_secrets
 
 PARQUET_COMPRESSION = "zstd"
@@ -283,7 +283,7 @@ def write_timings(stage: str, figures: Mapping[str, Any], directory: Path | str 
     """Write one stage's machine-dependent figures (seconds, items per second) to
     ``reports/timings/<stage>.json`` (or ``directory``); returns the path."""
     path = Path(directory if directory is not None else TIMINGS_DIR) / f"{stage}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directories(path.parent)
     write_json_atomic(path, {"stage": stage, **figures})
     return path
 
@@ -409,14 +409,16 @@ def _write_parquet(table: pa.Table, file: IO[bytes]) -> None:
 def _write_temp(path: Path, write: Callable[[IO[bytes]], Any]) -> Path:
     """Write through ``write`` into a new hidden file beside ``path``; return its path.
 
-    The name is made here and opened with "x" rather than taken from mkstemp, whose 0600
-    mode would survive the rename and make artifacts unreadable to other users. It carries
-    this process's id: temporary files of ``path`` left by a killed writer are removed first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    The name is made here and opened with "x" rather than taken from mkstemp; the file gets
+    mode ``FILE_MODE`` (0644) whatever the umask, which the rename keeps (and new parent
+    directories 0755). It carries this process's id: temporary files of ``path`` left by a
+    killed writer are removed first."""
+    make_directories(path.parent)
     remove_stale_staging(path)
     temp = staging_path(path)
     try:
         with open(temp, "xb") as file:
+            os.fchmod(file.fileno(), FILE_MODE)
             write(file)
             file.flush()
             os.fsync(file.fileno())  # the data must be on disk before the rename is

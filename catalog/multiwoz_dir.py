@@ -121,8 +121,7 @@ def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:
     """Write ``generate_corpus`` output as an official-layout directory, atomically: the
     directory is built next to the target and swapped in, so a crash leaves the old one."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_directory(target)  # under the user's umask (mkdtemp's would be 0700)
+    staging = staging_directory(target)  # 0755, and so are new parents (mkdtemp's would be 0700)
     try:
         (staging / "db").mkdir()
         with open(staging / "data.json", "w", encoding="utf-8") as handle:

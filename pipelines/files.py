@@ -1,5 +1,9 @@
 """File-system primitives shared by the stages and the library's savers: staging beside a
-target, atomic directory swaps, the user's umask, and removing what a killed process left.
+target, atomic directory swaps, the artifacts' permissions, and removing what a killed process left.
+
+Artifacts get explicit modes, :data:`FILE_MODE` (0644) and :data:`DIR_MODE` (0755), whatever
+the caller's umask: ``umask 000`` must not publish world-writable files into a repository
+(and DVC's cache), nor ``umask 077`` files that nobody else can read.
 
 Staging names carry the writer's process id and start time,
 ``.<target>.askflow-<pid>-<start>-<hex>.tmp`` (``.old`` for the previous version during a
@@ -17,6 +21,9 @@ import uuid
 from pathlib import Path
 
 _MARK = "askflow"
+#: The mode of every artifact file and directory written here (issue 28 item 6).
+FILE_MODE = 0o644
+DIR_MODE = 0o755
 
 
 def current_umask() -> int:
@@ -33,20 +40,34 @@ def current_umask() -> int:
 
 
 def ordinary_permissions(path: Path | str) -> None:
-    """Give ``path`` (and, for a directory, everything under it) the permissions of newly
-    created files under the user's umask: mkdtemp and mkstemp make 0700 and 0600, and so
-    does the safetensors writer, which a rename would otherwise publish."""
+    """Give ``path`` (and, for a directory, everything under it) the artifact modes,
+    :data:`FILE_MODE` and :data:`DIR_MODE`, whatever the umask: mkdtemp and mkstemp make 0700
+    and 0600, and so does the safetensors writer, which a rename would otherwise publish."""
     path = Path(path)
-    mask = current_umask()
     if path.is_dir():
         for parent, directories, files in os.walk(path):
             for name in files:
-                os.chmod(os.path.join(parent, name), 0o666 & ~mask)
+                os.chmod(os.path.join(parent, name), FILE_MODE)
             for name in directories:
-                os.chmod(os.path.join(parent, name), 0o777 & ~mask)
-        path.chmod(0o777 & ~mask)
+                os.chmod(os.path.join(parent, name), DIR_MODE)
+        path.chmod(DIR_MODE)
     else:
-        path.chmod(0o666 & ~mask)
+        path.chmod(FILE_MODE)
+
+
+def make_directories(path: Path | str) -> None:
+    """``path`` and its missing parents, each created with :data:`DIR_MODE` whatever the
+    umask (``mkdir(mode=...)`` is masked, so the mode is set after); existing ones are left as they are."""
+    path = Path(path)
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        directory.chmod(DIR_MODE)
 
 
 def staging_path(target: Path | str, suffix: str = ".tmp") -> Path:
@@ -58,12 +79,13 @@ def staging_path(target: Path | str, suffix: str = ".tmp") -> Path:
 
 
 def staging_directory(target: Path | str) -> Path:
-    """A new empty directory beside ``target``, created under the user's umask."""
+    """A new empty directory beside ``target``, with mode :data:`DIR_MODE`."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_directories(target.parent)
     remove_stale_staging(target)
     staging = staging_path(target)
     staging.mkdir()
+    staging.chmod(DIR_MODE)
     return staging
 
 
@@ -152,7 +174,10 @@ def _proc_stat(pid: int) -> list[str] | None:
 
 
 __all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
     "current_umask",
+    "make_directories",
     "ordinary_permissions",
     "process_alive",
     "process_start",

@@ -1,5 +1,6 @@
-"""Published files follow the user's umask (issue 19, item 10); models are swapped in by
-renames and a killed writer's leftovers are removed by the next one (item 7)."""
+"""Published files and directories get 0644 / 0755 whatever the umask (issue 28 item 6; issue 19
+item 10 had them follow it, so ``umask 000`` gave world-writable artifacts); models are swapped in by
+renames and a killed writer's leftovers are removed by the next one (issue 19 item 7)."""
 
 from __future__ import annotations
 
@@ -18,27 +19,28 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-@pytest.fixture(params=[0o022, 0o002], ids=["umask022", "umask002"])
+@pytest.fixture(params=[0o022, 0o002, 0o000, 0o077], ids=["umask022", "umask002", "umask000", "umask077"])
 def umask(request):
     previous = os.umask(request.param)
     yield request.param
     os.umask(previous)
 
 
-def test_corpus_directory_and_files_follow_the_umask(tmp_path, umask):
+def test_corpus_directory_and_files_get_fixed_modes(tmp_path, umask):
     from pipelines.multiwoz.embedded import generate_corpus
     from catalog.multiwoz_dir import write_multiwoz
 
     target = tmp_path / "raw" / "embedded"
     write_multiwoz(generate_corpus(5, seed=1), target)
     write_multiwoz(generate_corpus(5, seed=2), target)  # the replacing write, too
-    assert _mode(target) == 0o777 & ~umask  # was 0700 (mkdtemp)
+    assert _mode(target) == 0o755  # was 0700 (mkdtemp), then 0777 & ~umask
+    assert _mode(target.parent) == 0o755, "a new parent directory too"
     for path in target.rglob("*"):
-        assert _mode(path) == (0o777 if path.is_dir() else 0o666) & ~umask, path
+        assert _mode(path) == (0o755 if path.is_dir() else 0o644), path
     assert sorted(p.name for p in target.parent.iterdir()) == ["embedded"]  # no staging left
 
 
-def test_saved_model_follows_the_umask(tiny_model_dir, tmp_path, umask):
+def test_saved_model_gets_fixed_modes(tiny_model_dir, tmp_path, umask):
     from pipelines.training.modeling import load_tokenizer, save_model
     from pipelines.training.config import ModelSpec
     from transformers import AutoModelForCausalLM
@@ -48,9 +50,26 @@ def test_saved_model_follows_the_umask(tiny_model_dir, tmp_path, umask):
     out = save_model(model, tokenizer, tmp_path / "models" / "sft", card="# card\n")
     weights = out / "model.safetensors"
     assert weights.exists()
-    assert _mode(weights) == 0o666 & ~umask  # safetensors alone writes 0600
-    assert _mode(out) == 0o777 & ~umask
-    assert all(_mode(p) == 0o666 & ~umask for p in out.iterdir())
+    assert _mode(weights) == 0o644  # safetensors alone writes 0600
+    assert _mode(out) == 0o755
+    assert all(_mode(p) == 0o644 for p in out.iterdir())
+
+
+def test_atomic_writers_and_publish_get_fixed_modes(tmp_path, umask):
+    """catalog.io's writers: JSON, text, timings and published Parquet tables, and the
+    directories they create, are 0644 / 0755 under any umask."""
+    import pyarrow as pa
+
+    from catalog.io import _write_all_atomic, write_json_atomic, write_text_atomic, write_timings
+
+    write_json_atomic(tmp_path / "reports" / "m.json", {"a": 1})
+    write_json_atomic(tmp_path / "reports" / "m.json", {"a": 2})  # the replacing write, too
+    write_text_atomic(tmp_path / "reports" / "deep" / "t.txt", "x")
+    write_timings("stage", {"wall_s": 1.0}, tmp_path / "reports" / "timings")
+    _write_all_atomic({tmp_path / "reports" / "data" / "t.parquet": pa.table({"x": [1, 2]})})  # what publish writes with
+    assert len(list((tmp_path / "reports").rglob("*"))) == 7
+    for path in [tmp_path / "reports", *(tmp_path / "reports").rglob("*")]:
+        assert _mode(path) == (0o755 if path.is_dir() else 0o644), (oct(_mode(path)), path)
 
 
 def _dead_pid() -> int:
