@@ -113,13 +113,17 @@ def _view_name(path: Path, depth: int) -> str:
 
 
 def connect(artifacts: dict[str, Path]) -> duckdb.DuckDBPyConnection:
+    """A connection with a view per artifact. A file DuckDB cannot read as Parquet (damaged,
+    truncated, not Parquet at all) gets no view: it is named in a warning on stderr and taken
+    out of ``artifacts``, so that one bad file does not stop every query over the others."""
     connection = duckdb.connect()
-    for name, path in artifacts.items():
+    for name, path in list(artifacts.items()):
         # The relation API quotes the path and the name itself; no SQL is assembled here.
         try:
             connection.read_parquet(str(path)).create_view(name)
         except duckdb.Error as error:
-            raise DataError(str(path), f"cannot read as Parquet: {error}") from None
+            print(f"warning: {path}: cannot read as Parquet, skipped (no view {name!r}): {error}", file=sys.stderr)
+            del artifacts[name]
     return connection
 
 

@@ -114,11 +114,26 @@ def test_bad_query_exits_1_with_a_message(root: Path, capsys):
     assert "Traceback" not in err
 
 
-def test_corrupt_parquet_names_the_file(root: Path, capsys):
-    (root / "data" / "raw" / "broken.parquet").write_bytes(b"not parquet at all")
-    status, _, err = run(capsys, "sql", "SELECT 1", "--root", str(root))
-    assert status == 1
-    assert err.startswith(f"error: {root / 'data' / 'raw' / 'broken.parquet'}: cannot read as Parquet")
+def test_an_unreadable_parquet_is_skipped_with_a_warning_naming_it(root: Path, capsys):
+    """Issue 28 item 7: one damaged file under data/ used to fail every query (exit 1)."""
+    broken = root / "data" / "raw" / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    good = (root / "data" / "interim" / "turns.parquet").read_bytes()
+    truncated = root / "data" / "processed" / "cut.parquet"
+    truncated.write_bytes(good[: len(good) // 2])  # a copy interrupted half-way
+
+    status, out, err = run(capsys, "sql", "SELECT count(*) AS n FROM turns", "--root", str(root), "--format", "csv")
+    assert (status, out) == (0, "n\n3\n"), err
+    assert f"warning: {broken}: cannot read as Parquet, skipped (no view 'broken')" in err
+    assert f"warning: {truncated}: cannot read as Parquet, skipped (no view 'cut')" in err
+    assert "Traceback" not in err
+
+    status, out, err = run(capsys, "tables", "--root", str(root))
+    assert status == 0 and "(4 rows)" in out and "broken" not in out and "cut" not in out
+    assert str(broken) in err and str(truncated) in err
+
+    status, _, err = run(capsys, "sql", "SELECT * FROM broken", "--root", str(root))
+    assert status == 1 and "Catalog Error" in err, "the skipped file has no view"
 
 
 def test_tables_without_data_directory(tmp_path: Path, capsys):
