@@ -4,6 +4,7 @@
     askflow sql "SELECT speaker, count(*) FROM turns GROUP BY 1" [--format table|csv|json] [--write]
     askflow ui [--host 127.0.0.1] [--port 4200] [--worker]
     askflow deploy [--root DIR] [--api-url URL]
+    askflow gpu pack JOB [--split-mib N] | gpu run JOB [--smoke] | gpu import RESULTS
 
 Every Parquet file under ``<root>/data`` becomes a DuckDB view named after its stem, or
 after as many trailing path parts as it takes to tell colliding stems apart
@@ -69,7 +70,54 @@ def build_parser() -> argparse.ArgumentParser:
     deploy = commands.add_parser("deploy", parents=[common], help="create or update the scheduled retraining deployment")
     deploy.add_argument("--api-url", help="Prefect API, e.g. http://127.0.0.1:4200/api (default: $PREFECT_API_URL)")
     deploy.set_defaults(run=_deploy)
+    _gpu_parser(commands, common)
     return parser
+
+
+def _gpu_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``askflow gpu pack|run|import``: the real model on an offline accelerator node
+    (:mod:`catalog.gpu_job`, :mod:`flows.gpu`)."""
+    gpu = commands.add_parser("gpu", help="pack a job for an offline GPU node, run it there, import its results")
+    actions = gpu.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pack = actions.add_parser("pack", parents=[common], help="write a self-contained job (code at HEAD, inputs, model, packages)")
+    pack.add_argument("job", type=Path, help="the job directory to write (new or empty)")
+    pack.add_argument("--split-mib", type=int, default=None, help="cut files above N MiB into parts of at most N MiB")
+    pack.add_argument("--python", default=None, help="the node's Python version, e.g. 3.12 (default: params.yaml gpu.vendor.python)")
+    pack.add_argument("--wheelhouse", type=Path, default=None, help="take the node's wheels from this folder, offline")
+    pack.set_defaults(run=_gpu_pack)
+    run = actions.add_parser("run", help="check, unpack and run a job (on the node; offline)")
+    run.add_argument("job", type=Path, help="the job directory")
+    run.add_argument("--profile", default=None, help="a profile of params.yaml gpu.profiles (default: the packed one)")
+    run.add_argument("--smoke", action="store_true", help="the same code path with tiny counts (runs on a CPU)")
+    run.add_argument("--out", type=Path, default=None, help="results directory (default: JOB/results)")
+    run.set_defaults(run=_gpu_run)
+    take = actions.add_parser("import", parents=[common], help="check a job's results and put them under reports/gpu/")
+    take.add_argument("results", type=Path, help="the results directory the job wrote")
+    take.add_argument("--dest", type=Path, default=None, help="where to put them (default: reports/gpu/<date>_<device>_<profile>)")
+    take.add_argument("--allow-smoke", action="store_true", help="import smoke-run results too")
+    take.set_defaults(run=_gpu_import)
+
+
+def _gpu_pack(args: argparse.Namespace) -> int:
+    from catalog.gpu_job import pack
+
+    pack(args.root, args.job, split_mib=args.split_mib, python=args.python, wheelhouse=args.wheelhouse)
+    return 0
+
+
+def _gpu_run(args: argparse.Namespace) -> int:
+    from catalog.gpu_job import run_job
+
+    arguments = [*(["--profile", args.profile] if args.profile else []), *(["--smoke"] if args.smoke else []),
+                 *(["--out", str(args.out.resolve())] if args.out else [])]
+    return run_job(args.job, arguments)
+
+
+def _gpu_import(args: argparse.Namespace) -> int:
+    from catalog.gpu_job import import_results
+
+    import_results(args.root, args.results, dest=args.dest, allow_smoke=args.allow_smoke)
+    return 0
 
 
 @main_wrapper

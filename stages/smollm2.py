@@ -16,75 +16,21 @@ The output is the same bytes on every run with the same package and library vers
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import importlib.util
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.errors import ConfigError, DataError
+from pipelines.errors import ConfigError
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_text_atomic
+from pipelines.llm.gguf import convert, gguf_path, sha256
 
 _KEYS = {"package", "gguf", "dtype", "output"}
 LICENSE = "Apache-2.0"
 BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-
-
-def gguf_path(package: str, filename: str) -> Path:
-    """The GGUF file inside an installed distribution, located without importing it (the
-    package's own module imports ``llm``, which is deliberately not installed)."""
-    module = package.replace("-", "_")
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(package, "package not installed (make setup installs it with --no-deps)")
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
-    if not path.is_file():
-        raise DataError(str(path), "GGUF file missing from the installed package")
-    return path
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def convert(gguf: Path, dtype: str = "float32") -> tuple[Any, Any]:
-    """(model, tokenizer) from a GGUF file: the dequantised weights in a model built from
-    the GGUF's config, so that it saves as a normal checkpoint."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ConfigError(f"params.yaml smollm2.dtype: not a torch dtype: {dtype!r}")
-    folder, name = str(gguf.parent), gguf.name
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    state = {key: value.detach().clone() for key, value in loaded.state_dict().items()}
-    del loaded
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    config.dtype = torch_dtype
-    for attribute in ("quantization_config", "_pre_quantization_dtype"):
-        if hasattr(config, attribute):
-            delattr(config, attribute)
-    torch.manual_seed(0)  # the model is fully overwritten below; a fixed seed all the same
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # Tied embeddings: lm_head.weight is the embedding matrix and may be absent from the GGUF.
-    missing = [key for key in missing if not (key == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise DataError(str(gguf), f"state dict does not match the config: missing {missing}, unexpected {unexpected}")
-    model = model.to(torch_dtype).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    if not tokenizer.chat_template:
-        raise DataError(str(gguf), "no chat template in the GGUF metadata")
-    return model, tokenizer
 
 
 def model_card(package: str, version: str, gguf: Path, digest: str, parameters: int, dtype: str) -> str:

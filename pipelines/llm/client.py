@@ -46,8 +46,16 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping, NoReturn, Sequence
 
-import jsonschema
-import openai
+# Optional: the library trains and evaluates without them (an accelerator node has neither);
+# only a client of an OpenAI-compatible endpoint needs them, and says so when they are absent.
+try:
+    import jsonschema
+except ImportError:  # tests/gpu/test_imports.py runs the library without it
+    jsonschema = None
+try:
+    import openai
+except ImportError:
+    openai = None
 
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.llm.accounting import Accounting
@@ -491,6 +499,9 @@ class LLMClient:
         accounting: Accounting | None = None,
         rng: random.Random | None = None,
     ):
+        missing = [name for name, module in (("openai", openai), ("jsonschema", jsonschema)) if module is None]
+        if missing:
+            raise ConfigError(f"an openai backend needs the {' and '.join(missing)} package(s), which are not installed")
         self.config = config
         self.cache = cache
         self.accounting = accounting if accounting is not None else Accounting()

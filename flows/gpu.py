@@ -1,0 +1,514 @@
+"""The accelerator job's runner: the stages of a GPU profile, on a node without Prefect or DVC.
+
+``askflow gpu run JOB`` (or ``python JOB/run.py`` on a node where askflow is not installed)
+checks and unpacks the job (:mod:`pipelines.gpu.bootstrap`), then runs this module inside the
+unpacked project. It reads params.yaml ``gpu`` (the profile the job was packed with) and runs,
+top to bottom, stopping on steps and goal counts, never on time::
+
+    convert   the starting model: SmolLM2-135M-Instruct from the job's GGUF (or models/base)
+    sft       full fine-tuning from it on the SpeakER SFT rows (``epochs`` -> max_steps)
+    grpo      GRPO from the SFT model with SpeakRL's rewards (format + clarify_verifiable)
+    evaluate  zero-shot, SFT and GRPO on the held-out test goals (agenda simulator), with
+              bootstrap intervals over goals and paired tests, as the CPU ``evaluate`` stage
+
+Each stage writes ``results/<stage>.json`` and ``.md`` (the SFT and GRPO reports carry
+``tokens_per_s``, ``mfu``, steps/s and, for GRPO, the share of time spent generating);
+``results/job.json`` has the hardware, package versions and every stage's status and wall
+time; ``results/manifest.json`` a sha256 of every result file and the commit, for
+``askflow gpu import``. A stage that fails is reported with its error and the stages that do
+not need it still run (evaluation plays whichever models exist). Models stay on the node
+(``work/models``). This is the same library the Prefect flows call (:mod:`pipelines.training`,
+:mod:`pipelines.evaluation`); only the orchestration differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from catalog.io import from_params, read_params
+from pipelines.errors import AskflowError, ConfigError
+from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
+
+STAGES = ("convert", "sft", "grpo", "evaluate")
+#: The models evaluation plays, in table order, and the stage that makes each.
+EVAL_MODELS = (("zero_shot", "convert"), ("sft", "sft"), ("grpo", "grpo"))
+_TRAIN_KEYS = {"model", "data", "optim", "device", "eval", "objective"}
+_GPU_KEYS = {"epochs", "sampler"}
+
+log = logging.getLogger("askflow.gpu")
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` laid over it: mappings merge key by key, anything else
+    (lists included) is replaced.
+
+    >>> deep_merge({"a": {"b": 1, "c": 2}, "d": [1]}, {"a": {"c": 3}, "d": [2]})
+    {'a': {'b': 1, 'c': 3}, 'd': [2]}
+    """
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def profile_params(gpu: Mapping[str, Any], name: str | None, smoke: bool) -> tuple[str, dict[str, Any]]:
+    """The named profile of params.yaml ``gpu`` (default ``gpu.profile``), with its ``smoke``
+    overrides applied when ``smoke``; ConfigError for an unknown name or section."""
+    profiles = gpu.get("profiles") or {}
+    name = name or gpu.get("profile")
+    if name not in profiles:
+        raise ConfigError(f"params.yaml gpu.profiles: no profile {name!r}; profiles: {sorted(profiles)}")
+    profile = dict(profiles[name])
+    overrides = profile.pop("smoke", None) or {}
+    unknown = sorted(set(profile) - {"sft", "grpo", "evaluate"})
+    if unknown:
+        raise ConfigError(f"params.yaml gpu.profiles.{name}: unknown section(s) {unknown}; allowed: sft, grpo, evaluate, smoke")
+    return name, deep_merge(profile, overrides) if smoke else profile
+
+
+def train_config(method: str, section: Mapping[str, Any], *, model_path: str, output_dir: Path, where: str) -> Any:
+    """A :class:`~pipelines.training.config.TrainConfig` from a profile section in the
+    vocabulary of params.yaml ``train.<method>`` (plus ``epochs`` and ``sampler``, read by
+    :func:`train`); the model and outputs are the job's."""
+    from pipelines.training.config import (
+        OBJECTIVES, DataSpec, DeviceSpec, EvalSpec, ModelSpec, OptimSpec, OutputSpec, TrainConfig,
+    )
+
+    unknown = sorted(set(section) - _TRAIN_KEYS - _GPU_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TRAIN_KEYS | _GPU_KEYS)}")
+    model = {**(section.get("model") or {}), "path": model_path}
+    return TrainConfig(
+        method=method,
+        model=from_params(ModelSpec, model, f"{where}.model"),
+        data=from_params(DataSpec, section.get("data"), f"{where}.data"),
+        output=OutputSpec(str(output_dir / "model"), str(output_dir / "metrics.json"), str(output_dir / "curve.csv")),
+        optim=from_params(OptimSpec, section.get("optim"), f"{where}.optim"),
+        device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
+        eval=from_params(EvalSpec, section.get("eval"), f"{where}.eval"),
+        objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
+    )
+
+
+# --- Training ---------------------------------------------------------------------------------
+
+
+class GenerationTimer:
+    """Seconds spent in ``model.generate`` (GRPO's rollouts), by wrapping the instance's
+    method: TRL calls it on the unwrapped model, the same object on one device."""
+
+    def __init__(self, model: Any):
+        self.seconds = 0.0
+        self.calls = 0
+        inner = model.generate
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                _synchronize()
+                self.seconds += time.perf_counter() - started
+                self.calls += 1
+
+        model.generate = timed
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _load_source(config: Any, source: Any, tokenizer: Any, count: Any) -> Any:
+    """One training source read and fitted (the inputs were validated by their expectation
+    suites when the job was packed)."""
+    import pyarrow.parquet as pq
+
+    from pipelines.training.card import file_md5
+    from pipelines.training.data import JOIN_COLUMN, prepare_source
+
+    table = pq.read_table(source.path)
+    records = table.to_pylist()
+    prompt_rows = None
+    if source.prompts_from is not None:
+        key = config.data.holdout.key
+        wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
+        prompts = pq.read_table(source.prompts_from, columns=[key, JOIN_COLUMN, "prompt"]).to_pylist()
+        prompt_rows = [r for r in prompts if (r[key], r[JOIN_COLUMN]) in wanted]
+    reserve = getattr(config.resolved_objective(), "max_completion_length", 0)
+    rows = prepare_source(
+        records, table.column_names, source, config.method, config.data, count, config.optim.max_length,
+        reserve=reserve, max_heldout=config.eval.max_examples, prompt_rows=prompt_rows,
+    )
+    rows.stats = {"path": source.path, "md5": file_md5(source.path), **rows.stats}  # the version, as in dvc.lock
+    return rows
+
+
+def steps_for_epochs(epochs: float, examples: int, batch_size: int, accumulation: int = 1) -> int:
+    """Optimizer steps for ``epochs`` passes over ``examples`` (at least one).
+
+    >>> steps_for_epochs(2, 20_000, 64)
+    625
+    """
+    return max(1, math.ceil(epochs * examples / (batch_size * accumulation)))
+
+
+def train(config: Any, *, epochs: float | None = None, sampler: str | None = None) -> dict[str, Any]:
+    """One training run of the library's recipe (:mod:`flows.train` without Prefect): data,
+    model, held-out metrics before (if asked) and after, the trained model saved; returns
+    the report with ``throughput`` (tokens/s and MFU for SFT, generation share for GRPO)."""
+    from transformers import set_seed
+
+    from pipelines.gpu.hardware import describe, mfu
+    from pipelines.training.callbacks import CURVE_COLUMNS, LoggingCallback, curve_rows
+    from pipelines.training.card import model_card
+    from pipelines.training.data import TokenCounter, build_train_dataset
+    from pipelines.training.evaluation import evaluate_heldout
+    from pipelines.training.modeling import load_model, load_tokenizer, parameter_counts, peft_config, save_model
+    from pipelines.training.preflight import preflight
+    from pipelines.training.report import TrainSummary, curve_csv, training_report
+    from pipelines.training.trainers import build_trainer, reward_functions, reward_name
+
+    device = preflight(config)
+    tokenizer = load_tokenizer(config.model)
+    count = TokenCounter(tokenizer)
+    prepared = [_load_source(config, source, tokenizer, count) for source in config.data.sources]
+    objective = config.resolved_objective()
+    dataset = build_train_dataset(config.method, prepared, seed=config.data.seed, tokenizer=tokenizer,
+                                  loss_mask=getattr(objective, "loss_mask", None))
+    if epochs is not None:
+        steps = steps_for_epochs(epochs, len(dataset), config.optim.batch_size, config.optim.gradient_accumulation_steps)
+        config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, max_steps=steps))
+    log.info("%s: %d training examples, %d steps (batch %d)", config.method, len(dataset), config.optim.max_steps, config.optim.batch_size)
+    set_seed(config.optim.seed)
+    model = load_model(config.model, device)
+    before = evaluate_heldout(model, tokenizer, prepared, config.eval, objective, None)[0] if config.eval.before else None
+
+    columns = CURVE_COLUMNS[config.method]
+    extra = ("num_tokens",)
+    if config.method == "grpo":
+        extra += tuple(f"rewards/{reward_name(f)}/mean" for f in reward_functions(objective, None)[0]) + ("frac_reward_zero_std",)
+    columns = tuple(dict.fromkeys((*columns, *extra)))
+    workdir = Path(tempfile.mkdtemp(prefix=f"askflow-gpu-{config.method}-"))
+    try:
+        trainer = build_trainer(config, device, model, tokenizer, dataset, peft_config(config.model.lora), str(workdir),
+                                [LoggingCallback(log, config.method, [c for c in columns if c.startswith("rewards/")])])
+        if sampler is not None:
+            # The sampler is built when training starts: length-grouped batches pad little.
+            trainer.args.train_sampling_strategy = sampler
+        timer = GenerationTimer(trainer.model) if config.method == "grpo" else None
+        _synchronize()
+        started = time.perf_counter()
+        output = trainer.train()
+        _synchronize()
+        train_s = time.perf_counter() - started
+        state = trainer.state
+        losses = [entry["loss"] for entry in state.log_history if "loss" in entry]
+        summary = TrainSummary(
+            steps=state.global_step, max_steps=state.max_steps, stopped_by="max_steps", epochs=float(state.epoch or 0.0),
+            mean_loss=output.training_loss, final_loss=losses[-1] if losses else None, runtime_s=train_s,
+            curve=tuple(curve_rows(state.log_history, columns)),
+        )
+        after, generations = evaluate_heldout(trainer.model, tokenizer, prepared, config.eval, objective, None)
+        parameters = parameter_counts(trainer.model)
+        report = training_report(config, device, parameters, prepared, len(dataset), summary, before, after)
+        tokens = getattr(trainer, "_total_train_tokens", None) or _logged_tokens(state.log_history)
+        machine = describe()
+        throughput: dict[str, Any] = {
+            "train_s": round(train_s, 2),
+            "steps_per_s": round(summary.steps / train_s, 4) if train_s else None,
+            "tokens": int(tokens) if tokens else None,
+            "tokens_per_s": round(tokens / train_s, 1) if tokens and train_s else None,
+            "peak_bf16_flops": machine["peak_bf16_flops"],
+        }
+        throughput["mfu"] = (round(mfu(parameters["total"], throughput["tokens_per_s"], machine["peak_bf16_flops"]), 4)
+                             if throughput["tokens_per_s"] and machine["peak_bf16_flops"] else None)
+        if timer is not None:
+            throughput.update(generate_s=round(timer.seconds, 2), generate_calls=timer.calls,
+                              generate_share=round(timer.seconds / train_s, 4) if train_s else None)
+        report["throughput"] = throughput
+        report["optim"] = {"max_steps": config.optim.max_steps, "batch_size": config.optim.batch_size,
+                           "learning_rate": config.optim.learning_rate, "max_length": config.optim.max_length,
+                           "epochs_asked": epochs, "sampler": sampler or "random"}
+        examples = {s.name: [(r["prompt"][-1]["content"][-300:], t) for r, t in zip(s.heldout, generations.get(s.name, [])[:3])]
+                    for s in prepared}
+        merge = config.model.lora is not None and config.model.lora.merge
+        save_model(trainer.model, tokenizer, config.output.model_dir, merge_adapter=merge, card=model_card(config, report, examples))
+        Path(config.output.curve).write_text(curve_csv(summary.curve, columns), encoding="utf-8")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return report
+
+
+def _logged_tokens(history: Sequence[Mapping[str, Any]]) -> float | None:
+    values = [entry["num_tokens"] for entry in history if "num_tokens" in entry]
+    return values[-1] if values else None
+
+
+# --- Evaluation -------------------------------------------------------------------------------
+
+
+def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -> dict[str, Any]:
+    """Every model of ``models`` (name -> directory) plays the profile's held-out goals;
+    the report as the CPU ``evaluate`` stage writes it, plus ``dialogues_per_s`` per model."""
+    import pyarrow.parquet as pq
+
+    from catalog.multiwoz_dir import load_multiwoz
+    from pipelines.env.tools import Database
+    from pipelines.episodes import episode_tables, get_format
+    from pipelines.evaluation.config import EvalConfig
+    from pipelines.evaluation.metrics import bootstrap_summary, score_episode
+    from pipelines.evaluation.play import held_out_goals, play_policy
+    from pipelines.evaluation.policy import load_policy
+    from pipelines.evaluation.report import pattern_notes, report_markdown
+    from pipelines.simulators.agenda import AgendaConfig
+    from pipelines.simulators.factory import simulator_from_config
+
+    params = {**section, "models": {name: {"path": path} for name, path in models.items()}}
+    config = from_params(EvalConfig, params, "params.yaml gpu evaluate")
+    if config.simulator.kind != "agenda":
+        raise ConfigError("gpu evaluate: the job runs offline; simulator.kind must be agenda")
+    corpus = load_multiwoz(Path(config.source), config.db_dir)
+    goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
+    if not goals:
+        raise ConfigError(f"gpu evaluate: no {config.split!r} goals with tool domains in {config.source}")
+    database = Database(corpus.entities, corpus.taxi_options)
+    spec = config.simulator
+    simulator = simulator_from_config("agenda", database=database, client=None, agenda=AgendaConfig(
+        verbosity=spec.verbosity, noise=spec.noise, max_stalled_turns=spec.max_stalled_turns))
+    by_id = {d.dialogue_id: d.goal for d in goals}
+    scores: dict[str, list[Any]] = {}
+    speeds: dict[str, dict[str, Any]] = {}
+    episodes: list[Any] = []
+    for policy in config.policy_specs():
+        agent = load_policy(policy, get_format(config.agent_format), config.generation)
+        _synchronize()
+        started = time.perf_counter()
+        played = play_policy(agent, goals, simulator, database, config.plan())
+        _synchronize()
+        wall_s = time.perf_counter() - started
+        scores[policy.name] = [score_episode(e, by_id[e.dialogue_id]) for e in played]
+        speeds[policy.name] = {"episodes": len(played), "wall_s": round(wall_s, 2),
+                               "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
+        log.info("evaluate: %s: %d episodes in %.1f s (%.2f dialogues/s)", policy.name, len(played), wall_s,
+                 len(played) / wall_s if wall_s else 0.0)
+        episodes += played
+        del agent
+    results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
+    setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
+             "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
+             "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
+             "batched": config.batched}
+    tables = episode_tables(episodes)
+    for name, table in tables.items():
+        pq.write_table(table, out / f"{name}.parquet", compression="zstd")
+    markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
+    return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}
+
+
+# --- The job ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class StageResult:
+    name: str
+    status: str = "pending"         # ok | failed | skipped
+    wall_s: float | None = None
+    error: str | None = None
+    needs: tuple[str, ...] = ()
+
+
+def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """Run one stage unless a stage it needs failed; its report (with ``status``, ``wall_s``
+    and, on failure, ``error``) goes to ``out/<name>.json`` and ``.md``."""
+    missing = [need for need in result.needs if results[need].status != "ok"]
+    if missing:
+        result.status, result.error = "skipped", f"needs {', '.join(missing)}, which did not succeed"
+        log.warning("stage %s: skipped (%s)", result.name, result.error)
+        _write_stage(out, result, {})
+        return None
+    log.info("stage %s: start", result.name)
+    started = time.perf_counter()
+    try:
+        report = body()
+        result.status = "ok"
+    except Exception as error:  # a failed stage is reported; the stages that do not need it run
+        report = {"traceback": traceback.format_exc(limit=8)}
+        result.status, result.error = "failed", f"{type(error).__name__}: {error}"
+        log.error("stage %s: failed: %s", result.name, result.error)
+    result.wall_s = round(time.perf_counter() - started, 2)
+    _write_stage(out, result, report)
+    log.info("stage %s: %s in %.1f s", result.name, result.status, result.wall_s)
+    return report if result.status == "ok" else None
+
+
+def _write_stage(out: Path, result: StageResult, report: Mapping[str, Any]) -> None:
+    report = dict(report)
+    markdown = report.pop("markdown", None)
+    body = {"stage": result.name, "status": result.status, "wall_s": result.wall_s, "error": result.error, **report}
+    _write_json(out / f"{result.name}.json", body)
+    lines = [f"# GPU job stage `{result.name}`: {result.status}", ""]
+    if result.wall_s is not None:
+        lines.append(f"Wall time: {result.wall_s:.1f} s.")
+    if result.error:
+        lines += ["", f"Error: `{result.error}`"]
+    if markdown:
+        lines += ["", markdown]
+    elif result.status == "ok":
+        lines += ["", stage_summary(result.name, report)]
+    (out / f"{result.name}.md").write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+
+
+def stage_summary(name: str, report: Mapping[str, Any]) -> str:
+    """A few lines for a training or conversion stage's markdown."""
+    if name == "convert":
+        return f"Start model `{report.get('model')}`: {report.get('parameters', 0):,} parameters ({report.get('source')})."
+    throughput = report.get("throughput") or {}
+    train = report.get("train") or {}
+    after = json.dumps(report.get("eval", {}).get("after", {}), sort_keys=True)[:1500]
+    return "\n".join([
+        f"- steps: {train.get('steps')} ({train.get('epochs', 0):.2f} epochs), final loss {train.get('final_loss')}",
+        f"- tokens/s: {throughput.get('tokens_per_s')}, MFU: {throughput.get('mfu')}, steps/s: {throughput.get('steps_per_s')}",
+        *([f"- share of time generating: {throughput['generate_share']}"] if "generate_share" in throughput else []),
+        f"- held-out after: `{after}`",
+    ])
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    temporary.replace(path)
+
+
+def convert_model(gpu: Mapping[str, Any], job: Path, manifest: Mapping[str, Any], target: Path) -> dict[str, Any]:
+    """The starting model: the job's GGUF converted (``gpu.model: smollm2``), or the packed
+    ``models/base`` as it is (``base``)."""
+    kind = manifest["model"]["kind"]
+    if kind == "base":
+        path = Path(manifest["model"]["path"])
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"gpu model base: {path} has no config.json")
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path)
+        return {"model": str(path), "source": "models/base (packed)", "parameters": None, "architecture": config.model_type}
+    from pipelines.llm.gguf import convert
+    from pipelines.training.modeling import save_model
+
+    gguf = job / FILES / manifest["model"]["file"]
+    model, tokenizer = convert(gguf, "float32")
+    parameters = sum(p.numel() for p in model.parameters())
+    save_model(model, tokenizer, target)
+    return {"model": str(target), "source": f"{manifest['model']['file']} (sha256 {manifest['files'][manifest['model']['file']]['sha256'][:16]})",
+            "parameters": parameters}
+
+
+def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
+    """Every stage of the profile; 0 when all succeeded, 1 otherwise (2: not runnable)."""
+    import torch
+
+    from pipelines.gpu.hardware import describe
+
+    manifest = read_manifest(job)
+    gpu = read_params("gpu")
+    name, sections = profile_params(gpu, profile, smoke)
+    if not smoke and not torch.cuda.is_available():
+        raise ConfigError("no CUDA accelerator on this machine: the GPU profile needs one (--smoke runs the same path on a CPU with tiny counts)")
+    out.mkdir(parents=True, exist_ok=True)
+    models = job / "work" / "models"
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    machine = describe()
+    log.info("job %s, profile %s%s on %s (%s)", manifest["commit"][:12], name, " (smoke)" if smoke else "", machine["device"], machine["accelerator"])
+    stages = {
+        "convert": StageResult("convert"),
+        "sft": StageResult("sft", needs=("convert",)),
+        "grpo": StageResult("grpo", needs=("sft",)),
+        "evaluate": StageResult("evaluate"),
+    }
+    start_dir = models / "start"
+
+    def trained(method: str, start: Path) -> Callable[[], dict[str, Any]]:
+        def body() -> dict[str, Any]:
+            section = sections[method]
+            stage_dir = models / method
+            stage_dir.mkdir(parents=True, exist_ok=True)
+            config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=f"params.yaml gpu.profiles.{name}.{method}")
+            report = train(config, epochs=section.get("epochs"), sampler=section.get("sampler"))
+            shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
+            return report
+        return body
+
+    start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
+    run_stage(stages["convert"], stages, out, lambda: convert_model(gpu, job, manifest, start_dir))
+    run_stage(stages["sft"], stages, out, trained("sft", start_path))
+    run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
+    dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
+    playable = {model: str(dirs[model]) for model, stage in EVAL_MODELS if stages[stage].status == "ok"}
+    if playable:
+        run_stage(stages["evaluate"], stages, out, lambda: evaluate(sections["evaluate"], playable, out))
+    else:
+        stages["evaluate"].needs = ("convert",)
+        run_stage(stages["evaluate"], stages, out, dict)
+    summary = {
+        "commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": name, "smoke": smoke,
+        "started": started_at, "wall_s": round(time.perf_counter() - started, 2), "machine": machine,
+        "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"),
+        "stages": {s.name: {"status": s.status, "wall_s": s.wall_s, "error": s.error} for s in stages.values()},
+    }
+    _write_json(out / "job.json", summary)
+    write_results_manifest(out, manifest)
+    failed = [s.name for s in stages.values() if s.status != "ok"]
+    log.info("job finished in %.1f s: %s", summary["wall_s"], "all stages ok" if not failed else f"not ok: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+RESULTS_MANIFEST = "manifest.json"
+
+
+def write_results_manifest(out: Path, manifest: Mapping[str, Any]) -> None:
+    """``out/manifest.json``: the commit and code hash the results claim, and every result
+    file's sha256 (``askflow gpu import`` checks both)."""
+    files = {str(p.relative_to(out)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+             for p in sorted(out.rglob("*")) if p.is_file() and p.name != RESULTS_MANIFEST and not p.name.startswith(".")}
+    _write_json(out / RESULTS_MANIFEST, {"format": "askflow-gpu-results/1", "commit": manifest["commit"],
+                                         "code_tar_sha256": manifest["code_tar_sha256"], "files": files})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job", type=Path, required=True, help="the job directory")
+    parser.add_argument("--profile", default=None, help="a profile of params.yaml gpu.profiles (default: gpu.profile)")
+    parser.add_argument("--smoke", action="store_true", help="tiny counts; runs on a CPU")
+    parser.add_argument("--out", type=Path, default=None, help="results directory (default: JOB/results)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout, force=True)
+    for noisy in ("httpx", "transformers", "datasets"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    out = (args.out or args.job / "results").resolve()
+    try:
+        return run_job(args.job.resolve(), out, args.profile, args.smoke)
+    except AskflowError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
