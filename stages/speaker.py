@@ -8,8 +8,9 @@ params.yaml ``speaker``:
   :class:`pipelines.llm.ClientConfig`);
 * ``seed``, ``max_clarifications``, ``dedup: {threshold, ngram}``, ``act_points`` (act-here
   decision points per dialogue for the GRPO and DPO data);
-* ``output`` (directory of the Parquet files), ``metrics`` (JSON), ``cache_dir`` (LLM
-  response cache; a re-run with unchanged inputs sends no request);
+* ``output`` (directory of the Parquet files), ``metrics`` (JSON: counts that depend on the
+  inputs only; the run's LLM accounting goes to ``reports/timings/speaker.json``), ``cache_dir``
+  (LLM response cache; a re-run with unchanged inputs sends no request);
 * ``max_llm_failure_rate`` (default 0.05): more failed LLM calls than this (the model's own
   invalid output included: a reply that does not validate, or makes no playable dialogue) is
   an outage, and the stage exits non-zero without publishing;
@@ -109,12 +110,15 @@ def run(params: dict) -> dict:
 
     metrics = result.metrics()
     metrics["rows"] = {name: table.num_rows for name, table in tables.items()}
-    metrics["llm"] = {**accounting.as_dict(), **({"synthesizer": synthesizer.stats.as_dict()} if isinstance(synthesizer, LLMSynthesizer) else {})}
     write_json_atomic(metrics_path, metrics)
     done = time.perf_counter()
-    # Timings go to the log and reports/timings/, not to the metrics: metrics stay a function of the inputs.
+    # Timings and the run's LLM accounting (requests, retries, cache hits, tokens: they depend
+    # on the server's faults and the cache's state) go to the log and reports/timings/, not to
+    # the metrics: metrics stay a function of the inputs, and `dvc metrics diff` is empty
+    # between two runs that produced the same data.
+    llm = {**accounting.as_dict(), **({"synthesizer": synthesizer.stats.as_dict()} if isinstance(synthesizer, LLMSynthesizer) else {})}
     write_timings("speaker", {"load_s": round(loaded - started, 2), "synthesis_s": round(synthesized - loaded, 2),
-                              "publish_s": round(done - synthesized, 2), "wall_s": round(done - started, 2)})
+                              "publish_s": round(done - synthesized, 2), "wall_s": round(done - started, 2), "llm": llm})
     print(
         f"speaker: {metrics['seeds']} seeds -> {metrics['dialogues']['kept']} dialogues kept, "
         f"{metrics['clarifications']['total']} clarifications, {metrics['dpo']['pairs']} DPO pairs "

@@ -5,6 +5,7 @@ params.yaml refuses duplicate keys; JSON inputs refuse NaN, Infinity and deep ne
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,11 @@ def test_gold_replay_params_are_validated(monkeypatch, capsys, tmp_path, changes
 
 
 def test_duplicate_keys_in_params_yaml_are_refused(monkeypatch, capsys, tmp_path):
-    text = (REPO / "params.yaml").read_text().replace("  n_dialogues: 2500\n", "  n_dialogues: 2500\n  n_dialogues: 20\n", 1)
+    # The corpus section's n_dialogues line whatever its value (issue 28 item 9: a fixed
+    # "n_dialogues: 2500" made this a no-op, and the stage ran, once params.yaml said otherwise).
+    text, count = re.subn(r"(?m)^(corpus:\n(?:(?:  .*|\s*#.*|)\n)*?  n_dialogues: .*\n)", r"\1  n_dialogues: 20\n",
+                          (REPO / "params.yaml").read_text(), count=1)
+    assert count == 1 and yaml.load(text, Loader=yaml.BaseLoader)["corpus"]["n_dialogues"] == "20"  # last one wins in plain YAML
     err = _stage_error(monkeypatch, capsys, tmp_path, "corpus", text=text)
     assert "duplicate key 'n_dialogues'" in err and "params.yaml" in err
 

@@ -3,6 +3,7 @@ the previous run in place, against a local fault-injecting OpenAI-compatible ser
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,26 @@ def test_invalid_model_output_counts_as_failures_and_a_low_yield_fails(make_serv
 def test_a_bad_min_yield_is_refused_before_any_work(published, value):
     with pytest.raises(ConfigError, match=r"params.yaml speaker.min_yield: expected a number in \[0, 1\]"):
         run({**published, "source": "/nonexistent", "min_yield": value})
+
+
+def test_metrics_do_not_depend_on_retries_or_the_cache(make_server, published, tmp_path):
+    """Issue 28 item 9: the same data with and without injected server errors (retried), and
+    from the cache, gives the same reports/speaker.json bytes; the retries are in reports/timings/."""
+    from catalog.io import TIMINGS_DIR
+
+    clean, faulty = make_server(reply_fn=_writes_the_draft), make_server(FaultPlan(rate=0.2, kinds=("http_500",)), reply_fn=_writes_the_draft)
+    texts = {}
+    for name, server in [("clean", clean), ("faulty", faulty), ("cached", faulty)]:
+        if name == "cached":
+            faulty.stats.requests = 0
+        params = {**published, "output": str(tmp_path / name), "metrics": str(tmp_path / f"{name}.json"),
+                  "cache_dir": str(tmp_path / f"cache-{server.port}"), "synthesizer": {**_synthesizer(server.base_url), "max_retries": 6}}
+        run(params)
+        texts[name] = Path(params["metrics"]).read_text()
+        timings = json.loads((TIMINGS_DIR / "speaker.json").read_text())["llm"]["total"]
+        if name == "faulty":
+            assert timings["retries_by_reason"]["server_error"] > 0
+        if name == "cached":
+            assert faulty.stats.requests == 0 and timings["cache_hits"] > 0 and timings["requests"] == 0
+    assert texts["clean"] == texts["faulty"] == texts["cached"]
+    assert "retries" not in texts["clean"] and "cache_hits" not in texts["clean"]
