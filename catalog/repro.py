@@ -57,6 +57,9 @@ def targets_here(root: Path, warn: Callable[[str], None]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     root = Path.cwd()
+    from flows.local_api import clean_up_killed_runs
+
+    clean_up_killed_runs()  # a killed stage's Prefect server and /tmp staging, before anything starts
     chosen: list[str] = []
     if all(a.startswith("-") for a in argv):  # no targets given: the whole pipeline that can run
         try:

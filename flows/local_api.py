@@ -113,6 +113,25 @@ def crash_orphaned_runs(stale: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return crashed
 
 
+def clean_up_killed_runs(home: Path | str | None = None) -> None:
+    """What a killed run left, cleaned up by the next run of any stage (``stages.entry``) and
+    at ``make run`` start (``catalog.repro``): the Prefect servers of dead owners are stopped
+    (their records stay, so that the next flow-running stage marks their flow runs Crashed on
+    its own API), and the trainers' staging directories in the temporary directory are removed.
+    ``home``: ``$PREFECT_HOME``, else ``.prefect`` in the working directory. Never raises: a
+    cleanup that fails is logged and the stage goes on."""
+    from pipelines.files import remove_stale_temp_staging
+
+    home = Path(home or os.environ.get("PREFECT_HOME") or Path.cwd() / ".prefect")
+    try:
+        if (home / RECORDS).is_dir():
+            stop_stale_servers(home)
+        for entry in remove_stale_temp_staging():
+            logger.warning("removed %s, left by a killed run", entry)
+    except Exception as error:  # noqa: BLE001 - cleanup must not stop the stage
+        logger.warning("cleaning up after killed runs failed: %s", error)
+
+
 @contextlib.contextmanager
 def local_prefect_api(home: Path | str) -> Iterator[str | None]:
     """Run the body against a temporary Prefect API on ``home``'s database, recorded so that
@@ -161,4 +180,4 @@ def _drain_logs() -> None:
         APILogWorker.drain_all(timeout=10)
 
 
-__all__ = ["crash_orphaned_runs", "local_prefect_api", "owner_tag", "process_start", "stale_records", "stop_stale_servers"]
+__all__ = ["clean_up_killed_runs", "crash_orphaned_runs", "local_prefect_api", "owner_tag", "process_start", "stale_records", "stop_stale_servers"]

@@ -135,6 +135,21 @@ def remove_stale_staging(target: Path | str) -> list[Path]:
     return handled
 
 
+def remove_stale_temp_staging(directory: Path | str | None = None, prefix: str = "askflow-") -> list[Path]:
+    """:func:`remove_stale_staging` for every target named ``<prefix>...`` in ``directory``
+    (default: the system's temporary directory), e.g. the trainers' scratch directories
+    ``/tmp/.askflow-train-sft.askflow-<pid>-<start>-<hex>.tmp`` that a killed training left."""
+    import tempfile
+
+    directory = Path(directory if directory is not None else tempfile.gettempdir())
+    pattern = re.compile(rf"^\.({re.escape(prefix)}[\w.-]*?)\.{_MARK}-\d+-\d+-[0-9a-f]+\.(tmp|old)$")
+    try:
+        targets = sorted({m.group(1) for m in map(pattern.match, os.listdir(directory)) if m})
+    except OSError:
+        return []
+    return [entry for target in targets for entry in remove_stale_staging(directory / target)]
+
+
 def process_alive(pid: int) -> bool:
     """Whether a process with this id exists (a zombie counts as gone)."""
     if pid <= 0:
@@ -182,6 +197,7 @@ __all__ = [
     "process_alive",
     "process_start",
     "remove_stale_staging",
+    "remove_stale_temp_staging",
     "replace_directory",
     "same_process",
     "staging_directory",

@@ -15,10 +15,14 @@ def main_wrapper(fn: Callable[..., T]) -> Callable[..., T]:
     """Decorate a stage's entry point: an askflow error (DataError, ValidationFailed,
     ConfigError) is printed as ``error: <message>`` on stderr and exits with status 1,
     without a traceback since the message already says what and where. Any other
-    exception is a bug and keeps its traceback."""
+    exception is a bug and keeps its traceback. Before the stage runs, what a killed run
+    left (a Prefect server, a staging directory in /tmp) is cleaned up."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
+        from flows.local_api import clean_up_killed_runs
+
+        clean_up_killed_runs()
         try:
             return fn(*args, **kwargs)
         except AskflowError as error:
