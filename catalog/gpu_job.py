@@ -356,7 +356,59 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
         shutil.rmtree(staging, ignore_errors=True)
         raise
     log(f"gpu import: {results} -> {dest} ({machine.get('device')}, commit {summary['commit'][:12]})")
+    readme = root / "README.md"
+    if readme.is_file() and README_START in readme.read_text(encoding="utf-8"):
+        from catalog.io import write_text_atomic
+
+        write_text_atomic(readme, readme_with_results(readme.read_text(encoding="utf-8"), results_markdown(root)))
+        log(f"gpu import: README.md's GPU results table rewritten from reports/gpu/")
     return dest
+
+
+README_START = "<!-- gpu-results:start (askflow gpu import writes this block from reports/gpu) -->"
+README_END = "<!-- gpu-results:end -->"
+
+
+def results_markdown(root: Path) -> str:
+    """The GPU results table of every imported non-smoke run under ``reports/gpu/``, newest
+    first: the device, date, commit, wall time and speeds, then the evaluation table."""
+    from pipelines.evaluation.report import markdown_table
+
+    runs = []
+    for summary_path in sorted((root / "reports" / "gpu").glob("*/job.json")):
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        evaluation = summary_path.parent / "evaluate.json"
+        if summary.get("smoke") or not evaluation.is_file():
+            continue
+        runs.append((summary, json.loads(evaluation.read_text(encoding="utf-8")), summary_path.parent))
+    if not runs:
+        return "No GPU run of the job has been imported yet: `reports/gpu/` holds none (the figures are measured at the next GPU run)."
+    blocks = []
+    for summary, evaluation, folder in sorted(runs, key=lambda run: run[0]["started"], reverse=True):
+        machine = summary["machine"]
+        sft = json.loads((folder / "sft.json").read_text(encoding="utf-8")) if (folder / "sft.json").is_file() else {}
+        throughput = sft.get("throughput") or {}
+        speeds = ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" for name, speed in evaluation.get("speed", {}).items())
+        setup = evaluation["setup"]
+        blocks.append("\n".join([
+            f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
+            f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: whole job {summary['wall_s'] / 60:.1f} min; "
+            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation dialogues/s: {speeds}. "
+            f"{setup['goals']} test goals x {len(setup['seeds'])} seed(s), greedy; one training seed "
+            f"(`{folder.relative_to(root)}/`).",
+            "",
+            markdown_table(evaluation["models"]),
+        ]))
+    return "\n\n".join(blocks)
+
+
+def readme_with_results(text: str, table: str) -> str:
+    """``text`` (the README) with its GPU results block replaced by ``table``."""
+    if README_START not in text or README_END not in text:
+        raise ConfigError(f"README.md: the GPU results block ({README_START} ... {README_END}) is missing")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_START}\n{table}\n{README_END}{tail}"
 
 
 def run_job(job: Path, arguments: Sequence[str]) -> int:
@@ -367,4 +419,4 @@ def run_job(job: Path, arguments: Sequence[str]) -> int:
     return subprocess.call([sys.executable, str(script), "--job", str(job.resolve()), *arguments])
 
 
-__all__ = ["check_inputs", "check_results", "clean_commit", "import_results", "pack", "run_job"]
+__all__ = ["check_inputs", "check_results", "clean_commit", "import_results", "pack", "readme_with_results", "results_markdown", "run_job"]

@@ -218,3 +218,36 @@ def test_the_runner_doctests():
     import flows.gpu
 
     assert doctest.testmod(flows.gpu).failed == 0
+
+
+def test_the_readme_table_is_the_imported_results():
+    """The README's GPU block is what `askflow gpu import` generates from reports/gpu/."""
+    from catalog.gpu_job import README_END, README_START, readme_with_results, results_markdown
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert readme_with_results(readme, results_markdown(REPO)) == readme
+    assert README_START in readme.split("## What `dvc repro` builds today")[0]
+
+
+def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
+    from catalog.gpu_job import results_markdown
+
+    def run(name: str, smoke: bool) -> None:
+        folder = tmp_path / "reports" / "gpu" / name
+        folder.mkdir(parents=True)
+        (folder / "job.json").write_text(json.dumps({
+            "smoke": smoke, "started": "2026-12-01T10:00:00+00:00", "commit": "a" * 40, "profile": "speakrl", "wall_s": 512.0,
+            "machine": {"device": "NVIDIA H100 80GB HBM3", "memory_gib": 79.2}}))
+        score = {"mean": 0.25, "std": 0.0, "ci95_low": 0.17, "ci95_high": 0.34}
+        (folder / "evaluate.json").write_text(json.dumps({
+            "setup": {"goals": 100, "seeds": [0]}, "speed": {"sft": {"dialogues_per_s": 6.1}},
+            "models": {"sft": {"success": score, "turns": score}}}))
+        (folder / "sft.json").write_text(json.dumps({"throughput": {"tokens_per_s": 123456.0, "mfu": 0.1}}))
+
+    assert "No GPU run" in results_markdown(tmp_path)
+    run("smoke", True)
+    assert "No GPU run" in results_markdown(tmp_path)
+    run("h100", False)
+    table = results_markdown(tmp_path)
+    assert "NVIDIA H100 80GB HBM3" in table and "8.5 min" in table and "123456.0 tokens/s" in table
+    assert "| sft | 25.0 [17.0, 34.0] |" in table and "smoke" not in table

@@ -1,0 +1,83 @@
+"""Evaluation speed of the GPU profile (flows/gpu.py): dialogues/s of one model over the
+held-out goals, batched, and whether greedy transcripts are identical to the unbatched path.
+
+    python benchmarks/gpu_eval.py [--model models/smollm2] [--goals 100] [--check 8] [--profile speakrl]
+
+Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: one
+``generate`` per round for every open dialogue) and prints ``dialogues_per_s``; then plays the
+first ``--check`` goals one at a time and compares every turn's text with the batched run
+(greedy decoding: they must be equal). Target on one H100 for the SFT model (issue 25): at least
+5 dialogues/s. Without CUDA the figures are CPU figures and the output says so (defaults 4 goals,
+2 checked, 2 exchanges).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="models/smollm2")
+    parser.add_argument("--profile", default=None)
+    parser.add_argument("--goals", type=int, default=None)
+    parser.add_argument("--check", type=int, default=None, help="goals also played unbatched and compared")
+    args = parser.parse_args()
+
+    import torch
+
+    from catalog.io import from_params, read_params
+    from catalog.multiwoz_dir import load_multiwoz
+    from flows.gpu import _synchronize, deep_merge, profile_params
+    from pipelines.env.tools import Database
+    from pipelines.episodes import get_format
+    from pipelines.evaluation.config import EvalConfig
+    from pipelines.evaluation.play import held_out_goals, play_policy
+    from pipelines.evaluation.policy import load_policy
+    from pipelines.gpu.hardware import describe
+    from pipelines.simulators.agenda import AgendaConfig
+    from pipelines.simulators.factory import simulator_from_config
+
+    gpu = torch.cuda.is_available()
+    machine = describe()
+    print(f"gpu_eval: {machine['device']} ({'GPU' if gpu else 'CPU figures: no CUDA device here'})")
+    _, sections = profile_params(read_params("gpu"), args.profile, smoke=not gpu)
+    section = deep_merge(sections["evaluate"], {"max_goals": args.goals or (100 if gpu else 4), "seeds": [0]})
+    config = from_params(EvalConfig, {**section, "models": {"model": {"path": args.model}}}, "benchmark evaluate")
+    corpus = load_multiwoz(Path(config.source), config.db_dir)
+    goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
+    database = Database(corpus.entities, corpus.taxi_options)
+    spec = config.simulator
+    simulator = simulator_from_config("agenda", database=database, client=None, agenda=AgendaConfig(
+        verbosity=spec.verbosity, noise=spec.noise, max_stalled_turns=spec.max_stalled_turns))
+    agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
+    plan = config.plan()
+    _synchronize()
+    started = time.perf_counter()
+    batched = play_policy(agent, goals, simulator, database, plan)
+    _synchronize()
+    wall_s = time.perf_counter() - started
+    turns = sum(len(e.events) for e in batched)
+    print(json.dumps({"run": "batched", "device": machine["device"], "goals": len(goals), "max_exchanges": config.max_exchanges,
+                      "batch_size": config.generation.batch_size, "max_new_tokens": config.generation.max_new_tokens,
+                      "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3), "events": turns}))
+    check = args.check if args.check is not None else (8 if gpu else 2)
+    if check:
+        started = time.perf_counter()
+        single = play_policy(agent, goals[:check], simulator, database, dataclasses.replace(plan, batched=False))
+        single_s = time.perf_counter() - started
+        by_id = {e.episode_id: e for e in batched}
+        same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in single)
+        print(json.dumps({"run": "unbatched", "goals": check, "wall_s": round(single_s, 2),
+                          "dialogues_per_s": round(check / single_s, 3), "identical_transcripts": f"{same}/{check}"}))
+
+
+if __name__ == "__main__":
+    main()
