@@ -66,10 +66,16 @@ def git(root: Path, *args: str, binary: bool = False) -> Any:
 
 def clean_commit(root: Path) -> str:
     """HEAD of ``root``; ConfigError when the tree differs from it (a job must be the code of
-    one commit, and its results must be traceable to it)."""
-    dirty = git(root, "status", "--porcelain", "--untracked-files=normal").splitlines()
+    one commit, and its results must be traceable to it). What ``make run`` rewrites, dvc.lock
+    and the outputs it lists (reports, metrics), may differ: the job carries code, not them."""
+    generated = {"dvc.lock", *locked_outputs(root)}
+    dirty = []
+    for line in git(root, "status", "--porcelain", "--untracked-files=normal").splitlines():
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if not any(path == out or path.startswith(out.rstrip("/") + "/") for out in generated):
+            dirty.append(path)
     if dirty:
-        shown = ", ".join(line[3:] for line in dirty[:8]) + (" ..." if len(dirty) > 8 else "")
+        shown = ", ".join(dirty[:8]) + (" ..." if len(dirty) > 8 else "")
         raise ConfigError(f"{root}: the working tree differs from HEAD ({len(dirty)} path(s): {shown}); commit first: a job is packed from a commit")
     return git(root, "rev-parse", "HEAD").strip()
 
@@ -106,16 +112,24 @@ def _files_under(path: Path, root: Path) -> list[tuple[str, Path]]:
     return [(str(p.relative_to(root)), p) for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
 
 
-def locked_md5s(root: Path) -> dict[str, str]:
-    """File outputs of dvc.lock and their md5 (directories are left out)."""
+def _locked_outs(root: Path) -> list[dict[str, Any]]:
     lock = root / "dvc.lock"
     if not lock.is_file():
-        return {}
+        return []
     import yaml
 
     stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
-    return {out["path"]: out["md5"] for stage in stages.values() for out in stage.get("outs", [])
-            if "md5" in out and not str(out["md5"]).endswith(".dir")}
+    return [out for stage in stages.values() for out in stage.get("outs", [])]
+
+
+def locked_outputs(root: Path) -> list[str]:
+    """Every output path dvc.lock lists (files and directories)."""
+    return [str(out["path"]) for out in _locked_outs(root)]
+
+
+def locked_md5s(root: Path) -> dict[str, str]:
+    """File outputs of dvc.lock and their md5 (directories are left out)."""
+    return {out["path"]: out["md5"] for out in _locked_outs(root) if "md5" in out and not str(out["md5"]).endswith(".dir")}
 
 
 def check_inputs(root: Path, inputs: Sequence[str]) -> list[tuple[str, Path]]:

@@ -212,6 +212,25 @@ def test_a_dirty_tree_is_not_packed(project, tmp_path):
     assert not [p for p in tmp_path.iterdir() if "askflow" in p.name]  # no staging directory left
 
 
+def test_what_make_run_rewrites_does_not_make_the_tree_dirty(project, tmp_path):
+    """After `make run` on another machine dvc.lock and the reports it lists differ from the
+    commit; the job carries code, so they do not stop a pack (its inputs are then checked
+    against that dvc.lock)."""
+    metrics = project / "reports" / "speaker.json"
+    original = metrics.read_text()
+    (project / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"speaker": {"cmd": "python -m stages.speaker", "outs": [
+        {"path": "reports/speaker.json", "hash": "md5", "md5": "0" * 32, "size": 1}]}}}))
+    metrics.write_text(original.replace("{", "{\n", 1))
+    try:
+        python = f"{sys.version_info.major}.{sys.version_info.minor}"
+        result = _python("-m", "stages.cli", "gpu", "pack", str(tmp_path / "job"), "--python", python, "--root", str(project), cwd=project)
+    finally:
+        metrics.write_text(original)
+        (project / "dvc.lock").unlink()
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((tmp_path / "job" / "manifest.json").read_text())["commit"] == _git(project, "rev-parse", "HEAD").strip()
+
+
 def test_the_runner_doctests():
     import doctest
 
