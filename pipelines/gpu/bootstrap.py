@@ -161,10 +161,27 @@ def unpack(job: Path, manifest: dict[str, Any]) -> dict[str, Path]:
     return places
 
 
+def check_code(job: Path, manifest: dict[str, Any]) -> None:
+    """The code archive is ``git archive`` of the commit the manifest names: the sha256 of its
+    uncompressed tar is the manifest's ``code_tar_sha256`` (what ``askflow gpu import``
+    recomputes from that commit)."""
+    import gzip
+
+    path = job / FILES / "code.tar.gz"
+    digest = hashlib.sha256()
+    with gzip.open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != manifest.get("code_tar_sha256"):
+        raise JobError(f"{path}: its code hashes to {digest.hexdigest()[:16]}, not the manifest's code_tar_sha256 "
+                       f"{str(manifest.get('code_tar_sha256'))[:16]} of commit {manifest.get('commit')}")
+
+
 def prepare(job: Path) -> tuple[dict[str, Any], dict[str, Path]]:
     """Check and unpack ``job``; its manifest and where the project and the vendored packages are."""
     manifest = read_manifest(job)
     reassemble(job, manifest)
+    check_code(job, manifest)
     return manifest, unpack(job, manifest)
 
 
@@ -176,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = args.job.resolve()
     try:
         manifest, places = prepare(job)
-    except (JobError, tarfile.TarError, OSError) as error:
+    except (JobError, tarfile.TarError, OSError, EOFError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"askflow gpu job: {len(manifest['files'])} files checked (sha256), askflow {manifest.get('commit', '?')[:12]}", flush=True)

@@ -184,6 +184,24 @@ def test_a_bad_part_is_refused_naming_it_and_nothing_is_joined(packed, tmp_path,
     assert not list((job / "files").glob(".*joining"))
 
 
+def test_a_job_whose_code_is_not_its_commit_is_refused(packed, tmp_path):
+    """Code replaced consistently (a new archive, its hashes updated in the manifest) is still
+    not the commit the manifest names."""
+    import gzip
+
+    from pipelines.gpu.bootstrap import sha256_file
+
+    job = _copy_job(packed, tmp_path / "job")
+    manifest = json.loads((job / "manifest.json").read_text())
+    code = job / "files" / "code.tar.gz"
+    code.write_bytes(gzip.compress(gzip.decompress(code.read_bytes()) + b"\0" * 1024, mtime=0))
+    manifest["files"]["code.tar.gz"].update(size=code.stat().st_size, sha256=sha256_file(code))
+    (job / "manifest.json").write_text(json.dumps(manifest))
+    result = _python(str(job / "run.py"), "--smoke", cwd=tmp_path)
+    assert result.returncode == 2 and "code_tar_sha256" in result.stderr and manifest["commit"] in result.stderr
+    assert not (job / "work").exists()
+
+
 def test_a_corrupt_manifest_is_refused(packed, tmp_path):
     job = _copy_job(packed, tmp_path / "job")
     (job / "manifest.json").write_text("{not json")
