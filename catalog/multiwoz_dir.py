@@ -4,8 +4,9 @@ Layout read (MultiWOZ 2.1-2.4 releases)::
 
     <dir>/data.json                 {dialogue_id: {"goal": ..., "log": [...]}}
     <dir>/db/<domain>_db.json       (or <dir>/<domain>_db.json, or a separate db directory)
-    <dir>/testListFile.json         optional, one dialogue id per line
-    <dir>/valListFile.json          optional
+    <dir>/testListFile.json         optional, one dialogue id per line (also read under the
+    <dir>/valListFile.json          other names releases and ConvLab use: testListFile.txt,
+                                    testListFile; valListFile.txt, valListFile, devListFile.*)
 
 The embedded corpus is written in exactly this layout and read back by the same code.
 """
@@ -27,6 +28,38 @@ from catalog.io import read_json, read_text
 
 TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
 SPLIT_FILES = ((TEST, "testListFile.json"), (VAL, "valListFile.json"))
+#: Every name a split list has in the MultiWOZ releases (2.0-2.4: ``.json``; 2.1's zip and
+#: ConvLab's copies: ``.txt`` or no extension), in the order they are looked for.
+SPLIT_LIST_NAMES = {
+    TEST: ("testListFile.json", "testListFile.txt", "testListFile"),
+    VAL: ("valListFile.json", "valListFile.txt", "valListFile", "devListFile.json", "devListFile.txt", "devListFile"),
+}
+
+
+def find_split_lists(root: Path, strict: bool = False) -> dict[str, Path | None]:
+    """The split list of each split under any of its names (:data:`SPLIT_LIST_NAMES`). Two
+    lists of one split that disagree are an error; a missing one is a warning (an error with
+    ``strict``) saying what its dialogues become."""
+    found: dict[str, Path | None] = {}
+    for split, names in SPLIT_LIST_NAMES.items():
+        paths = [root / name for name in names if (root / name).is_file()]
+        if len(paths) > 1:
+            lists = {path: parse_split_list(read_text(path), str(path)) for path in paths}
+            first = paths[0]
+            for path in paths[1:]:
+                if sorted(lists[path]) != sorted(lists[first]):
+                    raise DataError(str(path), f"a second {split} split list that differs from {first.name}; keep one")
+        found[split] = paths[0] if paths else None
+    missing = [split for split, path in found.items() if path is None]
+    if missing:
+        names = ", ".join(SPLIT_LIST_NAMES[split][0] for split in missing)
+        message = (f"no {' or '.join(missing)} split list ({names} or its other names): every dialogue becomes train"
+                   if len(missing) == len(found) else f"no {missing[0]} split list ({names} or its other names): "
+                   f"no dialogue is {missing[0]}")
+        if strict:
+            raise DataError(str(root), message)
+        print(f"warning: {root}: {message}", file=sys.stderr)
+    return found
 SHOW_IDS = 5  # how many unknown split ids a message names
 
 
@@ -66,23 +99,21 @@ def load_multiwoz(root: Path | str, db_dir: Path | str | None = None, strict: bo
     if not root.is_dir():
         raise DataError(str(root), "MultiWOZ directory not found")
     data_path = root / "data.json"
-    split_ids: dict[str, list[str]] = {}
-    for split, filename in SPLIT_FILES:
-        path = root / filename
-        split_ids[split] = parse_split_list(read_text(path), str(path)) if path.exists() else []
+    lists = find_split_lists(root, strict)
+    split_ids = {split: parse_split_list(read_text(path), str(path)) if path else [] for split, path in lists.items()}
     raw = read_json(data_path)
     dialogues = parse_dialogues(raw, str(data_path), split_ids["test"], split_ids["val"], strict=strict)
-    _require_every_split(dialogues, data_path, split_ids, root)
+    _require_every_split(dialogues, data_path, split_ids, lists)
     unknown: dict[str, tuple[str, ...]] = {}
-    for split, filename in SPLIT_FILES:
+    for split, path in lists.items():
         ids = unknown_split_ids(split_ids[split], raw)
-        if not ids:
+        if path is None or not ids:
             continue
         message = f"{len(ids)} dialogue id(s) not in {data_path}: {_first(ids)}"
         if strict:
-            raise DataError(str(root / filename), message, ids[0])
-        print(f"warning: {root / filename}: {message}", file=sys.stderr)
-        unknown[filename] = tuple(ids)
+            raise DataError(str(path), message, ids[0])
+        print(f"warning: {path}: {message}", file=sys.stderr)
+        unknown[path.name] = tuple(ids)
     entities, taxi_options = load_database(Path(db_dir) if db_dir else find_db_dir(root))
     splits = {d.dialogue_id: d.split for d in dialogues}
     return Corpus(
@@ -96,7 +127,7 @@ def _first(ids: list[str]) -> str:
     return shown + (f", ... ({len(ids) - SHOW_IDS} more)" if len(ids) > SHOW_IDS else "")
 
 
-def _require_every_split(dialogues: list[Any], data_path: Path, split_ids: dict[str, list[str]], root: Path) -> None:
+def _require_every_split(dialogues: list[Any], data_path: Path, split_ids: dict[str, list[str]], lists: dict[str, Path | None]) -> None:
     """No dialogue at all, no training dialogue, or a split list that names none of the
     dialogues: each would publish empty data downstream, so each stops the stage here."""
     if not dialogues:
@@ -106,9 +137,9 @@ def _require_every_split(dialogues: list[Any], data_path: Path, split_ids: dict[
         counts[dialogue.split] = counts.get(dialogue.split, 0) + 1
     if counts[TRAIN] == 0:
         raise DataError(str(data_path), "the train split is empty: every dialogue is listed for val or test")
-    for split, filename in SPLIT_FILES:
+    for split, path in lists.items():
         if split_ids[split] and counts[split] == 0:
-            raise DataError(str(root / filename), f"the {split} split is empty: none of its ids is in data.json")
+            raise DataError(str(path), f"the {split} split is empty: none of its ids is in data.json")
 
 
 def read_raw_database(db_dir: Path | str) -> dict[str, list[dict[str, Any]]]:
