@@ -212,6 +212,8 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
                                 [LoggingCallback(log, config.method, [c for c in columns if c.startswith("rewards/")])])
         if sampler is not None:
             # The sampler is built when training starts: length-grouped batches pad little.
+            if not hasattr(trainer.args, "train_sampling_strategy"):
+                raise ConfigError(f"{config.method}: sampler {sampler!r} needs transformers >= 5 (train_sampling_strategy)")
             trainer.args.train_sampling_strategy = sampler
         timer = GenerationTimer(trainer.model) if config.method == "grpo" else None
         _synchronize()
@@ -397,7 +399,7 @@ def _write_json(path: Path, obj: Any) -> None:
     temporary.replace(path)
 
 
-def convert_model(gpu: Mapping[str, Any], job: Path, manifest: Mapping[str, Any], target: Path) -> dict[str, Any]:
+def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[str, Any]:
     """The starting model: the job's GGUF converted (``gpu.model: smollm2``), or the packed
     ``models/base`` as it is (``base``)."""
     kind = manifest["model"]["kind"]
@@ -457,7 +459,7 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
         return body
 
     start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
-    run_stage(stages["convert"], stages, out, lambda: convert_model(gpu, job, manifest, start_dir))
+    run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir))
     run_stage(stages["sft"], stages, out, trained("sft", start_path))
     run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
     dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
