@@ -79,7 +79,9 @@ class AgentContext:
 class AgentOutput:
     """One step's raw output: text, structured tool calls (function-calling APIs), what it
     cost and how long the agent took (for a batched step: the whole batch's time).
-    ``error``: the backend produced nothing (e.g. an LLM call failed for good)."""
+    ``error``: the backend produced nothing (e.g. an LLM call failed for good).
+    ``truncated``: the output stopped at the generation limit, not at its own end (a stop
+    token or string); the local transformers agent sets it."""
 
     text: str
     tool_calls: tuple[RawToolCall, ...] = ()
@@ -87,6 +89,7 @@ class AgentOutput:
     completion_tokens: int = 0
     latency_s: float = 0.0
     error: str | None = None
+    truncated: bool = False
 
 
 class Agent(Protocol):
@@ -239,12 +242,15 @@ class HFAgent:
             ids = ids if end is None else ids[: end + 1]
             # The reply ends at its first stop token, which counts as generated.
             text = tokenizer.decode(ids if end is None else ids[:-1], skip_special_tokens=True)
+            reply = cut_at_stop(text, self.sampling.stop)
             outputs.append(
                 AgentOutput(
-                    cut_at_stop(text, self.sampling.stop),
+                    reply,
                     prompt_tokens=len(row),
                     completion_tokens=len(ids),
                     latency_s=latency,
+                    # No stop token, no stop string, and the limit reached: cut by the limit.
+                    truncated=end is None and reply == text and len(ids) >= self.decode_spec.max_new_tokens,
                 )
             )
         return outputs

@@ -25,6 +25,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "tool_call",  # tool_name + arguments_json
     "observation",  # the tool's answer: observation_json; detail holds its error, if any
     "malformed",  # text: the raw output (empty when the backend failed); detail: why
+    "truncated",  # an output cut by the generation limit before its end (not counted as malformed); text, detail as malformed
     "fallback",  # a fixed stand-in after retries ran out: the agent's apology, the simulator's fallback turn
     "end",  # who ended the episode (actor); detail: ended_by
 )
@@ -97,6 +98,12 @@ class Episode:
     @property
     def inform(self) -> bool:
         return self.result.inform
+
+    @property
+    def n_truncated(self) -> int:
+        """Outputs cut by the generation limit before their end (``truncated`` events): a
+        limit too low for the policy's turns, not malformed text (``n_malformed``)."""
+        return sum(1 for e in self.events if e.kind == "truncated")
 
     @property
     def domain_results(self) -> tuple[DomainResult, ...]:

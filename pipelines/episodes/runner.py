@@ -251,7 +251,11 @@ class EpisodeState:
             return
         parsed = self.format.parse(output.text, output.tool_calls)
         if isinstance(parsed, Malformed):
-            self._reject(parsed, output, cost)
+            if output.truncated:
+                # Cut by the generation limit: reported as such (the limit is too low for the
+                # turn), not as malformed text; the agent is told and tries again all the same.
+                parsed = Malformed(f"truncated at the generation limit ({output.completion_tokens} tokens): {parsed.reason}", parsed.raw)
+            self._reject(parsed, output, cost, kind="truncated" if output.truncated else "malformed")
             return
         actions = self._with_call_ids(parsed)
         self.messages.append(self.format.assistant_message(output.text, output.tool_calls, actions))
@@ -356,8 +360,8 @@ class EpisodeState:
             if action.visible:
                 self.visible_texts.append((turn, action.text))
 
-    def _reject(self, malformed: Malformed, output: AgentOutput, cost: dict[str, Any]) -> None:
-        self._record("malformed", "agent", self.turn, text=malformed.raw, detail=malformed.reason, **cost)
+    def _reject(self, malformed: Malformed, output: AgentOutput, cost: dict[str, Any], kind: str = "malformed") -> None:
+        self._record(kind, "agent", self.turn, text=malformed.raw, detail=malformed.reason, **cost)
         if output.error is None:
             # The agent sees its output and why it failed; after a backend failure there is
             # nothing to show, and the request is simply made again.
@@ -365,7 +369,7 @@ class EpisodeState:
             self.messages.append(self.format.feedback_message(malformed))
         self.attempt += 1
         if self.attempt > self.config.malformed_retries:
-            self._fail_turn(f"{self.attempt} malformed outputs in this turn")
+            self._fail_turn(f"{self.attempt} malformed or truncated outputs in this turn")
 
     def _fail_turn(self, reason: str) -> None:
         apology = self.config.apology

@@ -399,3 +399,16 @@ def test_the_event_suite_catches_broken_tables(dialogues, database):
     assert [(f.type, f.column) for f in report.failures] == [("expect_column_values_to_be_in_set", "kind")]
     orphans = validate(events, EPISODE_EVENTS, {"episodes": tables["episodes"].slice(0, 0)})
     assert not orphans.success
+
+
+def test_an_output_cut_by_the_generation_limit_is_reported_as_truncated_not_malformed(dialogues, database):
+    def policy(context):
+        if context.attempt == 0:
+            return AgentOutput("<think>a</think><clarify>Which area would you", completion_tokens=16, truncated=True)
+        return AgentOutput("<clarify>Which day?</clarify> oops") if context.attempt == 1 else AgentOutput("Fine. <end>")
+
+    [episode] = run_episodes_sync([spec(dialogues[0])], ScriptedAgent(policy), talkative_user(), database)
+    assert kinds(episode) == ["user", "truncated", "malformed", "respond", "end"]
+    truncated = episode.events[1]
+    assert truncated.detail.startswith("truncated at the generation limit (16 tokens)") and "not closed" in truncated.detail
+    assert episode.n_truncated == 1 and episode.n_malformed == 1 and episode.n_agent_fallbacks == 0
