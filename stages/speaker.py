@@ -9,7 +9,7 @@ params.yaml ``speaker``:
 * ``seed``, ``max_clarifications``, ``dedup: {threshold, ngram}``, ``act_points`` (act-here
   decision points per dialogue for the GRPO and DPO data);
 * ``output`` (directory of the Parquet files), ``metrics`` (JSON: counts that depend on the
-  inputs only; the run's LLM accounting goes to ``reports/timings/speaker.json``), ``cache_dir``
+  inputs only, with ``audit``: the ``speaker_sft`` rows by kind, :mod:`pipelines.speaker.audit`; the run's LLM accounting goes to ``reports/timings/speaker.json``), ``cache_dir``
   (LLM response cache; a re-run with unchanged inputs sends no request);
 * ``max_llm_failure_rate`` (default 0.05): more failed LLM calls than this (the model's own
   invalid output included: a reply that does not validate, or makes no playable dialogue) is
@@ -35,6 +35,7 @@ from pipelines.errors import ConfigError, LowYield
 from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import TEST
+from pipelines.speaker.audit import audit_sft
 from pipelines.speaker.pipeline import SpeakerConfig, SpeakerResult, run_speaker
 from pipelines.speaker.synthesis import LLMSynthesizer, RulesSynthesizer, Synthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
@@ -110,6 +111,7 @@ def run(params: dict) -> dict:
 
     metrics = result.metrics()
     metrics["rows"] = {name: table.num_rows for name, table in tables.items()}
+    metrics["audit"] = audit_sft(tables["speaker_sft"].to_pylist())
     write_json_atomic(metrics_path, metrics)
     done = time.perf_counter()
     # Timings and the run's LLM accounting (requests, retries, cache hits, tokens: they depend

@@ -363,28 +363,56 @@ def requery_think(rng: random.Random, domain: str, values: Mapping[str, str]) ->
     return pick(rng, (f"The user answered: {said}. I'll search again with that.", f"Now I know the {said}; searching again to narrow the options."))
 
 
-def clarify_think(rng: random.Random, domain: str, count: int, differing: Mapping[str, Sequence[str]], asked: Sequence[str]) -> str:
-    """Why ask: how many candidates, in what they differ (``differing``: what the agent saw
-    vary among the results), and what acting now would risk."""
+def clarify_think(
+    rng: random.Random, domain: str, count: int, differing: Mapping[str, Sequence[str]], asked: Sequence[str],
+    known: Mapping[str, str] | None = None,
+) -> str:
+    """Why ask, in reasons the agent can check without seeing the goal: what the user has
+    said (``known``) and has not said (``asked``), how many candidates the search found and
+    in what they differ (``differing``: what the agent saw vary among the results)."""
     noun = PLURALS.get(domain, "options")
-    differ = join([slot_summary(s, v) for s, v in differing.items()])
     unsaid = join([SLOT_WORDS.get(s, s) for s in asked], "or")
+    said = describe(domain, known) if known else None
+    head = f"The user asked for {said} and has not said which {unsaid} they want." if said else f"The user has not said which {unsaid} they want."
     if not differing:
-        return (
-            f"{count} {noun} match what the user said so far, but they have not said which {unsaid} they want, "
-            f"and the options are not all alike. Recommending one now could miss their preference, so I should ask."
-        )
+        return f"{head} {count} {noun} match, and they are not all alike, so I'll ask before recommending one."
+    differ = join([slot_summary(s, v) for s, v in differing.items()])
     return pick(rng, (
-        f"{count} {noun} match what the user said so far, and they differ in {differ}. The user has not said which {unsaid} "
-        f"they want, so recommending one now could easily miss their preference. I should ask before choosing.",
-        f"The search returned {count} {noun}; they differ in {differ}. Picking one at random risks the wrong {unsaid}, "
-        f"and the user has not told me theirs. Better to ask.",
-        f"There are {count} candidate {noun}, varying in {differ}. Without knowing the user's {unsaid} I cannot tell which one "
-        f"they would want, so I'll ask a targeted question.",
+        f"{head} The search found {count} {noun} and they differ in {differ}, so recommending one now could miss what "
+        f"they want. I'll ask.",
+        f"{head} {count} {noun} match, varying in {differ}: I'll ask which they prefer before choosing.",
+        f"{head} There are {count} {noun}, and they differ in {differ}. A targeted question is better than a guess.",
     ))
 
 
-def recommend_think(rng: random.Random, domain: str, count: int, name: str, guessed: bool = False) -> str:
+def needless_think(rng: random.Random, domain: str, count: int, slot: str, values: Sequence[str], known: Mapping[str, str]) -> str:
+    """Why ask where the user turns out to have no preference: the same checkable reasons."""
+    return clarify_think(rng, domain, count, {slot: values}, [slot], known)
+
+
+def no_preference(rng: random.Random, slot: str) -> str:
+    """The user's reply to a question they have no preference on (the agenda user's words)."""
+    word = SLOT_WORDS.get(slot, slot)
+    return pick(rng, (
+        f"I don't mind about the {word}.", f"I have no preference for the {word}.", f"Any {word} is fine.",
+        "Either is fine.", "I don't mind, any of those.", "Could you recommend one?", "Which one would you suggest?",
+        "Any of them is fine, what do you recommend?",
+    ))
+
+
+def no_preference_think(rng: random.Random, domain: str, count: int, name: str, slot: str) -> str:
+    """After "I don't mind": recommend one of the results already found, without searching again."""
+    noun = PLURALS.get(domain, "options")
+    word = SLOT_WORDS.get(slot, slot)
+    return pick(rng, (
+        f"The user has no preference for the {word}, so all {count} {noun} I found fit what they asked for. "
+        f"No need to search again: I'll recommend one of them, {name}.",
+        f"The user does not mind the {word}. Every one of the {count} results I already have fits, so I'll suggest {name}.",
+    ))
+
+
+def recommend_think(rng: random.Random, domain: str, count: int, name: str, guessed: bool = False, indifferent: str | None = None) -> str:
+    """Why recommend now; ``indifferent``: the slot the user said they do not mind."""
     noun = PLURALS.get(domain, "options")
     if guessed:
         return pick(rng, (
@@ -393,6 +421,9 @@ def recommend_think(rng: random.Random, domain: str, count: int, name: str, gues
         ))
     if count == 1:
         return f"Exactly one {domain} matches: {name}. I'll recommend it."
+    if indifferent:
+        return (f"{count} {noun} match what the user asked for, and they said they don't mind the "
+                f"{SLOT_WORDS.get(indifferent, indifferent)}, so there is nothing to ask. I'll suggest {name}.")
     return pick(rng, (
         f"{count} {noun} fit everything the user asked for, and they have no further preference. I'll suggest {name}.",
         f"All {count} results satisfy the user's constraints; {name} is a good choice to offer.",
@@ -436,20 +467,40 @@ def changed_request(rng: random.Random, domain: str, changed: Mapping[str, str])
 
 def book_think(rng: random.Random, name: str, values: Mapping[str, str]) -> str:
     said = join([f"{SLOT_WORDS.get(s, s)} {v}" for s, v in values.items()])
-    return pick(rng, (f"The user wants to book {name} with {said}. I have everything the booking needs.", f"Booking {name}: {said}."))
+    return pick(rng, (
+        f"The user wants to book {name} with {said}. They have given everything the booking needs, so I'll book it with their values.",
+        f"Booking {name} with the values the user gave: {said}.",
+    ))
 
 
-def booked(rng: random.Random, domain: str, name: str, reference: str, total: str | None = None) -> str:
+def booking_values(values: Mapping[str, str]) -> str:
+    """"for 2 people on friday at 18:00": the booking as the user asked for it."""
+    parts = []
+    for slot, value in values.items():
+        if slot == "people":
+            parts.append(f"for {_plural(value, 'person', 'people')}")
+        elif slot == "day":
+            parts.append(f"on {value}")
+        elif slot == "time":
+            parts.append(f"at {value}")
+        elif slot == "stay":
+            parts.append(f"for {_plural(value, 'night', 'nights')}")
+    return " ".join(parts)
+
+
+def booked(rng: random.Random, domain: str, name: str, reference: str, total: str | None = None, values: Mapping[str, str] | None = None) -> str:
+    """The confirmation: what was booked, with the user's values, and the reference."""
+    what = f" {booking_values(values)}" if values else ""
     if domain == "train":
         fee = f" The total fee is {total}, payable at the station." if total else ""
         return pick(rng, (
-            f"Your tickets for {name} are booked. The reference number is {reference}.{fee}",
-            f"Booked! Reference number: {reference}.{fee}",
+            f"Your tickets for {name}{what} are booked. The reference number is {reference}.{fee}",
+            f"Booked {name}{what}! Reference number: {reference}.{fee}",
         ))
     return pick(rng, (
-        f"Your booking at {name} is confirmed. The reference number is {reference}.",
-        f"I have booked {name} for you. Your reference number is {reference}.",
-        f"Done! {name} is booked, reference {reference}.",
+        f"Your booking at {name}{what} is confirmed. The reference number is {reference}.",
+        f"I have booked {name}{what} for you. Your reference number is {reference}.",
+        f"Done! {name} is booked{what}, reference {reference}.",
     ))
 
 

@@ -177,6 +177,9 @@ class SpeakerResult:
                 "by_type": _counts(p.type for p in clarified if p is not None),
                 "per_dialogue_mean": round(len(clarified) / len(kept), 4) if kept else 0.0,
                 "per_dialogue_histogram": {str(n): per_dialogue[n] for n in sorted(per_dialogue)},
+                # Questions where the user has no preference: shown with the recommendation that
+                # follows, never a training target.
+                "no_preference_shown": sum(len(o.trajectory.needless_questions) for o in kept),
             },
             "dedup": {
                 "threshold": self.config.dedup_threshold,

@@ -5,7 +5,11 @@ Training sets in TRL's conversational formats, messages as ``list<struct<role, c
 ``speaker_sft``
     One row per agent decision of a kept dialogue (prompt-completion): ``prompt`` is the
     system message (task, tool schemas, SpeakRL output format) and the conversation so far,
-    ``completion`` the agent's output in SpeakRL's tokens. ``kind`` says what it does.
+    ``completion`` the agent's output in SpeakRL's tokens. ``kind`` says what it does;
+    ``ask_needed`` whether the decision is a question the goal needs (the clarify rows);
+    ``goal`` the hidden goal (JSON), for the audit and the held-out proxies (clarify
+    precision and recall against the goal). A needless question (the user turns out to have
+    no preference) has no row of its own: it is in the prompts of the rows that follow.
 ``speaker_grpo``
     One row per clarification decision: ``prompt`` is Table 1's instruction with the
     conversation so far substituted (:func:`pipelines.rewards.prompts.render_speakrl_prompt`),
@@ -69,6 +73,7 @@ SPEAKER_DIALOGUES = ArtifactSpec(
         _required("ambiguity_points_json", pa.string()),  # every point found in the seed
         _required("n_planned", pa.int32()),
         _required("n_clarifications", pa.int32()),
+        _required("n_needless_questions", pa.int32()),  # asked where the user has no preference (not trained on)
         _required("clarification_types", _STRINGS),
         _required("clarification_questions", _STRINGS),
         _required("n_turns", pa.int32()),
@@ -82,7 +87,7 @@ SPEAKER_DIALOGUES = ArtifactSpec(
     expectations=(
         in_set("split", SPLITS),
         in_set("drop_reason", DROP_REASONS),
-        *(between(c, 0, None) for c in ("n_ambiguity_points", "n_planned", "n_clarifications", "n_turns", "n_tool_calls", "dpo_pairs")),
+        *(between(c, 0, None) for c in ("n_ambiguity_points", "n_planned", "n_clarifications", "n_needless_questions", "n_turns", "n_tool_calls", "dpo_pairs")),
     ),
 )
 
@@ -98,6 +103,8 @@ SPEAKER_SFT = ArtifactSpec(
         ("ambiguity_type", pa.string()),  # clarify rows: the ambiguity resolved
         _required("prompt", MESSAGES),
         _required("completion", MESSAGES),
+        _required("ask_needed", pa.bool_()),  # the decision is a question the goal needs
+        _required("goal", pa.string()),  # JSON {domain: {info, book, reqt, ...}}: hidden from the policy
     ]),
     keys=("dialogue_id", "step"),
     expectations=(
@@ -217,6 +224,7 @@ def _dialogue_row(outcome: SeedOutcome, backend: str) -> dict[str, Any]:
         "ambiguity_points_json": json.dumps([p.as_dict() for p in outcome.points], ensure_ascii=False),
         "n_planned": len(outcome.plan.points) if outcome.plan else 0,
         "n_clarifications": len(clarified),
+        "n_needless_questions": len(trajectory.needless_questions) if trajectory else 0,
         "clarification_types": [t.point.type if t.point else "unannotated" for _, t in clarified],
         "clarification_questions": outcome.questions,
         "n_turns": len(trajectory.turns) if trajectory else 0,
@@ -240,7 +248,10 @@ def _agent_turns(turns: Iterable[ChatTurn]) -> Iterable[tuple[int, int, ChatTurn
 def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str, Any]]:
     trajectory = outcome.trajectory
     messages = trajectory.messages()
+    goal = goal_json(outcome.dialogue.goal)
     for step, index, turn in _agent_turns(trajectory.turns):
+        if turn.needless:
+            continue  # shown in the prompts that follow, never taught
         yield {
             "dialogue_id": trajectory.dialogue_id,
             "split": outcome.dialogue.split,
@@ -249,6 +260,8 @@ def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str
             "ambiguity_type": turn.point.type if turn.point else None,
             "prompt": [system, *messages[:index]],
             "completion": [turn.message],
+            "ask_needed": turn.kind == "clarify",
+            "goal": goal,
         }
 
 

@@ -41,12 +41,15 @@ FORMAT = SpeakRLFormat()
 @dataclass(frozen=True)
 class ChatTurn:
     """One message. ``point``: the ambiguity point this agent output clarifies, or (in a
-    negative trajectory) acts on without clarifying."""
+    negative trajectory) acts on without clarifying. ``needless``: a question the goal does
+    not need (the user has no preference there): the dialogue shows it and what follows (the
+    user's "I don't mind", the agent's recommendation), but it is never a training target."""
 
     role: str
     content: str
     kind: str
     point: AmbiguityPoint | None = None
+    needless: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -55,6 +58,8 @@ class ChatTurn:
             raise ValueError(f"unknown turn kind {self.kind!r}")
         if (self.role == "assistant") != (self.kind in AGENT_KINDS):
             raise ValueError(f"a {self.role} turn cannot be of kind {self.kind!r}")
+        if self.needless and (self.kind != CLARIFY or self.point is not None):
+            raise ValueError("only a question at no ambiguity point can be needless")
 
     @property
     def message(self) -> dict[str, str]:
@@ -78,7 +83,12 @@ class Trajectory:
 
     @property
     def clarifications(self) -> list[tuple[int, ChatTurn]]:
-        return [(i, t) for i, t in enumerate(self.turns) if t.kind == CLARIFY]
+        """The questions the goal needs (needless ones left out: :attr:`needless_questions`)."""
+        return [(i, t) for i, t in enumerate(self.turns) if t.kind == CLARIFY and not t.needless]
+
+    @property
+    def needless_questions(self) -> list[tuple[int, ChatTurn]]:
+        return [(i, t) for i, t in enumerate(self.turns) if t.needless]
 
     def decision(self, point: AmbiguityPoint) -> int | None:
         """Index of the first agent output at ``point`` (its key), or None."""
@@ -86,7 +96,8 @@ class Trajectory:
 
     def turns_json(self) -> str:
         return json.dumps(
-            [{"role": t.role, "kind": t.kind, "content": t.content, **({"point": t.point.as_dict()} if t.point else {})} for t in self.turns],
+            [{"role": t.role, "kind": t.kind, "content": t.content, **({"point": t.point.as_dict()} if t.point else {}),
+              **({"needless": True} if t.needless else {})} for t in self.turns],
             ensure_ascii=False,
         )
 
@@ -104,8 +115,10 @@ class TrajectoryBuilder:
     def user(self, text: str) -> None:
         self.turns.append(ChatTurn("user", text, USER))
 
-    def agent(self, think: str | None, *, clarify: str | None = None, respond: str | None = None, end: bool = False, point: AmbiguityPoint | None = None) -> None:
-        """A visible agent output: a clarification, or a response (``end``: the last one)."""
+    def agent(self, think: str | None, *, clarify: str | None = None, respond: str | None = None, end: bool = False,
+              point: AmbiguityPoint | None = None, needless: bool = False) -> None:
+        """A visible agent output: a clarification, or a response (``end``: the last one);
+        ``needless``: a question the goal does not need (:class:`ChatTurn`)."""
         actions = [AgentAction.think(think)] if think else []
         if clarify is not None:
             actions.append(AgentAction.clarify(clarify))
@@ -117,7 +130,7 @@ class TrajectoryBuilder:
                 actions.append(AgentAction.end())
                 kind = END
         text, _ = FORMAT.render(actions)
-        self.turns.append(ChatTurn("assistant", text, kind, point))
+        self.turns.append(ChatTurn("assistant", text, kind, point, needless))
 
     def call(self, think: str | None, name: str, arguments: Mapping[str, Any], point: AmbiguityPoint | None = None) -> dict[str, Any]:
         """A tool call: the agent output, then its observation. Returns the observation."""
@@ -128,9 +141,9 @@ class TrajectoryBuilder:
         self.turns.append(ChatTurn("user", FORMAT.observation_message(action, observation)["content"], OBSERVATION))
         return observation
 
-    def raw_agent(self, content: str, kind: str, point: AmbiguityPoint | None = None) -> None:
+    def raw_agent(self, content: str, kind: str, point: AmbiguityPoint | None = None, needless: bool = False) -> None:
         """An agent output already written (by an LLM); its tool call, if any, is run."""
-        self.turns.append(ChatTurn("assistant", content, kind, point))
+        self.turns.append(ChatTurn("assistant", content, kind, point, needless))
         if kind == TOOL_CALL:
             parsed = FORMAT.parse(content)
             assert not isinstance(parsed, Malformed), "raw_agent takes outputs that were rendered by the format"

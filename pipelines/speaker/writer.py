@@ -64,6 +64,13 @@ BOOKING_TOOLS: Mapping[str, str] = {"restaurant": "book_restaurant", "hotel": "b
 # Chance that the user adds a second question slot to the first clarification when the
 # budget allows both ways; the rest of the time the agent asks one thing at a time.
 _TWO_AT_ONCE = 0.3
+# Chance that, where the full request still leaves candidates that differ in a slot the goal
+# does not care about, the agent asks about it and hears "I don't mind" (the branch a policy
+# that cannot see the goal meets: it recommends one of the results it has); otherwise the
+# user says so up front ("any area is fine") and the agent acts at once.
+_ASK_NO_PREFERENCE = 0.5
+# Chance of the same after an answered clarification, where the narrowed search still differs.
+_ASK_AGAIN_NO_PREFERENCE = 0.3
 # Chance that a value shared with one earlier booking is given by an explicit reference
 # ("the same day as my hotel booking"), which the agent resolves without asking.
 _EXPLICIT_REFERENCE = 0.5
@@ -128,6 +135,8 @@ class DialogueWriter:
         self.venues: list[tuple[str, str]] = []  # (domain, name) offered so far
         self.ack = False  # the next user turn first accepts an offer
         self.guessed: AmbiguityPoint | None = None
+        self.indifferent: str | None = None  # the slot the user said up front they do not mind
+        self.no_preference: str | None = None  # the slot the agent will ask about and hear "I don't mind"
 
     # -- the dialogue --------------------------------------------------------------------
 
@@ -182,7 +191,14 @@ class DialogueWriter:
             known = dict(under.known) if under else dict(info)
             known = self._request(goal, known, under)
             live = self._disambiguate(goal, known, under)
-        entity = self._offer(goal, live)
+        no_preference, indifferent = self.no_preference, self.indifferent
+        self.no_preference = self.indifferent = None
+        if no_preference is not None:
+            self._ask_no_preference(domain, known, no_preference)
+        entity = self._offer(goal, live, indifferent=indifferent, no_preference=no_preference)
+        self._after_offer(goal, entity)
+
+    def _after_offer(self, goal: DomainGoal, entity: Entity) -> None:
         if constraints(goal.book):
             self._book(goal, entity)
         if goal.reqt:
@@ -213,7 +229,12 @@ class DialogueWriter:
         explicit = None if readings else self._explicit_reference(domain, "day", known.get("day"))
         hint = ""
         if under is None and domain in VENUE_DOMAINS:
-            hint = self._dont_mind(domain, known)
+            slot = self._indifferent_slot(domain, known)
+            if slot is not None and self.rng.random() < _ASK_NO_PREFERENCE:
+                self.no_preference = slot
+            elif slot is not None:
+                self.indifferent = slot
+                hint = say.dont_mind(self.rng, slot)
         phrase = REFERENCE_PHRASES["day"] if readings else (explicit[1] if explicit else None)
         text = say.find_request(self.rng, domain, known, day_phrase=phrase, ack=self._take_ack())
         self.builder.user(f"{text} {hint}".strip())
@@ -228,16 +249,32 @@ class DialogueWriter:
         self._query(think, domain, known, point)
         return known
 
-    def _dont_mind(self, domain: str, known: Mapping[str, str]) -> str:
-        """"Any area is fine" when the full request still leaves several candidates that
-        differ in a slot the goal does not care about: the cue that acting is right."""
+    def _indifferent_slot(self, domain: str, known: Mapping[str, str]) -> str | None:
+        """A slot the goal does not care about in which the candidates of the full request
+        still differ: the user says "any area is fine" up front (the cue that acting is
+        right), or the agent asks and hears it (:meth:`_ask_no_preference`)."""
         candidates = self.database.search(domain, known)
         if len(candidates) < 2:
-            return ""
+            return None
         for slot in ("area", "pricerange", "food", "type", "stars"):
             if slot not in known and len(candidate_values(slot, candidates)) > 1:
-                return say.dont_mind(self.rng, slot)
-        return ""
+                return slot
+        return None
+
+    def _ask_no_preference(self, domain: str, known: Mapping[str, str], slot: str) -> None:
+        """The question the goal does not need, and the user's "I don't mind": the agent
+        cannot tell it from a needed one, so the data shows what follows (a recommendation
+        among the results already found). The question is marked needless: it is in the
+        prompts that follow, never a training target."""
+        query = self.builder.environment.state.queries[-1]
+        values = candidate_values(slot, query.results)
+        self.builder.agent(
+            say.needless_think(self.rng, domain, query.count, slot, values, known) if len(values) > 1
+            else say.clarify_think(self.rng, domain, query.count, {}, [slot], known),
+            clarify=say.questions(self.rng, domain, {slot: values}, query.count),
+            needless=True,
+        )
+        self.builder.user(say.no_preference(self.rng, slot))
 
     def _disambiguate(self, goal: DomainGoal, known: dict[str, str], under: AmbiguityPoint | None) -> AmbiguityPoint | None:
         """Clarify until the goal no longer discriminates between the candidates; in a
@@ -248,6 +285,9 @@ class DialogueWriter:
             candidates = self.database.search(domain, known)
             discriminating = discriminating_values(domain, candidates, info, known)
             if not discriminating:
+                if asked_here and domain in VENUE_DOMAINS and self.rng.random() < _ASK_AGAIN_NO_PREFERENCE:
+                    # The answer narrowed the search, the rest differ in what the goal does not care about.
+                    self.no_preference = self._indifferent_slot(domain, known)
                 return None
             point = AmbiguityPoint(
                 self.dialogue.dialogue_id, domain, UNDERSPECIFICATION, SEARCH, under.turn, known, tuple(discriminating),
@@ -266,7 +306,7 @@ class DialogueWriter:
                 asked = ranked
             differing = {s: v for s, v in seen.items() if len(v) > 1}
             self.builder.agent(
-                say.clarify_think(self.rng, domain, len(candidates), differing, asked),
+                say.clarify_think(self.rng, domain, len(candidates), differing, asked, known),
                 clarify=say.questions(self.rng, domain, {s: seen[s] for s in asked}, len(candidates), earliest=shown[0].get("leaveAt") if shown else None),
                 point=point,
             )
@@ -278,10 +318,11 @@ class DialogueWriter:
             self._query(say.requery_think(self.rng, domain, answer), domain, known)
         return None
 
-    def _offer(self, goal: DomainGoal, guessed: AmbiguityPoint | None) -> Entity:
+    def _offer(self, goal: DomainGoal, guessed: AmbiguityPoint | None, indifferent: str | None = None, no_preference: str | None = None) -> Entity:
         """Recommend an entity of the last search: the seed's own when the agent was shown it
         (later parts of the goal, a taxi to it, refer to it), else the first; the first when
-        guessing."""
+        guessing. ``indifferent``: the slot the user said up front they do not mind;
+        ``no_preference``: the slot they just said they do not mind when asked."""
         domain = goal.domain
         query = self.builder.environment.state.queries[-1]
         if not query.results:
@@ -290,7 +331,10 @@ class DialogueWriter:
         chosen = self.view.chosen.get(domain)
         if guessed is None and chosen:
             entity = next((e for e in query.results if name_key(e.name) == name_key(chosen)), entity)
-        think = say.recommend_think(self.rng, domain, query.count, entity.name, guessed=guessed is not None)
+        if no_preference is not None:
+            think = say.no_preference_think(self.rng, domain, query.count, entity.name, no_preference)
+        else:
+            think = say.recommend_think(self.rng, domain, query.count, entity.name, guessed=guessed is not None, indifferent=indifferent)
         attributes = {**entity_view(entity), "name": entity.name}
         self.builder.agent(think, respond=say.recommendation(self.rng, domain, attributes, bool(constraints(goal.book))), point=guessed)
         if domain in VENUE_DOMAINS:
@@ -385,7 +429,7 @@ class DialogueWriter:
             raise SynthesisError("booking_failed", f"booking {name} failed: {observation.get('error')}")
         self.builder.agent(
             f"The booking went through; I'll give the user the reference {observation['reference']}.",
-            respond=say.booked(self.rng, domain, name, observation["reference"], observation.get("total price")),
+            respond=say.booked(self.rng, domain, name, observation["reference"], observation.get("total price"), values),
         )
         booked = dict(values)
         if domain == "train" and entity.get("day"):

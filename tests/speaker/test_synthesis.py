@@ -99,7 +99,9 @@ def test_a_dialogue_round_trips_through_the_llm_json_shape(speaker_corpus, datab
         turns, _ = draft_turns(draft)
         trajectory = materialize({"turns": turns}, task, draft, database)
         assert [t.content for t in trajectory.turns] == [t.content for t in draft.turns]
-        assert [t.point for t in trajectory.turns if t.kind == CLARIFY] == [t.point for _, t in draft.clarifications]
+        # Every question keeps its point, and a needless one (no preference) stays needless.
+        assert [(t.point, t.needless) for t in trajectory.turns if t.kind == CLARIFY] == [(t.point, t.needless) for t in draft.turns if t.kind == CLARIFY]
+        assert [t.point for _, t in trajectory.clarifications] == [t.point for _, t in draft.clarifications]
         assert replay_trajectory(trajectory, database).success
 
 
