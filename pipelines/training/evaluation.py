@@ -8,6 +8,15 @@
   (``ask_needed``), ``over_asking`` is the share of act-here prompts answered with a
   question (asking where none was needed) and ``clarify_rate_when_needed`` the share of
   clarification prompts answered with one: an always-ask policy scores 1 on both.
+* :func:`next_action_metrics` - CPU-measurable proxies of task success, on held-out decision
+  rows with teacher forcing (the prompt is the reference conversation so far; the policy's
+  greedy output is its next action): ``action_kind_accuracy`` (clarify / tool call / answer,
+  as the reference), ``tool_name_accuracy`` and ``argument_exact_match`` (on the rows whose
+  reference calls a tool), and, where the rows carry the hidden ``goal``,
+  ``clarify_precision`` (the share of the policy's questions that ask about a goal
+  constraint the user has not stated yet, read by the verifiable judge as the evaluation
+  reads episodes) and ``clarify_recall`` (the share of rows whose reference asks where the
+  policy asks such a question).
 * :func:`reward_metrics` - the mean of each training reward and of their weighted total,
   as GRPO sees them.
 * :func:`preference_metrics` - the log-probability margin of chosen over rejected
@@ -26,7 +35,7 @@ import math
 from statistics import fmean
 from typing import Any, Callable, Mapping, Sequence
 
-from pipelines.episodes.formats import decision
+from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed, SpeakRLFormat, decision
 from pipelines.rewards import FULL_CREDIT, completion_text, format_score
 from pipelines.training.config import EvalSpec, GRPOObjective, Objective
 from pipelines.training.data import COMPLETION, LABELED, PAIRS, SourceRows
@@ -150,6 +159,90 @@ def generation_metrics(
             metrics["n_act_here"] = len(act_here)
         if needed:
             metrics["clarify_rate_when_needed"] = fmean(needed)
+    return metrics
+
+
+_SPEAKRL = SpeakRLFormat()
+#: Next-action kinds: a response and the closing response are both an answer.
+ACTION_KINDS: Mapping[str | None, str] = {"clarify": "clarify", "tool_call": "tool_call", "respond": "answer", "end": "answer"}
+
+
+def _parsed(text: str) -> tuple[str | None, tuple[str, dict[str, str]] | None, str]:
+    """(action kind, (tool, arguments) of a tool call, the question of a clarification)."""
+    parsed = _SPEAKRL.parse(text)
+    if isinstance(parsed, Malformed):
+        return None, None, ""
+    kind = ACTION_KINDS.get(decision(text))
+    call = next((a for a in parsed if a.kind == TOOL_CALL), None)
+    arguments = {str(k): str(v).strip().lower() for k, v in (call.arguments or {}).items()} if call is not None else {}
+    question = " ".join(a.text for a in parsed if a.kind == CLARIFY)
+    return kind, (call.tool_name, arguments) if call is not None else None, question
+
+
+def _open_goal_slots(prompt: Messages, goal: Any) -> tuple[list[str], list[str]]:
+    """(open, known): the goal's constraint slots the user has not said yet and has said
+    (whole words in the user's messages, tool results left out), as the evaluation reads them."""
+    import json
+
+    from pipelines.rewards.verifiable import words
+    from pipelines.speaker.audit import goal_constraints
+
+    constraints = goal_constraints(json.loads(goal) if isinstance(goal, str) else goal)
+    said = " " + " ".join(words(m["content"]) for m in prompt if m["role"] == "user" and not str(m["content"]).startswith("<tool_response>")) + " "
+    known = sorted(s for s, values in constraints.items() if any(words(v) and f" {words(v)} " in said for v in values))
+    return sorted(s for s in constraints if s not in known), known
+
+
+def next_action_metrics(texts: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The teacher-forced next-action proxies of ``texts`` (the policy's outputs) against the
+    rows' reference ``completion`` (module docstring).
+
+    >>> ask = "<think>a</think><clarify>What kind of food would you like?</clarify>"
+    >>> call = '<think>b</think><tool_call>{"name": "query_restaurant", "arguments": {"food": "thai"}}</tool_call>'
+    >>> goal = '{"restaurant": {"info": {"food": "thai", "area": "north"}}}'
+    >>> rows = [{"prompt": [{"role": "user", "content": "A restaurant in the north."}], "completion": [{"role": "assistant", "content": c}], "goal": goal}
+    ...         for c in (ask, call, call)]
+    >>> m = next_action_metrics([ask, call.replace("thai", "indian"), ask], rows)
+    >>> m["action_kind_accuracy"], m["tool_name_accuracy"], m["argument_exact_match"], m["clarify_precision"], m["clarify_recall"]
+    (0.6666666666666666, 0.5, 0.0, 1.0, 1.0)
+    """
+    if not texts:
+        return {}
+    from pipelines.rewards.verifiable import VerifiableJudge
+
+    judge = VerifiableJudge()
+    kind_hits, name_hits, argument_hits = [], [], []
+    asked, asked_well, needed, needed_well = 0, 0, 0, 0
+    has_goal = all(row.get("goal") for row in rows)
+    for text, row in zip(texts, rows):
+        reference = completion_text(row["completion"])
+        kind, call, question = _parsed(text)
+        ref_kind, ref_call, _ = _parsed(reference)
+        kind_hits.append(kind is not None and kind == ref_kind)
+        if ref_call is not None:
+            name_hits.append(call is not None and call[0] == ref_call[0])
+            argument_hits.append(call is not None and call == ref_call)
+        if not has_goal:
+            continue
+        good = False
+        if kind == "clarify":
+            open_slots, known = _open_goal_slots(row["prompt"], row["goal"])
+            verdict = judge.verdict(question, {"discriminating_slots": open_slots, "known_slots": known}) if open_slots else None
+            good = verdict is not None and verdict.score >= 1.0
+            asked += 1
+            asked_well += good
+        if ref_kind == "clarify":
+            needed += 1
+            needed_well += good
+    metrics: dict[str, float] = {"n": len(texts), "action_kind_accuracy": fmean(kind_hits)}
+    if name_hits:
+        metrics.update(n_tool_calls=len(name_hits), tool_name_accuracy=fmean(name_hits), argument_exact_match=fmean(argument_hits))
+    if has_goal:
+        metrics.update(n_questions=asked, n_clarify_needed=needed)
+        if asked:
+            metrics["clarify_precision"] = asked_well / asked
+        if needed:
+            metrics["clarify_recall"] = needed_well / needed
     return metrics
 
 
@@ -317,6 +410,8 @@ def evaluate_heldout(
             reference_column = {COMPLETION: "completion", PAIRS: "chosen"}.get(source.layout)
             references = [completion_text(r[reference_column]) for r in repeated] if reference_column else None
             metrics["generation"] = generation_metrics(texts, references, _ask_needed(repeated), source.grammar)
+            if source.layout == COMPLETION and source.grammar == "speakrl":
+                metrics["next_action"] = next_action_metrics(texts, repeated)
             if isinstance(objective, GRPOObjective):
                 functions, weights = reward_functions(objective, judge)
                 names = [reward_name(f) for f in functions]
@@ -335,6 +430,7 @@ def _ask_needed(rows: Sequence[Mapping[str, Any]]) -> list[bool | None] | None:
 __all__ = [
     "evaluate_heldout",
     "labeled_metrics",
+    "next_action_metrics",
     "completion_logprobs",
     "completion_text",
     "decision",

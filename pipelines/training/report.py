@@ -34,7 +34,7 @@ class TrainSummary:
 
 
 #: Metric names that count examples: not compared before/after.
-COUNTS = frozenset({"n", "n_pairs", "n_desirable", "n_undesirable"})
+COUNTS = frozenset({"n", "n_pairs", "n_desirable", "n_undesirable", "n_tool_calls", "n_questions", "n_clarify_needed", "n_act_here"})
 
 
 def _finite(value: Any) -> Any:
