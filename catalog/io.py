@@ -26,8 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from pipelines.artifacts.registry import artifact_specs
 from pipelines.artifacts.spec import ArtifactSpec
-from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, validate
+from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, check_table, validate
 from pipelines.errors import ConfigError, DataError, ValidationFailed
 from pipelines.files import FILE_MODE, make_directories, remove_stale_staging, staging_path
 from pipelines.secrets import refuse_secrets
@@ -88,19 +89,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def artifact_specs() -> dict[str, ArtifactSpec]:
-    """Every artifact spec askflow publishes, by name (the stem of its Parquet file)."""
-    from pipelines.clarifier.tables import SPECS as CLARIFIER
-    from pipelines.episodes.tables import SPECS as EPISODES
-    from pipelines.josh.tables import SPECS as JOSH
-    from pipelines.learn_to_ask.tables import SPECS as LEARN_TO_ASK
-    from pipelines.multiwoz.tables import SPECS as MULTIWOZ
-    from pipelines.pir.tables import SPECS as PIR
-    from pipelines.speaker.tables import SPECS as SPEAKER
-
-    return {**MULTIWOZ, **SPEAKER, **EPISODES, **PIR, **JOSH, **LEARN_TO_ASK, **CLARIFIER}
-
-
 def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table:
     """The table (or some of its columns); DataError naming the file for one that is missing
     or not readable Parquet. A damaged file fails the same way every time: it is a data
@@ -113,26 +101,23 @@ def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table
         raise DataError(str(path), f"not readable Parquet: {error}") from None
 
 
-def read_artifact(path: Path | str, spec: ArtifactSpec | None = None) -> pa.Table:
+def read_artifact(path: Path | str, spec: ArtifactSpec | None = None, *, record_columns: Sequence[str] = ()) -> pa.Table:
     """Read an input artifact and validate it with its expectation suite before any use.
 
-    ``spec`` defaults to the spec named by the file's stem (``speaker_sft.parquet`` ->
-    ``speaker_sft``); a file askflow does not publish has none and is only read. A file with
-    fewer columns than its artifact (training data) is checked over the columns it has
-    (``ArtifactSpec.restricted_to``); references are checked against the referenced artifact
-    when it lies beside the file. A failing suite raises ValidationFailed naming the file."""
+    ``spec``: the contract the caller declares for the file, whatever its name (a training
+    source's ``schema:``, an evaluation stage's input); None takes the spec named by the
+    file's stem (``speaker_sft.parquet`` -> ``speaker_sft``), and a file askflow does not
+    publish has none and is only read: a reader of inputs that may be named anything passes
+    ``spec``. A file with fewer columns than its artifact (training data) is checked over
+    the columns it has (``ArtifactSpec.restricted_to``); references are checked against the
+    referenced artifact when it lies beside the file. A failing suite raises
+    ValidationFailed naming the file, the first bad record (its key values, or
+    ``record_columns``') and field."""
     path = Path(path)
     table = read_parquet(path)
     spec = spec if spec is not None else artifact_specs().get(path.stem)
-    if spec is None:
-        return table
-    spec = spec.restricted_to(table.column_names)
-    beside = {r.artifact for r in spec.references if r.artifact == spec.name or (path.parent / f"{r.artifact}.parquet").is_file()}
-    spec = dataclasses.replace(spec, references=tuple(r for r in spec.references if r.artifact in beside))
-    related = _related_tables(spec, path, {})
-    report = validate(table, spec, related)
-    if not report.success:
-        raise ValidationFailed(f"{spec.name} ({path})", report.to_text())
+    if spec is not None:
+        check_table(table, spec, path, record_columns)
     return table
 
 

@@ -105,21 +105,22 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
     """Each Parquet source, held-out split, compacted and fitted to ``max_length``; its
     stats start with the file and its version (MD5, as in dvc.lock)."""
     from pipelines.training.card import file_md5
-    from catalog.io import read_artifact
+    from pipelines.training.inputs import read_prompts, read_source
 
     logger = get_run_logger()
     reserve = getattr(config.resolved_objective(), "max_completion_length", 0)
     count = TokenCounter(tokenizer)
     prepared = []
     for source in config.data.sources:
-        # Validated with its artifact's suite before use; a bad or damaged file is a DataError
-        # or ValidationFailed naming it, which retry_on_transient never retries.
-        table = read_artifact(source.path)
+        # Validated by its declared schema (preflight did it; a file changed since is checked
+        # again); a bad or damaged file is a DataError or ValidationFailed naming it, which
+        # retry_on_transient never retries.
+        table = read_source(config, source)
         records = table.to_pylist()
         versions = {"path": source.path, "md5": file_md5(source.path)}
         prompt_rows = None
         if source.prompts_from is not None:
-            prompt_rows = _joining_prompts(source.prompts_from, config.data.holdout.key, records)
+            prompt_rows = _joining_prompts(read_prompts(config, source.prompts_from), config.data.holdout.key, records)
             versions.update(prompts_from=source.prompts_from, prompts_md5=file_md5(source.prompts_from))
         rows = prepare_source(
             records, table.column_names, source, config.method, config.data, count, config.optim.max_length,
@@ -131,12 +132,9 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
     return prepared
 
 
-def _joining_prompts(path: str, key: str, records: list[dict]) -> list[dict]:
-    """The (key, step, prompt) rows of ``path`` that join ``records``, and only those: a
-    table of chat prompts is hundreds of MB as Python objects."""
-    from catalog.io import read_artifact
-
-    table = read_artifact(path)  # validated by its suite before its prompts are used
+def _joining_prompts(table: Any, key: str, records: list[dict]) -> list[dict]:
+    """The (key, step, prompt) rows of ``table`` (validated) that join ``records``, and only
+    those: a table of chat prompts is hundreds of MB as Python objects."""
     wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
     pairs = zip(table[key].to_pylist(), table[JOIN_COLUMN].to_pylist())
     take = [i for i, pair in enumerate(pairs) if pair in wanted]

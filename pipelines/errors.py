@@ -25,12 +25,22 @@ class DataError(AskflowError):
 
 
 class ValidationFailed(AskflowError):
-    """An expectation suite failed; ``report`` is the readable report."""
+    """An expectation suite failed; ``report`` is the readable report. ``record`` and
+    ``field``, where known, say where the first failure is (``detail``: what was found)."""
 
-    def __init__(self, artifact: str, report: str):
+    def __init__(self, artifact: str, report: str, record: str | None = None, field: str | None = None,
+                 detail: str | None = None):
         self.artifact = artifact
         self.report = report
-        super().__init__(f"artifact {artifact!r} failed validation:\n{report}")
+        self.record = record
+        self.field = field
+        where = ""
+        if record is not None:
+            where += f" record {record}"
+        if field is not None:
+            where += f"{',' if where else ''} field {field!r}"
+        first = f"{where}: {detail}" if where and detail else where
+        super().__init__(f"artifact {artifact!r} failed validation:{first}\n{report}")
 
 
 class ConfigError(AskflowError):

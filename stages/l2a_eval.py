@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.metrics import METRICS, QuestionGrader, bootstrap, bootstrap_difference, counts_of, markdown_table, metrics_of, score_output
-from pipelines.learn_to_ask.tables import L2A_EVAL, eval_table
+from pipelines.learn_to_ask.tables import L2A_EVAL, SPECS as L2A_SPECS, eval_table
 from pipelines.rewards.learn_to_ask import BETA, RulesGrader
 from stages.entry import main_wrapper
 from catalog.io import publish, read_artifact, read_params, write_json_atomic, write_text_atomic, write_timings
@@ -141,7 +141,8 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -
 
     settings = check_params(params)
     started = time.perf_counter()
-    table = read_artifact(settings["samples"])
+    # Checked as l2a_samples whatever the file is called (issue 28: not by its name).
+    table = read_artifact(settings["samples"], L2A_SPECS["l2a_samples"])
     samples = held_out_samples(table.to_pylist(), settings["split"], settings["max_samples"])
     if not samples:
         raise DataError(str(settings["samples"]), f"no usable sample in split {settings['split']!r}")

@@ -16,7 +16,8 @@ params.yaml ``train``:
   ``model`` (``{path: models/base}`` or ``{hub_id: ..., revision: ...}``, optional
   ``lora: {r, alpha, dropout, target_modules, merge}`` and ``quantization: {quant_type,
   compute_dtype, double_quant}``), ``data`` (``sources: [{path, max_rows,
-  completion_column}]``, ``compact_prompts``, ``max_history_messages``, ``seed``),
+  completion_column, schema, ...}]``; ``schema``: the artifact the file is validated as,
+  whatever its name, :mod:`pipelines.training.inputs`), ``compact_prompts``, ``max_history_messages``, ``seed``),
   ``optim``, ``device`` (``bf16`` / ``gradient_checkpointing``: true, false or auto;
   ``use_vllm``, ``vllm_mode``), ``eval``, ``objective`` (the method's settings: e.g. GRPO's
   ``num_generations``, ``beta``, ``rewards: {format: 1.0, clarify_verifiable: 1.0}``) and
@@ -24,8 +25,10 @@ params.yaml ``train``:
   :mod:`pipelines.training.config`; an unknown key is an error.
 
 A bad configuration (unknown method or key, missing dataset column, missing model
-directory, bf16 on a CPU-only machine, ...) fails here, before Prefect or torch start
-training, with ``error: <message>`` and exit status 1.
+directory, bf16 on a CPU-only machine, ...) or a bad row in a dataset (checked by its
+declared schema, whatever the file is called: the error names file, record and field)
+fails here, before the Prefect server, the tokenizer or torch start, with
+``error: <message>`` and exit status 1.
 
 Prefect: without ``PREFECT_API_URL``, each run uses a temporary local API whose database
 lives in ``PREFECT_HOME`` (default here: ``.prefect/`` in the working directory, git-ignored);
@@ -55,6 +58,7 @@ from pipelines.training.config import (
     OutputSpec,
     TrainConfig,
 )
+from pipelines.training.inputs import check_schema_name
 from pipelines.training.preflight import check_method, preflight
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_params
@@ -123,7 +127,7 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
     if "sources" not in data:
         raise ConfigError(f"{where}.data.sources: required (a list of {{path: ...}})")
     output = section.get("output")
-    return TrainConfig(
+    config = TrainConfig(
         method=method,
         model=from_params(ModelSpec, section.get("model"), f"{where}.model"),
         data=from_params(DataSpec, data, f"{where}.data"),
@@ -134,6 +138,9 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
         objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
         judge=_judge(llm),
     )
+    for index, source in enumerate(config.data.sources):
+        check_schema_name(source.schema, f"{where}.data.sources[{index}].schema")
+    return config
 
 
 def _judge(llm: Mapping[str, Any] | None) -> BackendConfig | None:

@@ -33,6 +33,7 @@ NOT_NULL = "expect_column_values_to_not_be_null"
 IN_SET = "expect_column_values_to_be_in_set"
 UNIQUE = "expect_column_values_to_be_unique"
 COMPOUND_UNIQUE = "expect_compound_columns_to_be_unique"
+LENGTH_BETWEEN = "expect_column_value_lengths_to_be_between"
 
 # The kwargs through which a GX expectation names the columns it looks at.
 _COLUMN_KWARGS = ("column", "column_A", "column_B")
@@ -46,6 +47,10 @@ def is_scalar(data_type: pa.DataType) -> bool:
     if pa.types.is_dictionary(data_type):
         return is_scalar(data_type.value_type)
     return not pa.types.is_nested(data_type)
+
+
+def _is_list(data_type: pa.DataType) -> bool:
+    return pa.types.is_list(data_type) or pa.types.is_large_list(data_type)
 
 
 @dataclass(frozen=True)
@@ -135,12 +140,18 @@ class ArtifactSpec:
             self._require_scalar(reference.column, f"reference {reference.describe()}")
 
     def _check_expectation_column(self, expectation: Expectation, column: str) -> None:
+        if expectation.type == LENGTH_BETWEEN and _is_list(self._require_column(column, expectation.type).type):
+            # A list's length (e.g. a completion with at least one message): validate answers
+            # it with Arrow's list lengths, bounds only.
+            if not set(expectation.kwargs) <= {"column", "min_value", "max_value"}:
+                raise self._error(f"{expectation.type}: on list column {column!r} it takes only min_value and max_value")
+            return
         if expectation.type != NOT_NULL:
             self._require_scalar(column, expectation.type)
             return
-        # Not-null is the one check that nested columns get: validate answers it with Arrow's
-        # null count. Every other expectation goes through GX, which needs one value per
-        # cell, and so do GX's options such as ``mostly``.
+        # Not-null (and a list's length, above) are the checks that nested columns get:
+        # validate answers them with Arrow. Every other expectation goes through GX, which
+        # needs one value per cell, and so do GX's options such as ``mostly``.
         nested = not is_scalar(self._require_column(column, expectation.type).type)
         if nested and set(expectation.kwargs) != {"column"}:
             raise self._error(f"{expectation.type}: on nested column {column!r} it takes no other arguments")
@@ -155,7 +166,7 @@ class ArtifactSpec:
         if not is_scalar(data_type):
             raise self._error(
                 f"{where}: column {column!r} has nested type {data_type}; "
-                "only not_null() may be put on list/map/struct columns"
+                "only not_null() (and length_between() on a list) may be put on list/map/struct columns"
             )
 
     def _error(self, message: str) -> ConfigError:
@@ -225,8 +236,9 @@ def between(column: str, low: Any = None, high: Any = None) -> Expectation:
 
 
 def length_between(column: str, low: int | None = None, high: int | None = None) -> Expectation:
-    """String lengths within ``[low, high]``; ``length_between(col, 1)`` means non-empty."""
-    return Expectation("expect_column_value_lengths_to_be_between", _bounds(column, low, high))
+    """String (or, on a list column, list) lengths within ``[low, high]``;
+    ``length_between(col, 1)`` means non-empty. Nulls are not checked."""
+    return Expectation(LENGTH_BETWEEN, _bounds(column, low, high))
 
 
 def matches(column: str, regex: str) -> Expectation:

@@ -22,7 +22,8 @@ import logging
 import math
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from reprlib import Repr
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -30,9 +31,20 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from pipelines.artifacts.spec import IN_SET, NOT_NULL, ArtifactSpec, Expectation, Reference, is_scalar
-from pipelines.errors import ConfigError
+from pipelines.artifacts.spec import (
+    COMPOUND_UNIQUE,
+    IN_SET,
+    LENGTH_BETWEEN,
+    NOT_NULL,
+    UNIQUE,
+    ArtifactSpec,
+    Expectation,
+    Reference,
+    is_scalar,
+)
+from pipelines.errors import ConfigError, DataError, ValidationFailed
 
 MAX_EXAMPLES = 5
 # GX samples this many unexpected values. More than MAX_EXAMPLES because a duplicate-key
@@ -195,23 +207,54 @@ def validate(
     if not schema.ok:
         return ValidationReport(spec.name, table.num_rows, schema, ())
     suite = spec.suite
-    by_arrow = [e for e in suite if _is_nested_not_null(e, table.schema)]
+    by_arrow = [e for e in suite if _is_nested_check(e, table.schema)]
     outcome = _run_gx(table, [e for e in suite if e not in by_arrow], spec.name)
-    outcome.update((e, _not_null_by_arrow(table, e)) for e in by_arrow)
+    outcome.update((e, _nested_by_arrow(table, e)) for e in by_arrow)
     results = [outcome[e] for e in suite]
     results += [_check_reference(table, spec, reference, related or {}) for reference in spec.references]
     return ValidationReport(spec.name, table.num_rows, schema, tuple(results))
+
+
+def check_table(table: pa.Table, spec: ArtifactSpec, path: Path | str, record_columns: Sequence[str] = ()) -> None:
+    """Check a table read from ``path`` against ``spec`` over the columns it has
+    (:meth:`ArtifactSpec.restricted_to`: a narrower training file), with the references
+    whose artifact lies beside the file as ``<artifact>.parquet``. A failure raises
+    ValidationFailed naming the file and the first bad record (by the spec's key, else
+    ``record_columns``) and field, with the whole report."""
+    path = Path(path)
+    spec = spec.restricted_to(table.column_names)
+    beside = {r.artifact for r in spec.references if r.artifact == spec.name or (path.parent / f"{r.artifact}.parquet").is_file()}
+    spec = replace(spec, references=tuple(r for r in spec.references if r.artifact in beside))
+    related: dict[str, pa.Table] = {}
+    for reference in spec.references:
+        if reference.artifact == spec.name or reference.artifact in related:
+            continue
+        parent = path.parent / f"{reference.artifact}.parquet"
+        columns = sorted({r.other_column for r in spec.references if r.artifact == reference.artifact})
+        try:
+            related[reference.artifact] = pq.read_table(parent, columns=columns)
+        except (OSError, pa.ArrowException, ValueError) as error:
+            raise DataError(str(parent), f"cannot read column(s) {', '.join(columns)}: {error}") from None
+    report = validate(table, spec, related)
+    if report.success:
+        return
+    offence = locate(table, spec, report, record_columns)
+    if offence is None:
+        raise ValidationFailed(f"{spec.name} ({path})", report.to_text())
+    raise ValidationFailed(f"{spec.name} ({path})", report.to_text(), record=offence.record, field=offence.field,
+                           detail=offence.to_text())
 
 
 def check_suite(spec: ArtifactSpec) -> None:
     """Build the spec's GX suite without running it: raises ConfigError for an expectation
     GX does not know or arguments it rejects. Meant for a spec's own unit test."""
     with _quiet_gx():
-        _gx_expectations([e for e in spec.suite if not _is_nested_not_null(e, spec.schema)], spec.name)
+        _gx_expectations([e for e in spec.suite if not _is_nested_check(e, spec.schema)], spec.name)
 
 
-def _is_nested_not_null(expectation: Expectation, schema: pa.Schema) -> bool:
-    return expectation.type == NOT_NULL and not is_scalar(schema.field(expectation.kwargs["column"]).type)
+def _is_nested_check(expectation: Expectation, schema: pa.Schema) -> bool:
+    """Not-null or a length check on a list/map/struct column: answered with Arrow."""
+    return expectation.type in (NOT_NULL, LENGTH_BETWEEN) and not is_scalar(schema.field(expectation.kwargs["column"]).type)
 
 
 def _describe(expectation: Expectation) -> str:
@@ -350,17 +393,133 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _not_null_by_arrow(table: pa.Table, expectation: Expectation) -> ExpectationResult:
-    nulls = table.column(expectation.kwargs["column"]).null_count
+def _nested_by_arrow(table: pa.Table, expectation: Expectation) -> ExpectationResult:
+    bad = _unexpected_mask(table, expectation)
+    count = pc.sum(bad).as_py() or 0
+    examples: tuple[Any, ...] = ()
+    if count:
+        values = table.column(expectation.kwargs["column"]).filter(bad)
+        examples = _distinct_examples(values.slice(0, _GX_SAMPLE).to_pylist())
     return ExpectationResult(
-        type=NOT_NULL,
+        type=expectation.type,
         description=_describe(expectation),
         columns=expectation.columns,
-        success=nulls == 0,
+        success=count == 0,
         element_count=table.num_rows,
-        unexpected_count=nulls,
-        unexpected_examples=(None,) if nulls else (),
+        unexpected_count=count,
+        unexpected_examples=examples,
     )
+
+
+# --- Locating the first offending record -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Offence:
+    """The first row that breaks the first failed check of a report: its index, its record
+    (the spec's key values, else the row number), the field and the value found there."""
+
+    row: int | None
+    record: str
+    field: str | None
+    value: Any
+    check: str
+
+    def to_text(self) -> str:
+        return f"{self.check}: found {_SHORT.repr(self.value)}"
+
+
+def locate(table: pa.Table, spec: ArtifactSpec, report: ValidationReport, record_columns: Sequence[str] = ()) -> Offence | None:
+    """Where the report's first failure is in ``table``: the record and field to fix, for an
+    error message (GX counts unexpected values but does not say which rows hold them).
+    None when the report succeeded or the failure is not about rows (e.g. a row count).
+    A record is named by the spec's key values, else by ``record_columns``'."""
+    if report.success:
+        return None
+    keys = [k for k in (spec.keys or tuple(record_columns)) if k in table.column_names]
+    diff = report.schema
+    if diff.mistyped:
+        name, expected, actual = diff.mistyped[0]
+        row = 0 if table.num_rows else None
+        value = table.column(name)[0].as_py() if row is not None else None
+        return Offence(row, _record(table, keys, row), name, value, f"stored as {actual}, expected {expected}")
+    if diff.missing or diff.extra:
+        field = (diff.missing or diff.extra)[0]
+        return Offence(None, "every row", field.name, None, diff.lines()[0])
+    checks = list(spec.suite) + [None] * len(spec.references)
+    for expectation, result in zip(checks, report.results):
+        if result.success:
+            continue
+        if expectation is None:  # a reference
+            reference = next(r for r in spec.references if r.column == result.columns[0])
+            examples = set(map(json.dumps, result.unexpected_examples))
+            column = table.column(reference.column).to_pylist()
+            row = next((i for i, v in enumerate(column) if v is not None and json.dumps(_plain(v)) in examples), None)
+        else:
+            try:
+                mask = _unexpected_mask(table, expectation)
+            except (NotImplementedError, KeyError, pa.ArrowException):
+                continue
+            if mask is None:
+                continue
+            hits = pc.indices_nonzero(pc.fill_null(mask, False))
+            row = hits[0].as_py() if len(hits) else None
+        if row is None:
+            continue
+        field = result.columns[0] if len(result.columns) == 1 else ", ".join(result.columns)
+        value = (table.column(result.columns[0])[row].as_py() if len(result.columns) == 1
+                 else {c: table.column(c)[row].as_py() for c in result.columns})
+        return Offence(row, _record(table, keys, row), field, value, result.description)
+    return None
+
+
+def _record(table: pa.Table, keys: Sequence[str], row: int | None) -> str:
+    """``row 3 (dialogue_id='D001.json', step=1)``: the row number and its key values."""
+    if row is None:
+        return "no row"
+    if not keys:
+        return f"row {row}"
+    values = ", ".join(f"{k}={_SHORT.repr(table.column(k)[row].as_py())}" for k in keys)
+    return f"row {row} ({values})"
+
+
+def _unexpected_mask(table: pa.Table, expectation: Expectation) -> pa.ChunkedArray | None:
+    """A boolean per row: True where the row breaks ``expectation``, for the expectations
+    whose meaning per row is plain (as GX has it: nulls are only not-null's business).
+    None for one that is not about single rows."""
+    kwargs = expectation.kwargs
+    if expectation.type == NOT_NULL:
+        return pc.is_null(table.column(kwargs["column"]))
+    if expectation.type in (UNIQUE, COMPOUND_UNIQUE):
+        columns = [kwargs["column"]] if expectation.type == UNIQUE else list(kwargs["column_list"])
+        seen: set[str] = set()
+        flags = []
+        for values in zip(*(table.column(c).to_pylist() for c in columns)):
+            key = json.dumps(_plain(list(values)), sort_keys=True)
+            flags.append(key in seen and None not in values)
+            seen.add(key)
+        return pa.chunked_array([pa.array(flags, pa.bool_())])
+    column = table.column(kwargs["column"]) if "column" in kwargs else None
+    if column is None:
+        return None
+    if expectation.type == IN_SET:
+        return pc.and_(pc.invert(pc.is_in(column, value_set=pa.array(list(kwargs["value_set"])).cast(column.type))), pc.is_valid(column))
+    if expectation.type in ("expect_column_values_to_be_between", LENGTH_BETWEEN):
+        if expectation.type == LENGTH_BETWEEN:
+            nested = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+            column = pc.list_value_length(column) if nested else pc.utf8_length(column)
+        bad = pa.scalar(False)
+        if "min_value" in kwargs:
+            bad = pc.or_(bad, pc.less(column, kwargs["min_value"]))
+        if "max_value" in kwargs:
+            bad = pc.or_(bad, pc.greater(column, kwargs["max_value"]))
+        return pc.fill_null(bad, False)
+    if expectation.type == "expect_column_values_to_match_regex":
+        import re
+
+        pattern = re.compile(kwargs["regex"])
+        return pa.chunked_array([pa.array([v is not None and not pattern.search(v) for v in column.to_pylist()], pa.bool_())])
+    return None
 
 
 def _check_reference(

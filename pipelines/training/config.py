@@ -18,7 +18,7 @@ checks a config against the machine and the data before anything is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
@@ -103,7 +103,13 @@ class SourceSpec:
 
     ``grammar``: how held-out generations are read (:data:`pipelines.training.evaluation.GRAMMARS`):
     ``speakrl`` (SpeakER), ``react`` (JOSH's PLAN/APICALL/SPEAK) or ``clarifier`` (``NO NEED TO
-    ASK`` / ``YES [QUESTION]...``)."""
+    ASK`` / ``YES [QUESTION]...``).
+
+    ``schema``: the artifact whose schema and expectation suite the file is checked by before
+    training (``speaker_sft``, ``speaker_grpo``, ``speaker_dpo``, ``pir_traces``, ``josh_sft``,
+    ``josh_kto``, ``l2a_train``, ``clarifier_sft``, ...), whatever the file is called; None:
+    the artifact the file is named after, else the method's training contract
+    (:mod:`pipelines.training.inputs`)."""
 
     path: str
     max_rows: int | None = None
@@ -113,6 +119,8 @@ class SourceSpec:
     windows: bool = False
     system_prompt: str | None = None
     grammar: str = "speakrl"
+    # Left out of config_dict (model cards) while unset: cards of runs that set none stay byte-identical.
+    schema: str | None = field(default=None, metadata={"omit_if_none": True})
 
     def __post_init__(self) -> None:
         from pipelines.policy.prompts import SYSTEM_PROMPT_NAMES
@@ -341,7 +349,8 @@ class TrainConfig:
 def config_dict(config: Any) -> Any:
     """A config as plain JSON-able data (dicts, lists, scalars), for reports and model cards."""
     if is_dataclass(config) and not isinstance(config, type):
-        return {f.name: config_dict(getattr(config, f.name)) for f in fields(config)}
+        return {f.name: config_dict(getattr(config, f.name)) for f in fields(config)
+                if not (f.metadata.get("omit_if_none") and getattr(config, f.name) is None)}
     if isinstance(config, (tuple, list)):
         return [config_dict(item) for item in config]
     if isinstance(config, Mapping):

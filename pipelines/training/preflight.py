@@ -3,8 +3,10 @@ with a :class:`~pipelines.errors.ConfigError` that says what to change, never mi
 training.
 
 Checked: the method and its objective, the numbers (steps, batch, lengths, GRPO's group
-size), the starting model's directory, every dataset file and its columns (Parquet schema
-only), the rewards, and the device settings against the machine.
+size), the starting model's directory, every dataset file and its columns, the rewards, the
+device settings against the machine, and last every dataset's rows against its declared
+schema (:mod:`pipelines.training.inputs`: by the source's ``schema``, whatever the file is
+called), so that a bad file stops the run before the Prefect server and the tokenizer start.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pipelines.errors import ConfigError
 from pipelines.training.config import METHODS, OBJECTIVES, GRPOObjective, TrainConfig
 from pipelines.training.data import JOIN_COLUMN, reward_columns, source_layout
 from pipelines.training.device import DeviceSettings, Machine, resolve_device
+from pipelines.training.inputs import check_inputs, check_schema_name
 from pipelines.training.trainers import reward_functions
 
 #: Files that make a directory a loadable model: full weights' config, or a PEFT adapter.
@@ -81,7 +84,8 @@ def check_numbers(config: TrainConfig) -> None:
 
 def check_data(config: TrainConfig) -> None:
     objective = config.resolved_objective()
-    for source in config.data.sources:
+    for index, source in enumerate(config.data.sources):
+        check_schema_name(source.schema, f"{config.method}: data.sources[{index}].schema")
         path = Path(source.path)
         if not path.is_file():
             raise ConfigError(f"{config.method}: dataset {source.path!r} does not exist")
@@ -129,7 +133,9 @@ def preflight(config: TrainConfig, machine: Machine | None = None) -> DeviceSett
         loss_mask_function(loss_mask)  # an unimportable span function fails before anything loads
     check_model(config)
     check_data(config)
-    return resolve_device(config.device, config.model, config.method, machine or Machine.detect())
+    device = resolve_device(config.device, config.model, config.method, machine or Machine.detect())
+    check_inputs(config)  # reads and validates every row: after the checks that take a second
+    return device
 
 
 __all__ = ["MODEL_MARKERS", "check_data", "check_method", "check_model", "check_numbers", "preflight"]
