@@ -170,7 +170,7 @@ class FakeOpenAIServer:
         hang_s: float = 2.0,
         keep_bodies: bool = True,
         tool_arguments: Any = "{}",
-        reply_fn: Callable[[list[dict[str, Any]], int | None, int, bool], str] = reply_text,
+        reply_fn: Callable[[list[dict[str, Any]], int | None, int, bool], str] | None = None,
     ):
         if not 0.0 <= latency_spread <= 1.0:
             raise ValueError(f"latency_spread must be in [0, 1], got {latency_spread}")
@@ -330,7 +330,9 @@ class FakeOpenAIServer:
         wants_json = body.get("response_format") is not None or any(
             JSON_INSTRUCTION_MARKER in str(m.get("content", "")) for m in messages
         )
-        texts: list[str | None] = [self.reply_fn(messages, body.get("seed"), i, wants_json) for i in range(n)]
+        # reply_text looked up per request (not bound at construction): tests may patch it.
+        reply = self.reply_fn or reply_text
+        texts: list[str | None] = [reply(messages, body.get("seed"), i, wants_json) for i in range(n)]
         tool_calls: list[list[dict[str, Any]]] = [[] for _ in texts]
         if fault == "invalid_content":
             texts = ['{"answer": "cut off' for _ in texts]
