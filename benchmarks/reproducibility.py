@@ -1,6 +1,7 @@
 """Are two pipeline runs from two fresh clones the same bytes? (issue 11, section 3)
 
     python benchmarks/reproducibility.py [STAGE ...] [--repo .] [--rev HEAD] [--keep]
+    python benchmarks/reproducibility.py --isa [--steps 30]
 
 Clones the repository (committed state at ``--rev``) twice into temporary directories, runs
 ``dvc repro [STAGE ...]`` in each (every stage when none is named; upstream stages run too),
@@ -11,6 +12,13 @@ too, ``cache: false`` or not: a timing in a declared metrics file makes its stag
 
 The runs are sequential, never in parallel: on a shared machine two at once would only
 measure the load. Run from the repository root with the project's venv first on PATH.
+
+``--isa`` asks the cross-machine question on one machine (issue 28): the ``bootstrap``
+stage's training (``--steps`` steps, after ``make run`` built the corpus) under math-kernel
+settings that stand for other x86 machines: this one as it is, twice; an AVX2-only machine
+(ATen, oneDNN and MKL capped at AVX2); and a portable pin (ATen's generic kernels, oneDNN at
+SSE4.1, MKL's conditional numerical reproducibility ``COMPATIBLE,STRICT``) on this machine
+and on the AVX2 stand-in. One line each: the model's md5 and the seconds it took.
 """
 
 from __future__ import annotations
@@ -68,14 +76,66 @@ def compare(a: dict[str, dict[str, str]], b: dict[str, dict[str, str]], stages: 
     return result
 
 
+#: Math-kernel settings, read when torch loads its libraries: (name, environment).
+AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "MKL_CBWR": "AVX2"}
+PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE,STRICT"}
+ISA_RUNS = (
+    ("this machine", {}),
+    ("this machine, again", {}),
+    ("AVX2 machine", AVX2_MACHINE),
+    ("portable pin", PORTABLE),
+    ("portable pin on the AVX2 machine", {**AVX2_MACHINE, **PORTABLE, "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
+)
+
+
+def isa_check(repo: Path, steps: int) -> int:
+    """The bootstrap training under each of :data:`ISA_RUNS`; exit 1 when the portable runs differ."""
+    import hashlib
+
+    params = yaml.safe_load((repo / "params.yaml").read_text())["bootstrap"]
+    if not (repo / params["source"]).is_dir():
+        raise SystemExit(f"{params['source']} does not exist: run `dvc repro corpus` (or make run) first")
+    params["train"].update(steps=steps, warmup_steps=min(params["train"]["warmup_steps"], steps // 10))
+    params["eval"].update(windows=8, prompts=2, max_new_tokens=8)
+    root = Path(tempfile.mkdtemp(prefix="askflow-isa-"))
+    (root / "data").symlink_to(repo / "data")
+    hashes = {}
+    for name, settings in ISA_RUNS:
+        run = root / f"run{len(hashes)}"
+        run.mkdir()
+        (run / "data").symlink_to(repo / "data")
+        (run / "params.yaml").write_text(yaml.safe_dump({"bootstrap": {**params, "output": str(run / "model"), "metrics": str(run / "metrics.json")}}))
+        env = {key: value for key, value in os.environ.items() if key not in (*AVX2_MACHINE, *PORTABLE)}
+        env.update(settings, PYTHONPATH=str(repo), OMP_WAIT_POLICY="PASSIVE")
+        started = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "stages.bootstrap"], cwd=run, env=env, capture_output=True, text=True)
+        took = time.perf_counter() - started
+        if result.returncode != 0:
+            raise SystemExit(f"bootstrap failed under {name}: {result.stderr[-2000:]}")
+        hashes[name] = hashlib.md5((run / "model" / "model.safetensors").read_bytes()).hexdigest()
+        print(f"  {name:<34} model {hashes[name][:12]}  {took:6.1f} s  {' '.join(f'{k}={v}' for k, v in settings.items()) or '(defaults)'}")
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+    portable = {hashes["portable pin"], hashes["portable pin on the AVX2 machine"]}
+    print(f"bootstrap, {steps} steps: this machine twice {'same' if hashes['this machine'] == hashes['this machine, again'] else 'DIFFERENT'}; "
+          f"AVX2 machine {'same as' if hashes['AVX2 machine'] == hashes['this machine'] else 'differs from'} this one; "
+          f"portable pin {'same' if len(portable) == 1 else 'DIFFERENT'} on both")
+    return 0 if len(portable) == 1 else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stages", nargs="*", help="stages to reproduce (default: all)")
     parser.add_argument("--repo", type=Path, default=Path("."))
     parser.add_argument("--rev", default="HEAD")
     parser.add_argument("--keep", action="store_true", help="keep the clones (their paths are printed)")
+    parser.add_argument("--isa", action="store_true", help="bootstrap training under math-kernel settings of other machines")
+    parser.add_argument("--steps", type=int, default=30, help="with --isa: training steps")
     args = parser.parse_args()
     repo = args.repo.resolve()
+    if args.isa:
+        return isa_check(repo, args.steps)
     rev = subprocess.run(["git", "rev-parse", args.rev], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
     root = Path(tempfile.mkdtemp(prefix="askflow-repro-"))
