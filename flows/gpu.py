@@ -81,6 +81,41 @@ def profile_params(gpu: Mapping[str, Any], name: str | None, smoke: bool) -> tup
     return name, deep_merge(profile, overrides) if smoke else profile
 
 
+FROM_DATA = "from_data"
+
+
+def with_limit(value: Any, limit: int) -> Any:
+    """``value`` with every ``from_data`` replaced by ``limit`` (the generation limit the
+    training data asks for, :func:`pipelines.training.limits.generation_limit`).
+
+    >>> with_limit({"eval": {"max_new_tokens": "from_data"}, "steps": [1, "from_data"]}, 224)
+    {'eval': {'max_new_tokens': 224}, 'steps': [1, 224]}
+    """
+    if value == FROM_DATA:
+        return limit
+    if isinstance(value, Mapping):
+        return {key: with_limit(item, limit) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_limit(item, limit) for item in value]
+    return value
+
+
+def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[str, Any]:
+    """The generation limit of the profile's SFT data in the starting model's tokens: the
+    longest training turn plus 25 %, so that no turn is cut (issue 26)."""
+    from pipelines.training.config import ModelSpec
+    from pipelines.training.limits import generation_limit_from_parquet, longest_completion_tokens
+    from pipelines.training.modeling import load_tokenizer
+
+    path = sections["sft"]["data"]["sources"][0]["path"]
+    tokenizer = load_tokenizer(ModelSpec(path=str(model_dir)))
+    import pyarrow.parquet as pq
+
+    completions = pq.read_table(path, columns=["completion"]).column("completion").to_pylist()
+    return {"tokens": generation_limit_from_parquet(path, tokenizer), "longest": longest_completion_tokens(completions, tokenizer),
+            "source": path}
+
+
 def train_config(method: str, section: Mapping[str, Any], *, model_path: str, output_dir: Path, where: str) -> Any:
     """A :class:`~pipelines.training.config.TrainConfig` from a profile section in the
     vocabulary of params.yaml ``train.<method>`` (plus ``epochs`` and ``sampler``, read by
@@ -460,6 +495,11 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
 
     start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
     run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir))
+    limit = None
+    if stages["convert"].status == "ok":  # recorded even where a profile (smoke) sets its own limits
+        limit = data_generation_limit(sections, start_path)
+        sections = with_limit(sections, limit["tokens"])
+        log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
     run_stage(stages["sft"], stages, out, trained("sft", start_path))
     run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
     dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
@@ -472,7 +512,7 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     summary = {
         "commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": name, "smoke": smoke,
         "started": started_at, "wall_s": round(time.perf_counter() - started, 2), "machine": machine,
-        "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"),
+        "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"), "generation_limit": limit,
         "stages": {s.name: {"status": s.status, "wall_s": s.wall_s, "error": s.error} for s in stages.values()},
     }
     _write_json(out / "job.json", summary)

@@ -120,6 +120,7 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     summary = json.loads((results / "job.json").read_text())
     assert {name: stage["status"] for name, stage in summary["stages"].items()} == dict.fromkeys(("convert", "sft", "grpo", "evaluate"), "ok")
     assert summary["smoke"] and summary["machine"]["versions"]["trl"]
+    assert summary["generation_limit"]["tokens"] >= summary["generation_limit"]["longest"] > 0
     sft = json.loads((results / "sft.json").read_text())
     assert sft["train"]["steps"] == 2 and sft["throughput"]["tokens_per_s"] > 0
     assert sft["throughput"]["mfu"] is None  # a CPU has no peak in the table: no guessed MFU
