@@ -200,8 +200,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check_only:
         return 0
     env = dict(os.environ)
-    # The vendored packages first: they are the versions the job was packed with.
-    env["PYTHONPATH"] = os.pathsep.join([str(places["vendor"]), str(places["project"]), *filter(None, [env.get("PYTHONPATH")])])
+    # The vendored packages first: they are the versions the job was packed with, for the
+    # node's Python; on another Python (a smoke run where it was packed) the installed ones.
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    vendor = [str(places["vendor"])]
+    if manifest.get("vendor", {}).get("python") != python:
+        print(f"note: the job's packages are for Python {manifest.get('vendor', {}).get('python')}, this is {python}: "
+              "using the packages installed here", flush=True)
+        vendor = []
+    env["PYTHONPATH"] = os.pathsep.join([*vendor, str(places["project"]), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
