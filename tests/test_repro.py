@@ -3,6 +3,7 @@ repository is absent, and the stages after them, are left out and named; the res
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -64,3 +65,70 @@ def test_make_run_with_no_stage_that_can_run_says_so_and_fails(tmp_path):
     (project / "dvc.yaml").write_text(f"stages:\n  outside:\n    cmd: cat '{data}'\n    deps: ['{data}']\n")
     proc = _run([sys.executable, "-m", "catalog.repro"], project, check=False)
     assert proc.returncode == 1 and f"error: {project}: no stage can run here (outside: {data} does not exist)" in proc.stderr
+
+
+SUMMARY_YAML = """\
+stages:
+  made:
+    cmd: python made.py
+    deps: [made.py]
+    outs: [made.txt]
+"""
+MADE_PY = """\
+from pathlib import Path
+
+from stages.entry import main_wrapper
+
+main_wrapper(lambda: Path("made.txt").write_text("x"))()
+"""
+
+EVAL_MD = """\
+# Simulated collaborative evaluation
+
+Avg@5 over 100 goals.
+
+| Method | Success (%) | Turns |
+|---|---|---|
+| base | 0.0 [0.0, 0.0] | 9.62 [9.46, 9.79] |
+| sft | 3.0 [1.0, 5.0] | 6.93 [6.61, 7.26] |
+
+## Success per domain (%)
+
+| Method | hotel |
+|---|---|
+| base | 0.3 |
+"""
+
+
+def test_make_run_prints_each_stage_with_its_time_and_a_summary_at_the_end(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dvc.yaml").write_text(SUMMARY_YAML)
+    (project / "made.py").write_text(MADE_PY)  # a stage with the stages' entry point
+    (project / "reports").mkdir()
+    (project / "reports" / "eval.md").write_text(EVAL_MD)
+    wide = "| " + " | ".join(f"column {i:02d} of a wide table" for i in range(8)) + " |"
+    (project / "reports" / "other.md").write_text(f"# Other\n\n{wide}\n|{'---|' * 8}\n{wide}\n")
+    _run(["git", "init", "-q"], project)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], project)
+    _run(["git", "add", "-A"], project)
+    _run(["git", "commit", "-q", "-m", "init"], project)
+    before = {p: p.read_bytes() for p in (project / "reports").iterdir()}
+
+    proc = _run([sys.executable, "-m", "catalog.repro"], project)
+    out = proc.stdout
+    assert "[stage made] start" in out and re.search(r"\[stage made\] done in \d+\.\d s", out), out
+    summary = out[out.index("== make run: done in "):].splitlines()
+    assert re.fullmatch(r"== make run: done in \d+(\.\d)? s ==", summary[0]), summary
+    assert re.fullmatch(r"1 stage\(s\) ran: made \d+\.\d s", summary[1]), summary
+    assert summary[3:7] == [
+        "- reports/eval.md: Simulated collaborative evaluation",  # the results tables first, in their order
+        "    Method  Success (%)     Turns",
+        "    base    0.0 [0.0, 0.0]  9.62 [9.46, 9.79]",
+        "    sft     3.0 [1.0, 5.0]  6.93 [6.61, 7.26]",
+    ]
+    assert summary[7] == "- reports/other.md: Other" and summary[-1] == "    (4 more column(s) in the report)", summary
+    assert {p: p.read_bytes() for p in (project / "reports").iterdir()} == before  # no time written into a report
+
+    again = _run([sys.executable, "-m", "catalog.repro"], project)
+    assert "[stage" not in again.stdout and "no stage ran: every output was up to date" in again.stdout

@@ -10,6 +10,8 @@ from typing import Any, Mapping, Sequence
 
 from transformers import TrainerCallback
 
+from pipelines.progress import EVERY_S, Progress
+
 #: The curve columns of each method, as TRL logs them (GRPO's per-reward columns are added
 #: from the reward names). Missing values stay empty.
 CURVE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -30,17 +32,29 @@ def _fmt(value: Any) -> str:
 
 class LoggingCallback(TrainerCallback):
     """Logs the start, every logging step (step, progress, the main metrics, speed) and the
-    end of training to ``logger``."""
+    end of training to ``logger``; and, between logging steps, the steps done with an estimate
+    of the time left at least every ``every_s`` seconds (:class:`pipelines.progress.Progress`)."""
 
-    def __init__(self, logger: logging.Logger | logging.LoggerAdapter, label: str, extra_keys: Sequence[str] = ()):
+    def __init__(self, logger: logging.Logger | logging.LoggerAdapter, label: str, extra_keys: Sequence[str] = (),
+                 every_s: float = EVERY_S):
         self.logger = logger
         self.label = label
         self.keys = tuple(dict.fromkeys((*_SHOWN, *extra_keys)))
+        self.every_s = every_s
         self._started = 0.0
+        self._progress: Progress | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._started = time.monotonic()
         self.logger.info("%s: training for at most %d steps", self.label, state.max_steps)
+        if self._progress is not None:
+            self._progress.close()
+        self._progress = Progress(state.max_steps, f"{self.label} training", unit="steps", every_s=self.every_s,
+                                  emit=lambda line: self.logger.info("%s", line)).__enter__()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._progress is not None:
+            self._progress.update(state.global_step, state.max_steps)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -56,6 +70,9 @@ class LoggingCallback(TrainerCallback):
         )
 
     def on_train_end(self, args, state, control, **kwargs):
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
         self.logger.info("%s: finished at step %d in %.1f s", self.label, state.global_step, time.monotonic() - self._started)
 
 
