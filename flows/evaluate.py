@@ -79,16 +79,16 @@ def load_policy(config: EvalConfig, spec: PolicySpec) -> Any:
 def play(config: EvalConfig, agent: Any, goals: list[Any], simulator: Any, database: Any) -> tuple[list[Any], float]:
     from pipelines.evaluation.play import play_policy
 
+    from pipelines.progress import Progress
+
     logger = get_run_logger()
     plan = config.plan()
-    step = max(1, len(goals) * len(plan.seeds) // 10)
-
-    def progress(done: int, total: int) -> None:
-        if done == total or done % step == 0:
-            logger.info("%s: %d/%d episodes", agent.name, done, total)
-
+    total = len(goals) * len(plan.seeds)
     started = time.monotonic()
-    episodes = play_policy(agent, goals, simulator, database, plan, progress)
+    # finished episodes at least every 30 s with the time left; one line at the end
+    with Progress(total, f"{agent.name} evaluation", unit="episodes", emit=lambda line: logger.info("%s", line)) as progress:
+        episodes = play_policy(agent, goals, simulator, database, plan, progress.update)
+    logger.info("%s: %d/%d episodes", agent.name, len(episodes), total)
     return episodes, time.monotonic() - started
 
 

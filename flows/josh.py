@@ -28,7 +28,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -77,12 +77,19 @@ class Workspace:
             return  # harvested again next time (the LLM cache replays the calls that worked)
         write_text_atomic(self.checkpoints / f"{tree.goal_id}.json", json.dumps(tree.to_record(), ensure_ascii=False, sort_keys=True))
 
-    def harvest(self, goals: Sequence[JoshGoal]) -> list[JoshTree]:
-        """Harvest ``goals`` in this process, checkpointing each tree as it finishes."""
+    def harvest(self, goals: Sequence[JoshGoal], on_tree: Callable[[JoshTree], Any] | None = None) -> list[JoshTree]:
+        """Harvest ``goals`` in this process, checkpointing each tree as it finishes (then
+        ``on_tree(tree)``, e.g. to report progress)."""
         config = self.config
+
+        def done(tree: JoshTree) -> None:
+            self.save(tree)
+            if on_tree is not None:
+                on_tree(tree)
+
         return asyncio.run(harvest(
             goals, self.agent, self.simulator, self.database, config.beam, seed=config.seed,
-            task_prompt=config.task_prompt, concurrency=config.concurrency, done=self.save,
+            task_prompt=config.task_prompt, concurrency=config.concurrency, done=done,
         )) if goals else []
 
     def check_llm_failures(self) -> None:
@@ -218,8 +225,19 @@ def josh_harvest(config: JoshConfig, llm_json: str, goal_ids: list[str]) -> list
     checkpoint directory. Returns what each chunk harvested."""
     size = config.fan_out.chunk_size
     chunks = [goal_ids[i : i + size] for i in range(0, len(goal_ids), size)]
-    get_run_logger().info("%d goals in %d chunks on %d %s workers", len(goal_ids), len(chunks), config.fan_out.workers, config.fan_out.task_runner)
+    from prefect.futures import as_completed
+
+    from pipelines.progress import Progress
+
+    logger = get_run_logger()
+    logger.info("%d goals in %d chunks on %d %s workers", len(goal_ids), len(chunks), config.fan_out.workers, config.fan_out.task_runner)
     futures = [harvest_chunk.submit(config, llm_json, chunk) for chunk in chunks]
+    # goals of the finished chunks at least every 30 s with the time left (started after the
+    # submissions, so that no process of a process pool is forked beside its thread)
+    with Progress(len(goal_ids), "josh harvest", unit="goals", emit=lambda line: logger.info("%s", line)) as progress:
+        sizes = {id(future): len(chunk) for future, chunk in zip(futures, chunks)}
+        for future in as_completed(futures):
+            progress.advance(sizes[id(future)])
     return [f.result() for f in futures]
 
 

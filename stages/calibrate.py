@@ -171,33 +171,45 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
                 if s.split in (None, "train")]  # val and test stay out of the prompts
     accounting = Accounting()
     history, winners, metrics, timings = [], {}, {}, {}
-    for track in tracks:
-        build, parse, to_example, score, seed_prompt, rewordings, rules = TRACK_PARTS[track]
-        anchors = _curated(anchor_files.get(track), parse)
-        if anchors is None:
-            anchors, pool = build(sessions, n_anchors, n_pool, seed)
-        else:
-            taken = {a.point.session.session_id for a in anchors}
-            _, pool = build([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
-        if track == "rollout":
-            complete, kind = policy_sampler(params["policy"])
-        else:
-            complete, kind = completer(backends[track], llm, accounting, EXTRACTION_SCHEMA if track == "extract" else None), backends[track].kind
-        proposer = RulesProposer((seed_prompt.instruction, *rewordings), [to_example(a) for a in pool], (*seed_prompt.rules, *rules), seed)
-        began = time.perf_counter()
-        runs = calibrate(track, seed_prompt, proposer.propose, lambda prompt: score(prompt, anchors, complete, kind), iterations, k)
-        timings[f"{track}_s"] = round(time.perf_counter() - began, 2)
-        best = calibrated(runs)
-        history += runs
-        winners[track] = (best, runs[0].score)
-        metrics[track] = {
-            "backend": kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
-            "candidates": len({c.prompt_id for c in runs}), "score": SCORE_NAMES[track],
-            "seed_score": round(runs[0].score, 4), "calibrated_score": round(best.score, 4), "winner": best.prompt_id,
-            "lineage": [c.mutation for c in runs if c.selected and c.mutation != "kept"],
-        }
-        print(f"calibrate {track}: {SCORE_NAMES[track]} {metrics[track]['seed_score']} (seed) -> {metrics[track]['calibrated_score']} "
-              f"over {metrics[track]['candidates']} prompts on {len(anchors)} anchors [{timings[f'{track}_s']:.1f}s]")
+    from pipelines.progress import Progress
+
+    # prompts scored at least every 30 s with the time left: at most 1 + iterations * k per
+    # track (a prompt already scored is not run again)
+    with Progress(len(tracks) * (1 + iterations * k), "calibrate", unit="prompts scored") as progress:
+        for track in tracks:
+            build, parse, to_example, score, seed_prompt, rewordings, rules = TRACK_PARTS[track]
+            anchors = _curated(anchor_files.get(track), parse)
+            if anchors is None:
+                anchors, pool = build(sessions, n_anchors, n_pool, seed)
+            else:
+                taken = {a.point.session.session_id for a in anchors}
+                _, pool = build([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
+            if track == "rollout":
+                complete, kind = policy_sampler(params["policy"])
+            else:
+                complete, kind = completer(backends[track], llm, accounting, EXTRACTION_SCHEMA if track == "extract" else None), backends[track].kind
+            proposer = RulesProposer((seed_prompt.instruction, *rewordings), [to_example(a) for a in pool], (*seed_prompt.rules, *rules), seed)
+            began = time.perf_counter()
+
+            def scored(prompt: Any, score: Any = score, anchors: Any = anchors, complete: Any = complete, kind: Any = kind) -> float:
+                value = score(prompt, anchors, complete, kind)
+                progress.advance()
+                return value
+
+            progress.label = f"calibrate {track}"
+            runs = calibrate(track, seed_prompt, proposer.propose, scored, iterations, k)
+            timings[f"{track}_s"] = round(time.perf_counter() - began, 2)
+            best = calibrated(runs)
+            history += runs
+            winners[track] = (best, runs[0].score)
+            metrics[track] = {
+                "backend": kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
+                "candidates": len({c.prompt_id for c in runs}), "score": SCORE_NAMES[track],
+                "seed_score": round(runs[0].score, 4), "calibrated_score": round(best.score, 4), "winner": best.prompt_id,
+                "lineage": [c.mutation for c in runs if c.selected and c.mutation != "kept"],
+            }
+            print(f"calibrate {track}: {SCORE_NAMES[track]} {metrics[track]['seed_score']} (seed) -> {metrics[track]['calibrated_score']} "
+                  f"over {metrics[track]['candidates']} prompts on {len(anchors)} anchors [{timings[f'{track}_s']:.1f}s]")
     publish({Path(output["runs"]): (runs_table(history), CALIBRATION_RUNS)})
     write_json_atomic(Path(output["prompts"]), prompts_document(winners))
     write_json_atomic(Path(params["metrics"]), metrics)

@@ -67,7 +67,11 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
         with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
             run_fan_out(config, llm_params, [g.goal_id for g in todo])
     else:
-        workspace.harvest(todo)
+        from pipelines.progress import Progress
+
+        # trees harvested at least every 30 s, with the time left
+        with Progress(len(todo), "josh harvest", unit="trees") as progress:
+            workspace.harvest(todo, on_tree=lambda tree: progress.advance())
     wall_s = time.perf_counter() - started
     harvested = workspace.done()
     missing = [g.goal_id for g in goals if g.goal_id not in harvested]
@@ -81,8 +85,11 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     test = evaluation_goals(workspace.all_goals, test_list, config.test.max_goals)
     if not test:
         raise DataError(config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
-    episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
-                                        max_turns=config.beam.max_turns, task_prompt=config.task_prompt))
+    from pipelines.progress import Progress
+
+    with Progress(len(test) * len(config.test.seeds), "josh test episodes", unit="episodes") as progress:
+        episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
+                                            max_turns=config.beam.max_turns, task_prompt=config.task_prompt, progress=progress.update))
     workspace.check_llm_failures()
     test_scores = toolwoz_scores(episodes)
     print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the {config.agent.backend} agent "

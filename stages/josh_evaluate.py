@@ -107,8 +107,11 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
         started = time.perf_counter()
         agent = item if isinstance(item, RulesToolWozAgent) else load_policy(item, fmt, config.generation)
         name = "rules" if isinstance(item, RulesToolWozAgent) else item.name
-        played = asyncio.run(play_toolwoz(goals, agent, simulator, database, seeds=config.seeds, max_turns=config.max_turns,
-                                          task_prompt=config.task_prompt))
+        from pipelines.progress import Progress
+
+        with Progress(len(goals) * len(config.seeds), f"josh_evaluate {name}", unit="episodes") as progress:
+            played = asyncio.run(play_toolwoz(goals, agent, simulator, database, seeds=config.seeds, max_turns=config.max_turns,
+                                              task_prompt=config.task_prompt, progress=progress.update))
         episodes[name] = [replace(e, agent=name) for e in played]
         timings[name] = round(time.perf_counter() - started, 2)
         scores = summary(episodes[name])

@@ -419,7 +419,10 @@ def test_toolwoz_evaluation_scores_average_reward_and_full_success():
 
     simulator = AgendaSimulator(Database(ENTITIES), AgendaConfig(max_stalled_turns=2))
     goal = _goal()
-    full = asyncio.run(play_toolwoz([goal], OneTurnAgent([SEARCH, BOOK, SAY]), simulator, DB, seeds=(0, 1), max_turns=4))
+    calls = []
+    full = asyncio.run(play_toolwoz([goal], OneTurnAgent([SEARCH, BOOK, SAY]), simulator, DB, seeds=(0, 1), max_turns=4,
+                                    progress=lambda done, total: calls.append((done, total))))
+    assert calls[-1] == (2, 2) and all(total == 2 for _, total in calls)  # finished episodes after every round
     half = asyncio.run(play_toolwoz([goal], OneTurnAgent([SEARCH, SAY]), simulator, DB, max_turns=4))
     assert [(e.reward, e.success, e.n_met, e.n_goal_apis) for e in full] == [(1.0, True, 2, 2)] * 2
     assert [(e.reward, e.success) for e in half] == [(0.5, False)]

@@ -44,7 +44,7 @@ import copy
 from collections import Counter
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pipelines.env.tools import Database
 from pipelines.env.world import EpisodeEnvironment, World, as_world
@@ -444,19 +444,30 @@ class EpisodeState:
 
 
 async def play(
-    states: Sequence[EpisodeState], agent: Agent, clarifier: Any = None, clarify_budget: int | None = None
+    states: Sequence[EpisodeState], agent: Agent, clarifier: Any = None, clarify_budget: int | None = None,
+    progress: Callable[[int, int], Any] | None = None,
 ) -> list[Episode]:
     """Play ``states`` to their end in rounds (see the module docstring); their records, in order.
 
     ``clarifier`` (:class:`pipelines.clarifier.Clarifier`): consulted, batched, after every
     agent output with a tool call that did not end the turn, until the episode has asked
-    ``clarify_budget`` questions (None: no limit)."""
+    ``clarify_budget`` questions (None: no limit). ``progress(finished, total)`` is called
+    whenever a round finished episodes, the last time with ``(total, total)``."""
     for state in states:
         if state.format.name != agent.format.name:
             raise ValueError(
                 f"episode {state.spec.episode_id!r} was started for format {state.format.name!r}, "
                 f"the agent writes {agent.format.name!r}"
             )
+    reported = -1
+
+    def report() -> None:
+        nonlocal reported
+        finished = sum(s.phase == DONE for s in states)
+        if progress is not None and finished != reported:
+            reported = finished
+            progress(finished, len(states))
+
     while True:
         users = [s for s in states if s.phase == WAITS_FOR_USER]
         await asyncio.gather(*(s.hear_user() for s in users))
@@ -477,6 +488,8 @@ async def play(
                     raise RuntimeError(f"clarifier {clarifier.name!r} returned {len(decisions)} decisions for {len(due)} states")
                 for state, decision in zip(due, decisions):
                     state.take_clarification(decision)
+        report()
+    report()
     return [s.finish() for s in states]
 
 
@@ -488,16 +501,17 @@ async def run_episodes(
     config: RunnerConfig = RunnerConfig(),
     clarifier: Any = None,
     clarify_budget: int | None = None,
+    progress: Callable[[int, int], Any] | None = None,
 ) -> list[Episode]:
     """Play every spec with ``agent`` and ``simulator`` in ``world`` (a MultiWOZ
     :class:`Database` means :class:`~pipelines.env.world.MultiWozWorld`), stepped together,
-    with an optional Clarifier (:func:`play`); records in order."""
+    with an optional Clarifier and progress callback (:func:`play`); records in order."""
     counts = Counter(spec.episode_id for spec in specs)
     duplicates = sorted(i for i, n in counts.items() if n > 1)
     if duplicates:
         raise ValueError(f"episode ids must be unique; repeated: {', '.join(duplicates[:5])}")
     states = [EpisodeState.start(spec, agent, simulator, world, config) for spec in specs]
-    return await play(states, agent, clarifier, clarify_budget)
+    return await play(states, agent, clarifier, clarify_budget, progress)
 
 
 def run_episodes_sync(
@@ -508,6 +522,7 @@ def run_episodes_sync(
     config: RunnerConfig = RunnerConfig(),
     clarifier: Any = None,
     clarify_budget: int | None = None,
+    progress: Callable[[int, int], Any] | None = None,
 ) -> list[Episode]:
     """:func:`run_episodes` for synchronous callers (not from inside a running event loop)."""
-    return asyncio.run(run_episodes(specs, agent, simulator, world, config, clarifier, clarify_budget))
+    return asyncio.run(run_episodes(specs, agent, simulator, world, config, clarifier, clarify_budget, progress))

@@ -63,10 +63,8 @@ def play_policy(
     docstring). The reference dialogue is withheld: a policy must not see the gold side."""
     specs = episode_specs(dialogues, plan.seeds, prefix=f"{agent.name}/")
     if plan.batched:
-        episodes = run_episodes_sync(specs, agent, simulator, database, plan.runner)
-        if progress is not None:
-            progress(len(specs), len(specs))
-        return episodes
+        # progress(finished, total) after every round, and once more at the end
+        return run_episodes_sync(specs, agent, simulator, database, plan.runner, progress=progress)
     episodes = []
     for done, spec in enumerate(specs, 1):
         episodes += run_episodes_sync([spec], agent, simulator, database, plan.runner)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pipelines.env.toolwoz import ToolWozDatabase, ToolWozEnvironment
 from pipelines.episodes.agents import Agent
@@ -55,8 +55,10 @@ async def play_toolwoz(
     seeds: Sequence[int] = (0,),
     max_turns: int = 12,
     task_prompt: str | None = None,
+    progress: Callable[[int, int], Any] | None = None,
 ) -> list[ToolWozEpisode]:
-    """Every goal once per seed, in (goal, seed) order."""
+    """Every goal once per seed, in (goal, seed) order; ``progress(finished, total)`` after
+    every round."""
     config = RunnerConfig(max_exchanges=max_turns, **({"task_prompt": task_prompt} if task_prompt else {}))
     states = []
     for goal in goals:
@@ -75,6 +77,10 @@ async def play_toolwoz(
         outputs = await agent.act([s.context() for s in waiting])
         for state, output in zip(waiting, outputs):
             state.take(output)
+        if progress is not None:
+            progress(sum(s.phase == DONE for s in states), len(states))
+    if progress is not None:
+        progress(len(states), len(states))
     episodes = []
     for state in states:
         assert state.phase == DONE

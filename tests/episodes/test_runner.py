@@ -412,3 +412,20 @@ def test_an_output_cut_by_the_generation_limit_is_reported_as_truncated_not_malf
     truncated = episode.events[1]
     assert truncated.detail.startswith("truncated at the generation limit (16 tokens)") and "not closed" in truncated.detail
     assert episode.n_truncated == 1 and episode.n_malformed == 1 and episode.n_agent_fallbacks == 0
+
+
+def test_progress_reports_the_finished_episodes_after_every_round(dialogues, database):
+    lengths = iter([1, 3, 2])  # the user says goodbye in their first, third and second turn
+
+    def script(goal, reference):
+        n = next(lengths)
+        return [*(f"line {i}" for i in range(n - 1)), UserTurn("Thanks, bye.", end=True)]
+
+    calls = []
+    agent = ScriptedAgent(lambda context: "<clarify>Anything else?</clarify>")
+    specs = [spec(d) for d in dialogues[:3]]
+    episodes = run_episodes_sync(specs, agent, ScriptedSimulator(script), database,
+                                 progress=lambda done, total: calls.append((done, total)))
+    assert [e.ended_by for e in episodes] == ["user_end"] * 3
+    # one call per round that finished an episode: the first, then the third, then the second
+    assert calls == [(1, 3), (2, 3), (3, 3)], calls
