@@ -234,6 +234,10 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
     log.info("%s: %d training examples, %d steps (batch %d)", config.method, len(dataset), config.optim.max_steps, config.optim.batch_size)
     set_seed(config.optim.seed)
     model = load_model(config.model, device)
+    if device.bf16 and config.model.lora is None:
+        # Full fine-tuning keeps float32 master weights and computes in bf16 (the trainer's
+        # autocast): Adam steps of ~1e-4 relative size vanish in bf16's 8-bit mantissa.
+        model = model.float()
     before = evaluate_heldout(model, tokenizer, prepared, config.eval, objective, None)[0] if config.eval.before else None
 
     columns = CURVE_COLUMNS[config.method]
