@@ -28,10 +28,9 @@ from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from pipelines.training.config import POLICY_DIRS
+from stages.common import configure_prefect, with_policy
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_params
-from stages.train import check_policy, configure_prefect
 
 
 def eval_config(params: Mapping[str, Any]) -> EvalConfig:
@@ -60,20 +59,6 @@ def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -
     if backend.kind != "openai":
         raise ConfigError(f"evaluate.simulator.kind {config.simulator.kind!r} needs llm.roles.user_simulator.backend: openai")
     return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm"))
-
-
-def with_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``evaluate`` params whose ``base`` model (the starting policy) is the one params.yaml
-    ``policy.use`` names: ``base`` keeps it, ``smollm2`` or a hub id replaces it."""
-    params = dict(params)
-    use = check_policy(policy) if policy else "base"
-    models = dict(params.get("models") or {})
-    if use != "base" and "base" in models:
-        entry = {key: value for key, value in dict(models["base"]).items() if key not in ("path", "hub_id", "revision")}
-        entry.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"hub_id": use})
-        models["base"] = entry
-        params["models"] = models
-    return params
 
 
 def run(

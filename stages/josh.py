@@ -61,7 +61,7 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     started = time.perf_counter()
     if config.fan_out.workers and todo:
         from flows.local_api import local_prefect_api
-        from stages.train import configure_prefect
+        from stages.common import configure_prefect
 
         configure_prefect(Path.cwd())
         with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run

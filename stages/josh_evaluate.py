@@ -33,9 +33,9 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.josh.config import ToolWozEvalConfig
 from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_scores
 from pipelines.josh.tables import TOOLWOZ_EVAL, eval_table
+from stages.common import with_policy
 from stages.entry import main_wrapper
 from catalog.io import from_params, publish, read_params, write_json_atomic, write_text_atomic, write_timings
-from stages.evaluate import with_policy
 
 
 def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.josh_evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     args = parser.parse_args(argv)
-    from stages.train import configure_threads
+    from stages.common import configure_threads
 
     configure_threads()
     run(read_params("josh_evaluate", args.params), read_params("llm", args.params, required=False),

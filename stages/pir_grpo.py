@@ -30,7 +30,7 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
     """The run's :class:`TrainConfig` (no Parquet source: the conversations are the data)
     and its :class:`flows.us_grpo.ConversationEnv`."""
     from flows.us_grpo import ConversationEnv
-    from stages.train import _judge
+    from stages.common import judge_backend
 
     where = "params.yaml pir_train.grpo"
     unknown = sorted(set(section) - _KEYS)
@@ -50,7 +50,7 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
         optim=from_params(OptimSpec, section.get("optim"), f"{where}.optim"),
         device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
         objective=from_params(GRPOObjective, section.get("objective"), f"{where}.objective"),
-        judge=_judge(llm),
+        judge=judge_backend(llm),
     )
     objective = config.resolved_objective()
     if config.optim.batch_size % objective.num_generations:
@@ -65,7 +65,7 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
 
 
 def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    from stages.train import configure_prefect
+    from stages.common import configure_prefect
 
     config, env = grpo_config(section, llm)
     configure_prefect(Path.cwd())
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.pir_grpo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
-    from stages.train import configure_threads
+    from stages.common import configure_threads
 
     configure_threads()
     section = read_params("pir_train", args.params).get("grpo")

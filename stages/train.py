@@ -46,10 +46,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
-from pipelines.llm import BackendConfig
 from pipelines.training.config import (
     OBJECTIVES,
-    POLICY_DIRS,
     DataSpec,
     DeviceSpec,
     EvalSpec,
@@ -60,45 +58,11 @@ from pipelines.training.config import (
 )
 from pipelines.training.inputs import check_schema_name
 from pipelines.training.preflight import check_method, preflight
+from stages.common import apply_policy, configure_prefect, configure_threads, judge_backend
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_params
 
 _SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
-
-
-_POLICY_KEYS = {"use", "dir", "lora", "optim"}
-
-
-def check_policy(policy: Mapping[str, Any]) -> str:
-    """params.yaml ``policy``: ``use`` (``base``, ``smollm2`` or a hub id) and ``dir``, the
-    local directory it reads (DVC's dependency; ``models/base`` for a hub id). Returns ``use``."""
-    unknown = sorted(set(policy) - _POLICY_KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml policy: unknown key(s) {unknown}; allowed: {sorted(_POLICY_KEYS)}")
-    use = str(policy.get("use", "base"))
-    expected = POLICY_DIRS.get(use, POLICY_DIRS["base"])
-    if policy.get("dir", expected) != expected:
-        raise ConfigError(f"params.yaml policy.dir: {policy.get('dir')!r} does not go with use: {use!r}; set dir: {expected}")
-    return use
-
-
-def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, Any]) -> dict[str, Any]:
-    """A method's params with the policy switch applied: other than ``base``, SFT starts
-    from the policy, every method without its own ``lora`` gets ``policy.lora`` and
-    ``policy.optim`` overrides the method's optim keys (e.g. a LoRA learning rate)."""
-    use = check_policy(policy)
-    section = dict(section)
-    if use == "base":
-        return section
-    model = dict(section.get("model") or {})
-    if method == "sft":
-        model = {key: value for key, value in model.items() if key not in ("path", "hub_id", "revision")}
-        model.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"path": None, "hub_id": use})
-    if "lora" not in model and policy.get("lora") is not None:
-        model["lora"] = policy["lora"]
-    section["model"] = model
-    section["optim"] = {**(section.get("optim") or {}), **(policy.get("optim") or {})}
-    return section
 
 
 def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
@@ -136,37 +100,14 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
         device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
         eval=from_params(EvalSpec, section.get("eval"), f"{where}.eval"),
         objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
-        judge=_judge(llm),
+        judge=judge_backend(llm),
     )
     for index, source in enumerate(config.data.sources):
         check_schema_name(source.schema, f"{where}.data.sources[{index}].schema")
     return config
 
 
-def _judge(llm: Mapping[str, Any] | None) -> BackendConfig | None:
-    roles = (llm or {}).get("roles") or {}
-    if "judge" not in roles:
-        return None
-    return BackendConfig.from_dict("judge", roles["judge"], "params.yaml llm.roles.judge")
-
-
 # --- Entry point -----------------------------------------------------------------------------
-
-
-def configure_threads() -> None:
-    """Idle OpenMP threads sleep instead of spinning: on a shared CPU a spinning thread
-    waits for a core another process holds, and a small model's many short parallel
-    regions then run several times slower. Set before torch is imported."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def configure_prefect(root: Path) -> None:
-    """Offline defaults: a repo-local Prefect home (unless one is set), no telemetry, and the
-    library's own log lines (``pipelines.*``) in the flow run's log."""
-    os.environ.setdefault("PREFECT_HOME", str(root / ".prefect"))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "pipelines")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def run(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,

@@ -123,7 +123,8 @@ def test_bad_josh_train_sections_fail_naming_the_section(section, change, messag
 
 
 def test_josh_evaluate_params_are_valid():
-    from stages.josh_evaluate import eval_config, with_policy
+    from stages.common import with_policy
+    from stages.josh_evaluate import eval_config
 
     p = params()
     config = eval_config(with_policy(p["josh_evaluate"], p["policy"]))

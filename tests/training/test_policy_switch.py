@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from pipelines.errors import ConfigError
-from stages.evaluate import with_policy
+from stages.common import with_policy
 from stages.train import train_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,94 @@
+"""What several stages share: process set-up (OpenMP threads, Prefect's offline defaults),
+the ``policy`` switch of params.yaml and the ``judge`` role's backend. Every stage may import
+this module and :mod:`stages.entry`; no stage imports another (``tests/test_layers.py``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipelines.errors import ConfigError
+from pipelines.llm import BackendConfig
+from pipelines.training.config import POLICY_DIRS
+
+# --- Process set-up --------------------------------------------------------------------------
+
+
+def configure_threads() -> None:
+    """Idle OpenMP threads sleep instead of spinning: on a shared CPU a spinning thread
+    waits for a core another process holds, and a small model's many short parallel
+    regions then run several times slower. Set before torch is imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def configure_prefect(root: Path) -> None:
+    """Offline defaults: a repo-local Prefect home (unless one is set), no telemetry, and the
+    library's own log lines (``pipelines.*``) in the flow run's log."""
+    os.environ.setdefault("PREFECT_HOME", str(root / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "pipelines")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+# --- The policy switch (params.yaml ``policy``) ----------------------------------------------
+
+_POLICY_KEYS = {"use", "dir", "lora", "optim"}
+
+
+def check_policy(policy: Mapping[str, Any]) -> str:
+    """params.yaml ``policy``: ``use`` (``base``, ``smollm2`` or a hub id) and ``dir``, the
+    local directory it reads (DVC's dependency; ``models/base`` for a hub id). Returns ``use``."""
+    unknown = sorted(set(policy) - _POLICY_KEYS)
+    if unknown:
+        raise ConfigError(f"params.yaml policy: unknown key(s) {unknown}; allowed: {sorted(_POLICY_KEYS)}")
+    use = str(policy.get("use", "base"))
+    expected = POLICY_DIRS.get(use, POLICY_DIRS["base"])
+    if policy.get("dir", expected) != expected:
+        raise ConfigError(f"params.yaml policy.dir: {policy.get('dir')!r} does not go with use: {use!r}; set dir: {expected}")
+    return use
+
+
+def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's params with the policy switch applied: other than ``base``, SFT starts
+    from the policy, every method without its own ``lora`` gets ``policy.lora`` and
+    ``policy.optim`` overrides the method's optim keys (e.g. a LoRA learning rate)."""
+    use = check_policy(policy)
+    section = dict(section)
+    if use == "base":
+        return section
+    model = dict(section.get("model") or {})
+    if method == "sft":
+        model = {key: value for key, value in model.items() if key not in ("path", "hub_id", "revision")}
+        model.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"path": None, "hub_id": use})
+    if "lora" not in model and policy.get("lora") is not None:
+        model["lora"] = policy["lora"]
+    section["model"] = model
+    section["optim"] = {**(section.get("optim") or {}), **(policy.get("optim") or {})}
+    return section
+
+
+def with_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``evaluate`` params whose ``base`` model (the starting policy) is the one params.yaml
+    ``policy.use`` names: ``base`` keeps it, ``smollm2`` or a hub id replaces it."""
+    params = dict(params)
+    use = check_policy(policy) if policy else "base"
+    models = dict(params.get("models") or {})
+    if use != "base" and "base" in models:
+        entry = {key: value for key, value in dict(models["base"]).items() if key not in ("path", "hub_id", "revision")}
+        entry.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"hub_id": use})
+        models["base"] = entry
+        params["models"] = models
+    return params
+
+
+# --- The judge role --------------------------------------------------------------------------
+
+
+def judge_backend(llm: Mapping[str, Any] | None) -> BackendConfig | None:
+    """The ``judge`` role's backend from params.yaml ``llm.roles.judge`` (for LLM-judged GRPO
+    rewards); None without one."""
+    roles = (llm or {}).get("roles") or {}
+    if "judge" not in roles:
+        return None
+    return BackendConfig.from_dict("judge", roles["judge"], "params.yaml llm.roles.judge")
