@@ -55,11 +55,12 @@ from pipelines.learn_to_ask.calibration import (
     rollout_score,
     runs_table,
 )
+from pipelines.learn_to_ask.completion import completer
 from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
 from pipelines.llm import Accounting, BackendConfig
-from stages.hindsight import completer, load_sessions
 from stages.entry import main_wrapper
 from catalog.io import publish, read_params, read_text, write_json_atomic, write_timings
+from catalog.learn_to_ask import load_sessions
 
 _KEYS = {"source", "format", "db_dir", "tracks", "extractor", "grader", "policy", "anchors", "n_anchors", "n_pool", "iterations", "k", "seed",
          "output", "metrics"}

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from pipelines.errors import ConfigError, DataError
+from pipelines.errors import ConfigError
 from pipelines.learn_to_ask.autoprompt import Prompt
-from pipelines.learn_to_ask.calibration import SEED_POLICY_PROMPT, prompt_from_document
+from pipelines.learn_to_ask.completion import completer
 from pipelines.learn_to_ask.hindsight import (
-    EXTRACTION_SCHEMA,
     SEED_EXTRACTOR_PROMPT,
     STOP_RULES,
     Extractor,
@@ -40,60 +39,16 @@ from pipelines.learn_to_ask.hindsight import (
     RulesExtractor,
     hindsight_samples,
 )
-from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_dialogue
 from pipelines.learn_to_ask.tables import L2A_SAMPLES, L2A_TRAIN, hindsight_metrics, samples_table, train_table
-from pipelines.llm import Accounting, BackendConfig, CompletionRequest, LLMClient, ResponseCache
+from pipelines.llm import Accounting, BackendConfig
 from pipelines.llm.accounting import check_failure_rate
 from stages.entry import main_wrapper
-from catalog.io import publish, read_json, read_params, read_text, write_json_atomic, write_timings
+from catalog.io import publish, read_params, write_json_atomic, write_timings
+from catalog.learn_to_ask import extractor_prompt, load_sessions, policy_prompt
 
 _KEYS = {"source", "format", "db_dir", "stop_when", "max_sessions", "prompts", "max_llm_failure_rate", "output", "metrics"}
-FORMATS = ("multiwoz", "chat_log")
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 ROLE = "extractor"
-
-
-def read_chat_log(path: Path) -> list[Session]:
-    """Sessions of a chat-log file: ``.jsonl`` (one JSON object per line, blank lines
-    skipped) or a JSON array; a line that is not JSON is an error naming it."""
-    if not path.is_file():
-        raise DataError(str(path), "file not found")
-    if path.suffix == ".jsonl":
-        import json
-
-        records = []
-        for number, line in enumerate(read_text(path).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((f"line {number}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(str(path), f"invalid JSON: {exc.msg} at column {exc.colno}", f"line {number}") from None
-    else:
-        raw = read_json(path)
-        if not isinstance(raw, list):
-            raise DataError(str(path), f"expected a JSON array of sessions (or a .jsonl file), got {type(raw).__name__}")
-        records = [(f"record {i}", item) for i, item in enumerate(raw)]
-    return parse_chat_logs(records, str(path))
-
-
-def load_sessions(params: Mapping[str, Any]) -> list[Session]:
-    source, fmt = Path(params["source"]), params.get("format", "multiwoz")
-    if fmt not in FORMATS:
-        raise ConfigError(f"params.yaml hindsight.format: expected one of {list(FORMATS)}, got {fmt!r}")
-    if fmt == "chat_log":
-        sessions = read_chat_log(source)
-    else:
-        from catalog.multiwoz_dir import load_multiwoz
-
-        sessions = [session_from_dialogue(d) for d in load_multiwoz(source, params.get("db_dir")).dialogues]
-    sessions.sort(key=lambda s: s.session_id)
-    limit = params.get("max_sessions")
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigError(f"params.yaml hindsight.max_sessions: expected a positive integer or null, got {limit!r}")
-        sessions = sessions[:limit]
-    return sessions
 
 
 def extractor_backend(llm: Mapping[str, Any] | None) -> BackendConfig:
@@ -105,55 +60,11 @@ def extractor_backend(llm: Mapping[str, Any] | None) -> BackendConfig:
     return backend
 
 
-def completer(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting: Accounting,
-              schema: Mapping[str, Any] | None = EXTRACTION_SCHEMA) -> Callable[[list[list[dict[str, str]]]], list[Any]]:
-    """What an LLM extractor (or grader) calls: conversations in, a reply (or a (reason,
-    detail) failure) each out; ``schema``: the JSON schema an openai reply must follow."""
-    if backend.kind == "hf":
-        from pipelines.llm.hf import HFBackend
-
-        assert backend.hf is not None
-        if not Path(backend.hf.model_path).exists():
-            raise ConfigError(f"{backend.role} model_path: {backend.hf.model_path} does not exist "
-                              "(models/smollm2: python -m stages.smollm2)")
-        model = HFBackend.from_config(backend.hf)
-
-        def complete(conversations: list[list[dict[str, str]]]) -> list[Any]:
-            return model.generate(conversations, backend.sampling)
-        return complete
-    if backend.kind != "openai" or backend.client is None:
-        raise ConfigError(f"{backend.role}: an LLM backend (hf or openai) is needed here, got {backend.kind!r}")
-    cache = ResponseCache((llm or {}).get("cache_dir") or "data/cache/llm")
-    client = LLMClient(backend.client, cache=cache, accounting=accounting)
-
-    def complete(conversations: list[list[dict[str, str]]]) -> list[Any]:
-        requests = [CompletionRequest(c, backend.role, backend.sampling, seed=0, response_schema=schema) for c in conversations]
-        return [r.text if r.ok else (r.reason, r.last_error) for r in client.complete_many_sync(requests)]
-    return complete
-
-
 def make_extractor(backend: BackendConfig, llm: Mapping[str, Any] | None, accounting: Accounting,
                    prompt: Prompt = SEED_EXTRACTOR_PROMPT) -> Extractor:
     if backend.kind == "rules":
         return RulesExtractor()
     return LLMExtractor(completer(backend, llm, accounting), backend.kind, prompt)
-
-
-def extractor_prompt(path: Any) -> Prompt:
-    """The calibrated extractor prompt (stage calibrate's prompts file), or the seed prompt."""
-    if path is None:
-        return SEED_EXTRACTOR_PROMPT
-    return prompt_from_document(read_json(Path(path)), "extract", str(path))
-
-
-def policy_prompt(path: Any) -> Prompt:
-    """The policy's system prompt in ``l2a_train``: the calibrated ROLLOUT prompt when the
-    prompts file has one, else appendix G's sampler prompt."""
-    if path is not None:
-        document = read_json(Path(path))
-        if isinstance(document, Mapping) and "rollout" in document:
-            return prompt_from_document(document, "rollout", str(path))
-    return SEED_POLICY_PROMPT
 
 
 def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:

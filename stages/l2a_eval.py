@@ -137,7 +137,7 @@ def answer(model_dir: Path, prompts: list[list[dict[str, str]]], settings: Mappi
 
 
 def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    from stages.hindsight import policy_prompt
+    from catalog.learn_to_ask import policy_prompt
 
     settings = check_params(params)
     started = time.perf_counter()

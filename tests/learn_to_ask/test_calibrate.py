@@ -26,7 +26,7 @@ def params(tmp_path: Path, source: Path, model: Path, **extra) -> dict:
 
 def test_calibrate_records_every_candidate_and_writes_the_prompts_hindsight_reads(tmp_path, small_corpus_dir, tiny_model_dir, single_torch_thread):
     from stages.calibrate import run
-    from stages.hindsight import extractor_prompt
+    from catalog.learn_to_ask import extractor_prompt
 
     grader = {"backend": "hf", "model_path": str(tiny_model_dir), "batch_size": 8, "sampling": {"max_tokens": 12}}
     policy = {"model_path": str(tiny_model_dir), "samples": 2, "sampling": {"temperature": 1.0, "max_tokens": 8}}

@@ -1,0 +1,78 @@
+"""Learn-to-Ask inputs: the offline logs (a chat-log file or a MultiWOZ-layout directory,
+params.yaml ``hindsight`` / ``calibrate`` ``source`` and ``format``) and the calibrated
+prompts file of stage ``calibrate`` (``hindsight.prompts``). Stages ``hindsight``,
+``calibrate`` and ``l2a_eval`` read them here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipelines.errors import ConfigError, DataError
+from pipelines.learn_to_ask.autoprompt import Prompt
+from pipelines.learn_to_ask.calibration import SEED_POLICY_PROMPT, prompt_from_document
+from pipelines.learn_to_ask.hindsight import SEED_EXTRACTOR_PROMPT
+from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_dialogue
+from catalog.io import read_json, read_text
+
+FORMATS = ("multiwoz", "chat_log")
+
+
+def read_chat_log(path: Path) -> list[Session]:
+    """Sessions of a chat-log file: ``.jsonl`` (one JSON object per line, blank lines
+    skipped) or a JSON array; a line that is not JSON is an error naming it."""
+    if not path.is_file():
+        raise DataError(str(path), "file not found")
+    if path.suffix == ".jsonl":
+        import json
+
+        records = []
+        for number, line in enumerate(read_text(path).splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise DataError(str(path), f"invalid JSON: {exc.msg} at column {exc.colno}", f"line {number}") from None
+    else:
+        raw = read_json(path)
+        if not isinstance(raw, list):
+            raise DataError(str(path), f"expected a JSON array of sessions (or a .jsonl file), got {type(raw).__name__}")
+        records = [(f"record {i}", item) for i, item in enumerate(raw)]
+    return parse_chat_logs(records, str(path))
+
+
+def load_sessions(params: Mapping[str, Any]) -> list[Session]:
+    source, fmt = Path(params["source"]), params.get("format", "multiwoz")
+    if fmt not in FORMATS:
+        raise ConfigError(f"params.yaml hindsight.format: expected one of {list(FORMATS)}, got {fmt!r}")
+    if fmt == "chat_log":
+        sessions = read_chat_log(source)
+    else:
+        from catalog.multiwoz_dir import load_multiwoz
+
+        sessions = [session_from_dialogue(d) for d in load_multiwoz(source, params.get("db_dir")).dialogues]
+    sessions.sort(key=lambda s: s.session_id)
+    limit = params.get("max_sessions")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"params.yaml hindsight.max_sessions: expected a positive integer or null, got {limit!r}")
+        sessions = sessions[:limit]
+    return sessions
+
+
+def extractor_prompt(path: Any) -> Prompt:
+    """The calibrated extractor prompt (stage calibrate's prompts file), or the seed prompt."""
+    if path is None:
+        return SEED_EXTRACTOR_PROMPT
+    return prompt_from_document(read_json(Path(path)), "extract", str(path))
+
+
+def policy_prompt(path: Any) -> Prompt:
+    """The policy's system prompt in ``l2a_train``: the calibrated ROLLOUT prompt when the
+    prompts file has one, else appendix G's sampler prompt."""
+    if path is not None:
+        document = read_json(Path(path))
+        if isinstance(document, Mapping) and "rollout" in document:
+            return prompt_from_document(document, "rollout", str(path))
+    return SEED_POLICY_PROMPT
