@@ -13,7 +13,7 @@ Read in place, never copied. Every problem is a DataError naming file, record an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pipelines.env.taubench.data import (
     SPLITS,
@@ -29,6 +29,19 @@ from pipelines.errors import DataError
 from catalog.io import read_json, read_text
 
 REPLAY_FILE = "ground_truth_replay.json"
+DEFAULT_TAUBENCH = "../shared/data/taubench"
+
+
+def taubench_root(params: Mapping[str, Any], where: str) -> Path:
+    """The τ-bench directory of a params section; DataError with what to do when it is absent."""
+    root = Path(params.get("taubench") or DEFAULT_TAUBENCH)
+    if not (root / "retail").is_dir():
+        raise DataError(
+            str(root),
+            f"τ-bench data not found (params.yaml {where}.taubench); the Clarifier stages need it: point "
+            "taubench at a τ-bench directory, or leave clarifier.enable empty to keep them out of the pipeline",
+        )
+    return root
 
 
 def domain_dir(root: Path | str, domain: str) -> Path:

@@ -36,50 +36,24 @@ from pipelines.clarifier.agent import TauInformedAgent
 from pipelines.clarifier.clarifier import LLMClarifier, RulesClarifier
 from pipelines.clarifier.data import collect, dpo_rows, grpo_rows, sft_rows
 from pipelines.clarifier.judge import LLMGoalJudge, RulesGoalJudge
+from pipelines.clarifier.prompts import prompt_cut
 from pipelines.clarifier.tables import CLARIFIER_DPO, CLARIFIER_GRPO, CLARIFIER_SFT, table
 from pipelines.env.world import TauBenchWorld
 from pipelines.episodes.taubench import tau_runner_config
-from pipelines.errors import ConfigError, DataError
+from pipelines.errors import ConfigError
 from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
 from stages.entry import main_wrapper
 from catalog.io import publish, read_params, write_json_atomic, write_timings
-from catalog.taubench_dir import load_taubench_domain
+from catalog.taubench_dir import load_taubench_domain, taubench_root
 
 _KEYS = {"taubench", "splits", "seed", "budget", "patience", "teacher", "candidates", "judge", "cache_dir", "output", "metrics",
          "max_llm_failure_rate"}
-DEFAULT_TAUBENCH = "../shared/data/taubench"
-
-
-def taubench_root(params: Mapping[str, Any], where: str) -> Path:
-    """The τ-bench directory of a params section; DataError with what to do when it is absent."""
-    root = Path(params.get("taubench") or DEFAULT_TAUBENCH)
-    if not (root / "retail").is_dir():
-        raise DataError(
-            str(root),
-            f"τ-bench data not found (params.yaml {where}.taubench); the Clarifier stages need it: point "
-            "taubench at a τ-bench directory, or leave clarifier.enable empty to keep them out of the pipeline",
-        )
-    return root
 
 
 def _client(backend: BackendConfig, params: Mapping[str, Any], accounting: Accounting) -> LLMClient:
     return LLMClient(backend.client, cache=ResponseCache(params.get("cache_dir") or "data/cache/llm"), accounting=accounting)
-
-
-def prompt_cut(prompt: Any) -> tuple[int | None, int | None]:
-    """``clarifier.prompt``: ``max_tool_chars`` and ``max_tool_outputs``, how a model Clarifier's
-    prompt cuts tool outputs, the same in the training rows and in evaluation (null: uncut)."""
-    prompt = prompt or {}
-    keys = ("max_tool_chars", "max_tool_outputs")
-    if not isinstance(prompt, Mapping) or set(prompt) - set(keys):
-        raise ConfigError(f"params.yaml clarifier.prompt: expected {{max_tool_chars: <int | null>, max_tool_outputs: <int | null>}}, got {prompt!r}")
-    for key in keys:
-        value = prompt.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"params.yaml clarifier.prompt.{key}: expected an integer >= 1 or null, got {value!r}")
-    return prompt.get("max_tool_chars"), prompt.get("max_tool_outputs")
 
 
 def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from pipelines.clarifier.agent import TauInformedAgent
 from pipelines.clarifier.clarifier import HFClarifier, LLMClarifier, RulesClarifier
 from pipelines.clarifier.evaluation import DoNothingAgent, results_json, summarize, table1_markdown
+from pipelines.clarifier.prompts import prompt_cut
 from pipelines.env.world import TauBenchWorld
 from pipelines.episodes import FunctionCallingFormat, episode_tables
 from pipelines.episodes.runner import EpisodeSpec, run_episodes
@@ -41,10 +42,9 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, ResponseCache, SamplingParams
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
-from stages.clarifier_data import prompt_cut, taubench_root
 from stages.entry import main_wrapper
 from catalog.io import publish, read_params, write_json_atomic, write_text_atomic, write_timings
-from catalog.taubench_dir import load_taubench_domain
+from catalog.taubench_dir import load_taubench_domain, taubench_root
 
 _KEYS = {"taubench", "domains", "seed", "budget", "agent", "user", "clarifiers", "cache_dir", "output", "metrics", "markdown",
          "max_llm_failure_rate"}

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+from pipelines.errors import ConfigError
 
 NO_NEED = "NO NEED TO ASK"
 
@@ -196,6 +198,20 @@ def clarifier_messages(history: str, max_tool_chars: int | None = None, max_tool
     """The Clarifier's request: one user message, the paper's template filled in (tool outputs
     cut, :func:`cut_tool_outputs`)."""
     return [{"role": "user", "content": CLARIFIER_PROMPT.format(history=cut_tool_outputs(history, max_tool_chars, max_tool_outputs))}]
+
+
+def prompt_cut(prompt: Any) -> tuple[int | None, int | None]:
+    """``clarifier.prompt``: ``max_tool_chars`` and ``max_tool_outputs``, how a model Clarifier's
+    prompt cuts tool outputs, the same in the training rows and in evaluation (null: uncut)."""
+    prompt = prompt or {}
+    keys = ("max_tool_chars", "max_tool_outputs")
+    if not isinstance(prompt, Mapping) or set(prompt) - set(keys):
+        raise ConfigError(f"params.yaml clarifier.prompt: expected {{max_tool_chars: <int | null>, max_tool_outputs: <int | null>}}, got {prompt!r}")
+    for key in keys:
+        value = prompt.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"params.yaml clarifier.prompt.{key}: expected an integer >= 1 or null, got {value!r}")
+    return prompt.get("max_tool_chars"), prompt.get("max_tool_outputs")
 
 
 def user_text(history: str) -> str:

@@ -394,9 +394,8 @@ def test_an_llm_teacher_with_unreadable_answers_publishes_nothing_and_an_outage_
 
 
 def test_prompt_cut_is_validated_and_cuts_only_tool_outputs():
-    from pipelines.clarifier.prompts import clarifier_messages
+    from pipelines.clarifier.prompts import clarifier_messages, prompt_cut
     from pipelines.errors import ConfigError
-    from stages.clarifier_data import prompt_cut
 
     assert prompt_cut(None) == (None, None) and prompt_cut({"max_tool_chars": 300, "max_tool_outputs": 1}) == (300, 1)
     for bad in ({"max_tool_chars": 0}, {"max_tool_outputs": True}, {"max_tool_char": 3}, [300]):
