@@ -140,6 +140,29 @@ def train_config(method: str, section: Mapping[str, Any], *, model_path: str, ou
     )
 
 
+def check_profile_inputs(root: Path) -> list[str]:
+    """Every training source of every GPU profile (smoke overrides included) validated by its
+    declared schema or training contract (:func:`pipelines.training.inputs.check_inputs`), as
+    ``python -m stages.train`` does before training: run where the job is packed. Returns the
+    files checked."""
+    import contextlib
+
+    from pipelines.training.inputs import check_inputs
+
+    gpu = read_params("gpu", root / "params.yaml")
+    checked = []
+    with contextlib.chdir(root):
+        for name in gpu.get("profiles") or {}:
+            for smoke in (False, True):
+                _, sections = profile_params(gpu, name, smoke)
+                for method in ("sft", "grpo"):
+                    config = train_config(method, with_limit(sections[method], 1), model_path="models/smollm2",
+                                          output_dir=Path("models") / "gpu", where=f"params.yaml gpu.profiles.{name}.{method}")
+                    check_inputs(config)
+                    checked += [s.path for s in config.data.sources if s.path not in checked]
+    return checked
+
+
 # --- Training ---------------------------------------------------------------------------------
 
 
@@ -221,7 +244,9 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
     from pipelines.training.report import TrainSummary, curve_csv, training_report
     from pipelines.training.trainers import build_trainer, reward_functions, reward_name
 
-    device = preflight(config)
+    # Every row was validated by its training contract when the job was packed
+    # (check_profile_inputs); the node has no Great Expectations to do it again.
+    device = preflight(config, validate_inputs=False)
     tokenizer = load_tokenizer(config.model)
     count = TokenCounter(tokenizer)
     prepared = [_load_source(config, source, tokenizer, count) for source in config.data.sources]

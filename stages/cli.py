@@ -100,7 +100,10 @@ def _gpu_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def _gpu_pack(args: argparse.Namespace) -> int:
     from catalog.gpu_job import pack
+    from flows.gpu import check_profile_inputs
 
+    # The training contracts here, where Great Expectations is: the node trains without it.
+    check_profile_inputs(args.root.resolve())
     pack(args.root, args.job, split_mib=args.split_mib, python=args.python, wheelhouse=args.wheelhouse)
     return 0
 

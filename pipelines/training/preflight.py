@@ -117,8 +117,10 @@ def _check_prompts_from(config: TrainConfig, path: str, prompts_from: str, colum
         raise ConfigError(f"{config.method}: prompts_from {prompts_from!r} lacks column(s) {', '.join(map(repr, missing))}")
 
 
-def preflight(config: TrainConfig, machine: Machine | None = None) -> DeviceSettings:
-    """Every check; the device settings the run will use."""
+def preflight(config: TrainConfig, machine: Machine | None = None, *, validate_inputs: bool = True) -> DeviceSettings:
+    """Every check; the device settings the run will use. ``validate_inputs=False`` leaves out
+    reading every row through its expectation suite, for inputs validated before they were
+    carried (the GPU job validates them when it is packed: its node has no Great Expectations)."""
     check_method(config.method)
     expected = OBJECTIVES[config.method]
     if config.objective is not None and not isinstance(config.objective, expected):
@@ -134,7 +136,8 @@ def preflight(config: TrainConfig, machine: Machine | None = None) -> DeviceSett
     check_model(config)
     check_data(config)
     device = resolve_device(config.device, config.model, config.method, machine or Machine.detect())
-    check_inputs(config)  # reads and validates every row: after the checks that take a second
+    if validate_inputs:
+        check_inputs(config)  # reads and validates every row: after the checks that take a second
     return device
 
 

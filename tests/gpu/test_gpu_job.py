@@ -250,6 +250,24 @@ def test_what_make_run_rewrites_does_not_make_the_tree_dirty(project, tmp_path):
     assert json.loads((tmp_path / "job" / "manifest.json").read_text())["commit"] == _git(project, "rev-parse", "HEAD").strip()
 
 
+def test_a_bad_training_row_is_refused_at_pack_time(project, tmp_path):
+    """The node has no Great Expectations: the training contracts run where the job is packed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    copy = tmp_path / "project"
+    shutil.copytree(project, copy, symlinks=True)
+    path = copy / "data" / "processed" / "speaker" / "speaker_sft.parquet"
+    table = pq.read_table(path)
+    steps = table.column("step").to_pylist()
+    steps[3] = -1
+    pq.write_table(table.set_column(table.schema.get_field_index("step"), "step", pa.array(steps, table.schema.field("step").type)), path)
+    result = _python("-m", "stages.cli", "gpu", "pack", str(tmp_path / "job"), "--root", str(copy), cwd=copy)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "speaker_sft.parquet" in result.stderr and "field 'step'" in result.stderr
+    assert not (tmp_path / "job").exists()
+
+
 def test_the_runner_doctests():
     import doctest
 
