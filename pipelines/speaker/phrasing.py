@@ -212,20 +212,7 @@ def _answer_one(rng: random.Random, domain: str, slot: str, value: str) -> str:
 def booking_request(rng: random.Random, domain: str, values: Mapping[str, str], phrases: Mapping[str, str] | None = None) -> str:
     """"Yes, please book it for 2 people on friday at 18:00." ``phrases`` replace values
     given by reference."""
-    phrases = phrases or {}
-    parts = []
-    for slot, value in values.items():
-        if slot in phrases:
-            parts.append(f"for {phrases[slot]}" if slot == "people" else f"on {phrases[slot]}")
-        elif slot == "people":
-            parts.append(f"for {_plural(value, 'person', 'people')}")
-        elif slot == "day":
-            parts.append(f"on {value}")
-        elif slot == "time":
-            parts.append(f"at {value}")
-        elif slot == "stay":
-            parts.append(f"for {_plural(value, 'night', 'nights')}")
-    request = " ".join(parts)
+    request = booking_values(values, phrases)
     if domain == "train":
         return pick(rng, (f"Yes, please book tickets {request}.", f"Great, I'd like tickets {request}.", f"Please book it {request}."))
     return pick(rng, (f"Yes, please book it {request}.", f"Could you make a reservation {request}?", f"Please book that {request}."))
@@ -473,11 +460,15 @@ def book_think(rng: random.Random, name: str, values: Mapping[str, str]) -> str:
     ))
 
 
-def booking_values(values: Mapping[str, str]) -> str:
-    """"for 2 people on friday at 18:00": the booking as the user asked for it."""
+def booking_values(values: Mapping[str, str], phrases: Mapping[str, str] | None = None) -> str:
+    """"for 2 people on friday at 18:00": the booking as the user asked for it; ``phrases``
+    replace values given by reference ("on the same day")."""
+    phrases = phrases or {}
     parts = []
     for slot, value in values.items():
-        if slot == "people":
+        if slot in phrases:
+            parts.append(f"for {phrases[slot]}" if slot == "people" else f"on {phrases[slot]}")
+        elif slot == "people":
             parts.append(f"for {_plural(value, 'person', 'people')}")
         elif slot == "day":
             parts.append(f"on {value}")
