@@ -100,8 +100,11 @@ def evaluate_conversations(rollout: Any, model: Any, dialogues: list, seed: int,
 
 
 @flow(name="train-us-grpo", validate_parameters=False, log_prints=False)
-def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
-    """US-GRPO (module docstring); returns the report written to ``config.output.metrics``."""
+def train_us_grpo(config: TrainConfig, env: ConversationEnv, allow_no_signal: bool = False) -> dict[str, Any]:
+    """US-GRPO (module docstring); returns the report written to ``config.output.metrics``.
+    When every group of conversations had the same reward there was no gradient: the run
+    fails with NoLearningSignal and publishes nothing, unless ``allow_no_signal`` (then the
+    report says so in ``learning_signal``)."""
     from datasets import Dataset
     from transformers import set_seed
 
@@ -112,7 +115,8 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
     from pipelines.training.device import Machine, resolve_device
     from pipelines.training.modeling import parameter_counts
     from pipelines.training.preflight import check_model
-    from pipelines.training.report import curve_csv
+    from pipelines.errors import NoLearningSignal
+    from pipelines.training.report import curve_csv, learning_signal
     from pipelines.training.trainers import build_trainer, reward_functions
 
     logger = get_run_logger()
@@ -149,6 +153,15 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
         trainer = build_trainer(config, device, model, tokenizer, Dataset.from_list(rows), None, str(workdir), [budget],
                                 rollout_func=trl_rollout_func(rollout, specs, extra))
         summary = train(config, trainer, budget)
+        objective = config.resolved_objective()
+        signal = learning_signal(summary.curve, max(1, config.optim.batch_size // objective.num_generations))
+        if signal["no_signal"]:
+            message = (f"no learning signal: {signal['zero_variance_groups']} of {signal['groups']} groups had zero reward "
+                       f"variance, so the model is a copy of {config.model.name_or_path}")
+            if not allow_no_signal:
+                raise NoLearningSignal(f"train_pir_grpo: {message}; nothing was published (a start policy that sometimes "
+                                       "succeeds gives a signal; allow_no_signal: true publishes it anyway, labelled)")
+            logger.warning("us_grpo: %s (allow_no_signal: published, labelled in the report)", message)
         after = evaluate_conversations(greedy, trainer.model, eval_dialogues, env.seed, composite, "after")
         columns = curve_columns(config)
         report = {
@@ -159,6 +172,7 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv) -> dict[str, Any]:
                        "objective": config_dict(config.resolved_objective()),
                        "env": config_dict(env)},
             "data": {"train_prompts": len(rows), "repeated_starts_left_out": repeated, "heldout_goals": len(eval_dialogues)},
+            "learning_signal": signal,
             "train": {"steps": summary.steps, "max_steps": summary.max_steps, "stopped_by": summary.stopped_by,
                       "mean_loss": summary.mean_loss, "final_loss": summary.final_loss,
                       "rollouts": dict(rollout.stats),

@@ -54,3 +54,8 @@ class LLMOutage(AskflowError):
 class LowYield(AskflowError):
     """A stage kept less of its input than the share its params declare: what it would publish
     is what a fault (a broken model, a garbage-answering server) left, not data."""
+
+
+class NoLearningSignal(AskflowError):
+    """A GRPO run whose every group of completions had the same reward: its gradient was zero,
+    so the "trained" model is a copy of its start and would be published as if it had learned."""

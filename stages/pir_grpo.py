@@ -23,7 +23,7 @@ from pipelines.errors import ConfigError
 from pipelines.training.config import DataSpec, DeviceSpec, GRPOObjective, ModelSpec, OptimSpec, OutputSpec, TrainConfig
 from stages.entry import main_wrapper
 
-_KEYS = {"model", "env", "optim", "device", "objective", "output"}
+_KEYS = {"model", "env", "optim", "device", "objective", "output", "allow_no_signal"}
 
 
 def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> tuple[TrainConfig, Any]:
@@ -68,13 +68,20 @@ def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dic
     from stages.common import configure_prefect
 
     config, env = grpo_config(section, llm)
+    allow_no_signal = section.get("allow_no_signal", False)
+    if not isinstance(allow_no_signal, bool):
+        raise ConfigError(f"params.yaml pir_train.grpo.allow_no_signal: true or false, got {allow_no_signal!r}")
     configure_prefect(Path.cwd())
     from flows.local_api import local_prefect_api
     from flows.us_grpo import train_us_grpo
 
     with local_prefect_api(os.environ["PREFECT_HOME"]):
-        report = train_us_grpo(config, env)
+        report = train_us_grpo(config, env, allow_no_signal)
     before, after = report["eval"]["before"], report["eval"]["after"]
+    signal = report["learning_signal"]
+    if signal["no_signal"]:
+        print(f"train_pir_grpo: NO LEARNING SIGNAL: {signal['zero_variance_groups']} of {signal['groups']} groups had zero "
+              f"reward variance; {config.output.model_dir} is a copy of {config.model.name_or_path} (allow_no_signal: true)")
     print(f"train_pir_grpo: {report['train']['steps']} steps -> {config.output.model_dir}; held-out conversations "
           f"success {before['success']} -> {after['success']}, reward {before['reward']} -> {after['reward']}, "
           f"questions {before['questions']} -> {after['questions']}, TTR {before['ttr']} -> {after['ttr']}")

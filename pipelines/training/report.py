@@ -116,6 +116,33 @@ def _clean(metrics: Any) -> Any:
     return _finite(metrics)
 
 
+def learning_signal(curve: Sequence[Mapping[str, Any]], groups_per_step: int) -> dict[str, Any]:
+    """GRPO's learning signal from its curve (TRL's ``frac_reward_zero_std``, the share of a
+    step's groups whose completions all got the same reward, averaged over each logging
+    interval): how many groups had zero reward variance out of how many. A group with zero
+    variance has zero advantage and gives no gradient; ``no_signal`` when every group did.
+
+    >>> learning_signal([{"step": 1, "frac_reward_zero_std": 1.0}, {"step": 2, "frac_reward_zero_std": 0.5}], 4)
+    {'groups': 8, 'zero_variance_groups': 6, 'no_signal': False, 'logged_steps': 2}
+    >>> learning_signal([{"step": 2, "frac_reward_zero_std": 1.0}], 2)["no_signal"]
+    True
+    """
+    groups = zero = 0.0
+    previous = 0
+    logged = 0
+    for row in curve:
+        fraction = row.get("frac_reward_zero_std")
+        if fraction is None:
+            continue
+        steps = int(row["step"]) - previous
+        previous = int(row["step"])
+        groups += steps * groups_per_step
+        zero += fraction * steps * groups_per_step
+        logged += 1
+    return {"groups": int(round(groups)), "zero_variance_groups": int(round(zero)),
+            "no_signal": groups > 0 and round(zero) >= round(groups), "logged_steps": logged}
+
+
 def curve_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """The curve as CSV: ``step``, ``epoch`` and ``columns`` ('/' becomes '_' in headers, for
     plotting tools), empty cells where a step did not log a value."""
