@@ -10,16 +10,26 @@ At the end it prints a summary: the total wall time, each stage that ran with it
 (each stage prints ``[stage <name>] start`` / ``done in ...`` itself, see ``stages.entry``),
 the stages left out, and the headline rows of every results table under ``reports/`` with the
 report's path. The times are printed only, never written into a report.
+
+A stage that fails, or a run stopped with Ctrl-C or SIGTERM, leaves the last good outputs:
+DVC deletes a stage's outs before running it, and :func:`repro_keeping_outputs` (also what
+the retrain flow runs) puts back those of every stage that did not finish, and says so
+(``restored the last good outputs of <stage>: <paths>``, or which could not be). The exit
+status stays the failure's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -79,14 +89,221 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
-    bin_dir = str(Path(sys.executable).parent)
     with tempfile.TemporaryDirectory(prefix="askflow-run-") as tmp:
         log = Path(tmp) / "stages.jsonl"  # one line per stage that ran (stages.entry)
-        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", RUN_LOG_ENV: str(log)}
-        returncode = subprocess.run([sys.executable, "-m", "dvc", "repro", *argv, *chosen], cwd=root, env=env).returncode
+        result = repro_keeping_outputs(root, [*argv, *chosen], env={RUN_LOG_ENV: str(log)})
         runs = read_run_log(log)
-    print(summary(root, runs, left_out, time.monotonic() - started, returncode), flush=True)
-    return returncode
+    print(summary(root, runs, [*left_out, *result.notes], time.monotonic() - started, result.returncode), flush=True)
+    return result.returncode
+
+
+# --- dvc repro that keeps the last good outputs ------------------------------------------------
+#
+# DVC deletes a stage's outs just before it runs the stage's command, so a stage that fails or
+# is killed leaves nothing where its last good outputs were. Before the run every stage's outs
+# are hashed (DVC's own hashes, kept in its state database, which `dvc repro` then reuses) and
+# the outs that DVC does not cache (`cache: false`: metrics, plots, reports) are copied aside.
+# After a failed, interrupted or terminated run, every out the run changed whose stage did not
+# finish (the out is not what dvc.lock now records for it) is put back: a cached one with
+# `dvc checkout` from DVC's cache (dvc.lock keeps the failed stage's last good hashes), an
+# uncached one from its copy. A stage that finished keeps its new outputs, one that never
+# started was not touched.
+
+
+@dataclasses.dataclass
+class _Out:
+    stage: str
+    path: str  # relative to the project root
+    cached: bool
+    hash: str | None  # DVC's hash of what was there before the run; None: nothing was
+    good: bool  # what was there is what dvc.lock records: the output of the stage's last good run
+    copy: Path | None = None  # where an uncached out was copied before the run
+
+
+@dataclasses.dataclass
+class ReproResult:
+    returncode: int
+    restored: dict[str, list[str]]  # stage -> outs put back as they were before the run
+    lost: dict[str, list[str]]  # stage -> "<out> (why)" for each out the run changed that could not be put back
+    notes: list[str]  # what was said about them, one line each
+
+
+def _stage_outs(root: Path):
+    """(stage name, DVC output) for every out of every stage with a command, as dvc.lock has it."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        for stage in repo.index.stages:
+            if not getattr(stage, "cmd", None):  # `dvc add`/import stages: repro does not delete them
+                continue
+            for out in stage.outs:
+                if not out.persist:  # `persist: true`: DVC keeps it, the stage updates it in place
+                    yield _name(stage, root), out
+
+
+def _hash(out) -> str | None:
+    if not out.exists:
+        return None
+    return out.get_hash().value
+
+
+def snapshot_outputs(root: Path, store: Path) -> list[_Out]:
+    """Every stage's outs as they are before a run; the uncached ones copied into ``store``."""
+    outs = []
+    for stage, out in _stage_outs(root):
+        path = os.path.relpath(out.fs_path, root)
+        current = _hash(out)
+        entry = _Out(stage, path, bool(out.use_cache), current, current is not None and current == out.hash_info.value)
+        if current is not None and not entry.cached:
+            entry.copy = store / str(len(outs))
+            _copy(root / path, entry.copy)
+        outs.append(entry)
+    return outs
+
+
+def _copy(source: Path, target: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        shutil.copy2(source, target)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def restore_outputs(root: Path, before: Sequence[_Out]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Put back the outs a failed run changed (see above): stage -> restored paths, and stage
+    -> "<path> (why)" for those that could not be: not what dvc.lock records (no good run made
+    them), or not in DVC's cache."""
+    from dvc.exceptions import CheckoutError
+    from dvc.repo import Repo
+
+    by_path = {b.path: b for b in before}
+    restored: dict[str, list[str]] = {}
+    lost: dict[str, list[str]] = {}
+    to_checkout: list[_Out] = []
+    for stage, out in _stage_outs(root):  # dvc.lock as the run left it
+        path = os.path.relpath(out.fs_path, root)
+        old = by_path.get(path)
+        if old is None or old.hash is None:  # nothing was there before the run
+            continue
+        now = _hash(out)
+        if now == old.hash or (now is not None and now == out.hash_info.value):
+            continue  # untouched (never started), or the stage finished and dvc.lock records its new outs
+        if old.copy is not None:  # uncached: its copy
+            _remove(root / path)
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            _copy(old.copy, root / path)
+            restored.setdefault(stage, []).append(path)
+        elif old.good and out.hash_info.value == old.hash:  # cached, and dvc.lock still has it
+            to_checkout.append(old)
+        else:
+            lost.setdefault(stage, []).append(f"{path} (not as dvc.lock records it: no good run made it)")
+    if to_checkout:
+        with Repo(str(root)) as repo:
+            try:
+                repo.checkout(targets=[o.path for o in to_checkout], force=True)
+            except CheckoutError:  # not in the cache: found out below
+                pass
+        now = {os.path.relpath(out.fs_path, root): _hash(out) for _, out in _stage_outs(root)}
+        for o in to_checkout:  # what is there now, whatever checkout said
+            if now.get(o.path) == o.hash:
+                restored.setdefault(o.stage, []).append(o.path)
+            else:
+                lost.setdefault(o.stage, []).append(f"{o.path} (not in DVC's cache)")
+    return restored, lost
+
+
+def repro_keeping_outputs(
+    root: Path,
+    args: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> ReproResult:
+    """``dvc repro *args`` in ``root``, this interpreter's bin directory first on PATH; after a
+    failure (a stage failed, the run was interrupted with Ctrl-C or terminated with SIGTERM)
+    the outs of the stages that did not finish are put back as they were before the run, and
+    ``say`` (default: stderr) gets one line per stage saying which. ``on_line``: dvc's output
+    (stdout and stderr) line by line instead of to this process's own."""
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    bin_dir = str(Path(sys.executable).parent)
+    full_env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+    with tempfile.TemporaryDirectory(prefix="askflow-good-outs-") as store:
+        try:
+            before = snapshot_outputs(root, Path(store))
+        except Exception as error:  # noqa: BLE001 - dvc repro says what is wrong with the project
+            say(f"warning: the outputs before the run could not be recorded ({error}); a failed stage's are not restored")
+            before = []
+        returncode, stopped_by = _run_dvc(root, ["repro", *args], full_env, on_line)
+        if returncode == 0:
+            return ReproResult(0, {}, {}, [])
+        restored, lost = restore_outputs(root, before)
+    notes = [f"restored the last good outputs of {stage}: {', '.join(sorted(paths))}" for stage, paths in restored.items()]
+    notes += [
+        f"could not restore the previous outputs of {stage}: {', '.join(sorted(paths))}"
+        for stage, paths in lost.items()
+    ]
+    if not notes:
+        notes.append("no outputs to restore: the stages that did not finish had none, or left theirs as they were")
+    for line in notes:
+        say(line)
+    if stopped_by is not None:
+        returncode = 128 + stopped_by
+    return ReproResult(returncode, restored, lost, notes)
+
+
+def _run_dvc(root: Path, args: Sequence[str], env: dict[str, str], on_line: Callable[[str], None] | None) -> tuple[int, int | None]:
+    """Run dvc; on Ctrl-C (the whole process group gets SIGINT: the stage stops, dvc fails it)
+    or SIGTERM (passed on to dvc and the stage it runs) wait for dvc to finish failing. The
+    exit status, and the signal that stopped the run, if one did."""
+    stopped_by: list[int] = []
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "errors": "replace", "bufsize": 1} if on_line else {}
+    process = subprocess.Popen([sys.executable, "-m", "dvc", *args], cwd=root, env=env, stdin=subprocess.DEVNULL if on_line else None, **pipe)
+
+    def terminate(signum, _frame):
+        stopped_by.append(signum)
+        _terminate_tree(process.pid)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if in_main else None
+    try:
+        while True:
+            try:
+                if on_line:
+                    assert process.stdout is not None
+                    for raw in process.stdout:
+                        if raw.rstrip():
+                            on_line(raw.rstrip())
+                process.wait()
+                break
+            except KeyboardInterrupt:  # dvc and its stage got the SIGINT too: wait for them
+                stopped_by.append(signal.SIGINT)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+    return process.returncode, (stopped_by[0] if stopped_by else None)
+
+
+def _terminate_tree(pid: int) -> None:
+    """SIGTERM to dvc's children (the stage's command and what it started), then to dvc."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        children = parent.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for process in [*reversed(children), parent]:
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            pass
 
 
 # --- The summary at the end ----------------------------------------------------------------
