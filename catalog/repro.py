@@ -128,17 +128,14 @@ class ReproResult:
     notes: list[str]  # what was said about them, one line each
 
 
-def _stage_outs(root: Path):
+def _stage_outs(repo, root: Path):
     """(stage name, DVC output) for every out of every stage with a command, as dvc.lock has it."""
-    from dvc.repo import Repo
-
-    with Repo(str(root)) as repo:
-        for stage in repo.index.stages:
-            if not getattr(stage, "cmd", None):  # `dvc add`/import stages: repro does not delete them
-                continue
-            for out in stage.outs:
-                if not out.persist:  # `persist: true`: DVC keeps it, the stage updates it in place
-                    yield _name(stage, root), out
+    for stage in repo.index.stages:
+        if not getattr(stage, "cmd", None):  # `dvc add`/import stages: repro does not delete them
+            continue
+        for out in stage.outs:
+            if not out.persist:  # `persist: true`: DVC keeps it, the stage updates it in place
+                yield _name(stage, root), out
 
 
 def _hash(out) -> str | None:
@@ -149,15 +146,18 @@ def _hash(out) -> str | None:
 
 def snapshot_outputs(root: Path, store: Path) -> list[_Out]:
     """Every stage's outs as they are before a run; the uncached ones copied into ``store``."""
+    from dvc.repo import Repo
+
     outs = []
-    for stage, out in _stage_outs(root):
-        path = os.path.relpath(out.fs_path, root)
-        current = _hash(out)
-        entry = _Out(stage, path, bool(out.use_cache), current, current is not None and current == out.hash_info.value)
-        if current is not None and not entry.cached:
-            entry.copy = store / str(len(outs))
-            _copy(root / path, entry.copy)
-        outs.append(entry)
+    with Repo(str(root)) as repo:
+        for stage, out in _stage_outs(repo, root):
+            path = os.path.relpath(out.fs_path, root)
+            current = _hash(out)
+            entry = _Out(stage, path, bool(out.use_cache), current, current is not None and current == out.hash_info.value)
+            if current is not None and not entry.cached:
+                entry.copy = store / str(len(outs))
+                _copy(root / path, entry.copy)
+            outs.append(entry)
     return outs
 
 
@@ -178,43 +178,46 @@ def _remove(path: Path) -> None:
 def restore_outputs(root: Path, before: Sequence[_Out]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Put back the outs a failed run changed (see above): stage -> restored paths, and stage
     -> "<path> (why)" for those that could not be: not what dvc.lock records (no good run made
-    them), or not in DVC's cache."""
-    from dvc.exceptions import CheckoutError
-    from dvc.repo import Repo
+    them), or not in DVC's cache. Holds DVC's repository lock (``dvc.lock.LockError`` when
+    another DVC process has it: that process's run is changing the outs, nothing is touched)."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo, lock_repo
 
     by_path = {b.path: b for b in before}
     restored: dict[str, list[str]] = {}
     lost: dict[str, list[str]] = {}
-    to_checkout: list[_Out] = []
-    for stage, out in _stage_outs(root):  # dvc.lock as the run left it
-        path = os.path.relpath(out.fs_path, root)
-        old = by_path.get(path)
-        if old is None or old.hash is None:  # nothing was there before the run
-            continue
-        now = _hash(out)
-        if now == old.hash or (now is not None and now == out.hash_info.value):
-            continue  # untouched (never started), or the stage finished and dvc.lock records its new outs
-        if old.copy is not None:  # uncached: its copy
-            _remove(root / path)
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            _copy(old.copy, root / path)
-            restored.setdefault(stage, []).append(path)
-        elif old.good and out.hash_info.value == old.hash:  # cached, and dvc.lock still has it
-            to_checkout.append(old)
-        else:
-            lost.setdefault(stage, []).append(f"{path} (not as dvc.lock records it: no good run made it)")
-    if to_checkout:
-        with Repo(str(root)) as repo:
-            try:
-                repo.checkout(targets=[o.path for o in to_checkout], force=True)
-            except CheckoutError:  # not in the cache: found out below
-                pass
-        now = {os.path.relpath(out.fs_path, root): _hash(out) for _, out in _stage_outs(root)}
-        for o in to_checkout:  # what is there now, whatever checkout said
-            if now.get(o.path) == o.hash:
-                restored.setdefault(o.stage, []).append(o.path)
+    to_checkout: list[tuple[_Out, Any]] = []  # (before, the out now)
+    with Repo(str(root)) as repo, lock_repo(repo):
+        for stage, out in _stage_outs(repo, root):  # dvc.lock as the run left it
+            path = os.path.relpath(out.fs_path, root)
+            old = by_path.get(path)
+            if old is None or old.hash is None:  # nothing was there before the run
+                continue
+            now = _hash(out)
+            if now == old.hash or (now is not None and now == out.hash_info.value):
+                continue  # untouched (never started), or the stage finished and dvc.lock records its new outs
+            if old.copy is not None:  # uncached: its copy
+                _remove(root / path)
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                _copy(old.copy, root / path)
+                restored.setdefault(stage, []).append(path)
+            elif old.good and out.hash_info.value == old.hash:  # cached, and dvc.lock still has it
+                to_checkout.append((old, out))
             else:
-                lost.setdefault(o.stage, []).append(f"{o.path} (not in DVC's cache)")
+                lost.setdefault(stage, []).append(f"{path} (not as dvc.lock records it: no good run made it)")
+        if to_checkout:
+            try:
+                # By stage, its dvc.yaml's absolute path: an out's path fails when it is gone, and
+                # a relative one would be taken from this process's working directory.
+                stages = sorted({f"{out.stage.path}:{out.stage.name}" for _, out in to_checkout})
+                repo.checkout(targets=stages, force=True)
+            except DvcException:  # e.g. not in the cache: found out below
+                pass
+            for old, out in to_checkout:  # what is there now, whatever checkout said
+                if _hash(out) == old.hash:
+                    restored.setdefault(old.stage, []).append(old.path)
+                else:
+                    lost.setdefault(old.stage, []).append(f"{old.path} (not in DVC's cache)")
     return restored, lost
 
 
@@ -231,6 +234,8 @@ def repro_keeping_outputs(
     the outs of the stages that did not finish are put back as they were before the run, and
     ``say`` (default: stderr) gets one line per stage saying which. ``on_line``: dvc's output
     (stdout and stderr) line by line instead of to this process's own."""
+    from dvc.lock import LockError
+
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     bin_dir = str(Path(sys.executable).parent)
     full_env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
@@ -243,18 +248,20 @@ def repro_keeping_outputs(
         returncode, stopped_by = _run_dvc(root, ["repro", *args], full_env, on_line)
         if returncode == 0:
             return ReproResult(0, {}, {}, [])
-        restored, lost = restore_outputs(root, before)
-    notes = [f"restored the last good outputs of {stage}: {', '.join(sorted(paths))}" for stage, paths in restored.items()]
-    notes += [
-        f"could not restore the previous outputs of {stage}: {', '.join(sorted(paths))}"
-        for stage, paths in lost.items()
-    ]
-    if not notes:
-        notes.append("no outputs to restore: the stages that did not finish had none, or left theirs as they were")
+        if stopped_by is not None:
+            returncode = 128 + stopped_by
+        try:
+            restored, lost = restore_outputs(root, before)
+        except LockError:
+            restored, lost = {}, {}
+            notes = ["nothing restored: another DVC process holds the repository lock and is changing the outputs"]
+        else:
+            notes = [f"restored the last good outputs of {stage}: {', '.join(sorted(paths))}" for stage, paths in restored.items()]
+            notes += [f"could not restore the previous outputs of {stage}: {', '.join(sorted(paths))}" for stage, paths in lost.items()]
+            if not notes:
+                notes.append("no outputs to restore: the stages that did not finish had none, or left theirs as they were")
     for line in notes:
         say(line)
-    if stopped_by is not None:
-        returncode = 128 + stopped_by
     return ReproResult(returncode, restored, lost, notes)
 
 

@@ -7,7 +7,9 @@
 ``dvc repro`` runs in the project directory with this interpreter's bin directory first on
 PATH: the stages run ``python -m stages.<name>`` and must get the same environment. It is
 retried only when another DVC process holds the repository lock; a stage that fails fails
-the same way again, and fails the flow run with the tail of DVC's output.
+the same way again, and fails the flow run with the tail of DVC's output; the stages that did
+not finish get their last good outputs back (``catalog.repro.repro_keeping_outputs``), and the
+run log and the failure say which.
 
 Scheduled runs: ``askflow deploy`` creates the deployment (cron from params.yaml
 ``retrain``) and ``askflow ui --worker`` starts the server, the UI and a worker that
@@ -20,7 +22,6 @@ import collections
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -48,7 +49,7 @@ from pipelines.retrain import (
     stages_run,
 )
 from catalog.io import read_json, write_json_atomic
-from catalog.repro import targets_here
+from catalog.repro import repro_keeping_outputs, targets_here
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACT_KEY = "askflow-retrain"
@@ -107,8 +108,7 @@ def dvc_repro(root: Path, targets: Sequence[str]) -> list[str]:
     """Run ``dvc repro [targets]``, each output line to the run log; its output lines."""
     logger = get_run_logger()
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
-    dvc = shutil.which("dvc", path=env["PATH"])
+    dvc = shutil.which("dvc", path=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     if dvc is None:
         raise ConfigError(f"dvc not found on PATH (looked in {bin_dir} first); install askflow into this environment")
     command = ["dvc", "repro", *targets]
@@ -116,19 +116,16 @@ def dvc_repro(root: Path, targets: Sequence[str]) -> list[str]:
     lines: list[str] = []
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     started = time.monotonic()
-    with subprocess.Popen(
-        [dvc, "repro", *targets], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
-    ) as process:
-        assert process.stdout is not None
-        for raw in process.stdout:
-            line = raw.rstrip()
-            if line:
-                logger.info("%s", line)
-                lines.append(line)
-                tail.append(line)
-    if process.returncode != 0:
-        raise ReproFailed(command, root, process.returncode, list(tail))
+
+    def on_line(line: str) -> None:
+        logger.info("%s", line)
+        lines.append(line)
+        tail.append(line)
+
+    # A stage that fails leaves its last good outputs: put back from DVC's cache and a copy.
+    result = repro_keeping_outputs(root, list(targets), env={"PYTHONUNBUFFERED": "1"}, on_line=on_line, say=logger.warning)
+    if result.returncode != 0:
+        raise ReproFailed(command, root, result.returncode, [*tail, *result.notes])
     logger.info("`%s` finished in %.1f s", " ".join(command), time.monotonic() - started)
     return lines
 

@@ -273,4 +273,20 @@ def test_a_failing_stage_fails_the_flow_run_with_dvc_output(prefect_api_url, pro
     assert state.is_failed()
     assert "`dvc repro corpus` failed with exit status" in state.message
     assert "error: params.yaml corpus.n_dialogues: expected an integer >= 1, got 0" in state.message
+    assert "no outputs to restore" in state.message  # the first run: no earlier outputs
     assert not (project / "reports" / "retrain").exists()
+
+
+@pytest.mark.slow
+def test_a_stage_that_fails_after_a_good_run_leaves_its_last_good_outputs(prefect_api_url, project):
+    from flows.retrain import retrain
+
+    assert retrain(project_dir=str(project), targets=["corpus"], return_state=True).is_completed()
+    out = project / "data" / "raw" / "embedded_multiwoz"
+    good = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert good
+    set_params(project, "corpus", {"n_dialogues": 0})  # DVC deletes the outs, then the stage fails
+    state = retrain(project_dir=str(project), targets=["corpus"], return_state=True)
+    assert state.is_failed()
+    assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == good
+    assert "restored the last good outputs of corpus: data/raw/embedded_multiwoz" in state.message
