@@ -10,7 +10,7 @@ turn). TRL's ``rollout_func`` (:func:`pipelines.episodes.rollout.trl_rollout_fun
 conversation on from there with the policy being trained: its turns generated, the simulator's
 replies (and tool results) injected and masked out of the loss with ``env_mask``, the world
 grading the finished conversation (``correct``: MultiWOZ's goal checker), and the configured
-rewards (``pipelines.pir.reward:pir_composite_rules``, PIR's composite reward) scoring it.
+rewards (``pir_composite_rules``, PIR's composite reward, :mod:`pipelines.rewards.pir`) scoring it.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv, allow_no_signal: bo
                 len(rows), repeated, len(eval_dialogues))
     # The held-out conversations are scored by their own composite reward (the training
     # reward's judge and settings), so that the training reward's branch counts are training's.
-    from pipelines.pir.reward import PIRReward, RulesHelpfulness
+    from pipelines.rewards.pir import PIRReward, RulesHelpfulness
 
     trained = next((f for f in functions if isinstance(f, PIRReward)), None)
     composite = PIRReward(trained.judge, s_base=trained.s_base, n_max=trained.n_max) if trained else PIRReward(RulesHelpfulness())

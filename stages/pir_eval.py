@@ -69,7 +69,7 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
     from pipelines.episodes.rollout import ConversationRollout
     from pipelines.evaluation.play import held_out_goals
     from pipelines.pir.metrics import markdown_table, play_and_score
-    from pipelines.pir.reward import PIRReward, RulesHelpfulness
+    from pipelines.rewards.pir import PIRReward, RulesHelpfulness
     from pipelines.simulators.agenda import AgendaSimulator
 
     torch.set_num_threads(int(params.get("threads", 1)))

@@ -6,7 +6,7 @@ params.yaml ``pir_train.grpo``: ``model`` (``{path: models/pir_sft}``), ``env`` 
 directory, the train goals, the held-out goals played before and after, the agenda
 simulator, and ``rollout``: conversation limits and sampling,
 :class:`pipelines.episodes.rollout.RolloutConfig`), ``optim``, ``device``, ``objective``
-(GRPO's settings; ``rewards: {"pipelines.pir.reward:pir_composite_rules": 1.0}``) and
+(GRPO's settings; ``rewards: {pir_composite_rules: 1.0}``) and
 ``output``. A bad setting fails here with ``error: <message>`` and exit status 1.
 """
 

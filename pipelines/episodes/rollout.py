@@ -114,7 +114,7 @@ class Rollout:
 
 def unstated_slots(goal: Goal, opening: str) -> list[str]:
     """The goal's constraint slots whose values the user's opening turn does not state: what
-    a helpful question can ask about (PIR's helpfulness, :class:`pipelines.pir.reward.RulesHelpfulness`)."""
+    a helpful question can ask about (PIR's helpfulness, :class:`pipelines.rewards.pir.RulesHelpfulness`)."""
     from pipelines.multiwoz.ontology import is_dont_care
     from pipelines.rewards.verifiable import words
 

@@ -22,6 +22,7 @@ TR      mean R over all samples
 ======  ========================================================================
 
 R_a grades "the question(s)" of the output (appendix G's grading policy): :class:`QuestionGrader`
+(:mod:`pipelines.rewards.learn_to_ask`, with the ``l2a_questions`` reward built on it)
 hands the grader only the output's questions, and an output with none (a statement, a tool
 call) scores 0 ("no_question"). The rules grader alone reads the whole text, so a tool call
 whose arguments name a slot of I*_t would count as a precise question.
@@ -34,52 +35,16 @@ rather than scored 0. Percentile bootstrap intervals resample the samples (:func
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Callable, Sequence
 
-from pipelines.rewards.learn_to_ask import (
-    BETA, CONTINUE, STOP, STOP_TOKEN, Grade, Grader, RulesGrader, _items, _Malformed, decision, format_score,
+from pipelines.rewards.learn_to_ask import (  # noqa: F401 (NO_QUESTION, QuestionGrader, questions: the metrics' names too)
+    BETA, CONTINUE, NO_QUESTION, STOP, STOP_TOKEN, Grade, Grader, QuestionGrader, RulesGrader, _items, _Malformed, decision,
+    format_score, questions,
 )
 
 METRICS: tuple[str, ...] = ("WA", "WA-GH", "WC", "WS", "AA", "FC", "TR")
-
-
-NO_QUESTION = "no_question"
-# A question: a run of text ending in question marks, after the previous sentence's end or a line break.
-_QUESTION = re.compile(r"[^.!?\n]*\?+")
-
-
-def questions(text: str) -> list[str]:
-    """The questions of an output, in order.
-
-    >>> questions("I have 5 hotels. Which area would you like? Or a price range?")
-    ['Which area would you like?', 'Or a price range?']
-    >>> questions('<tool_call>{"arguments": {"area": "north"}}</tool_call>')
-    []
-    """
-    return [q.strip() for q in _QUESTION.findall(text) if q.strip(" ?")]
-
-
-class QuestionGrader:
-    """``grader`` on the output's questions only; 0 (``no_question``) when it asks none.
-
-    >>> grader = QuestionGrader(RulesGrader())
-    >>> area = [("hotel-area", "north")]
-    >>> grader.grade("Which area would you like?", area).score, grader.grade("I found 3 hotels in the north area.", area)
-    (1.0, Grade(score=0.0, reason='no_question'))
-    """
-
-    def __init__(self, grader: Grader):
-        self.grader = grader
-        self.name = f"{grader.name}_questions"
-
-    def grade(self, question: str, info: Any, context: Any = None) -> Grade:
-        asked = questions(question)
-        if not asked:
-            return Grade(0.0, NO_QUESTION) if info else self.grader.grade(question, info, context)
-        return self.grader.grade(" ".join(asked), info, context)
 
 
 @dataclass(frozen=True)

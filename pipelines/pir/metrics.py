@@ -2,7 +2,7 @@
 (:class:`pipelines.episodes.rollout.Rollout`): task success (the world's grade: on MultiWOZ the
 goal checker), TTR (turns to resolution: the simulator's replies after its opening), tokens
 (what the policy wrote), questions asked (in its reasoning and as visible clarifications),
-helpfulness of the asking (H from a :class:`~pipelines.pir.reward.HelpfulnessJudge`) and the
+helpfulness of the asking (H from a :class:`~pipelines.rewards.pir.HelpfulnessJudge`) and the
 composite reward."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Sequence
 
-from pipelines.pir.reward import HelpfulnessJudge, HelpItem, PIRReward
+from pipelines.rewards.pir import HelpfulnessJudge, HelpItem, PIRReward
 
 
 def _mean(values: Sequence[float]) -> float | None:

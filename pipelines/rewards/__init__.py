@@ -1,32 +1,48 @@
-"""SpeakRL's rewards for GRPO (section 3.3): R_total = R_format + R_clarify.
+"""Every GRPO reward of askflow, registered by name: the name a GRPO run gives in params
+(``rewards: {name: weight}``).
 
-* :mod:`~pipelines.rewards.format`: :func:`format_reward`, the structured-token reward of
-  eq. 8 with partial credit, on the agent grammar of :mod:`pipelines.episodes.formats`;
-* :mod:`~pipelines.rewards.clarify`: :class:`ClarifyReward`, the clarification reward
-  around an exchangeable judge: :class:`VerifiableJudge` (a rule over the SpeakER
-  decision point's annotations; its module documents the dataset columns) or
-  :class:`LLMJudge` (the Figure 6 rubric through the LLM client);
+* :mod:`~pipelines.rewards.format`: ``format``, :func:`format_reward`, SpeakRL's
+  structured-token reward of eq. 8 with partial credit, on the agent grammar of
+  :mod:`pipelines.episodes.formats`;
+* :mod:`~pipelines.rewards.clarify`: :class:`ClarifyReward`, SpeakRL's clarification reward
+  around an exchangeable judge: ``clarify_verifiable`` (:class:`VerifiableJudge`, a rule over
+  the SpeakER decision point's annotations; its module documents the dataset columns) or
+  ``clarify_llm`` (:class:`LLMJudge`, the Figure 6 rubric through the ``judge`` role);
 * :mod:`~pipelines.rewards.learn_to_ask`: :class:`L2AReward`, Learn-to-Ask's reward (eq. 5:
-  the stop decision gates the question's content score from a grader, :class:`RulesGrader`);
+  the stop decision gates the question's content score from a grader): ``l2a`` and
+  ``l2a_questions`` (R_a on the output's questions only);
+* :mod:`~pipelines.rewards.clarifier`: the Clarifier paper's goal-aware reward over G*:
+  ``clarifier_goal`` (rules judge) and ``clarifier_goal_llm`` (the paper's judge prompt);
+* :mod:`~pipelines.rewards.pir`: PIR's US-GRPO composite reward, ``pir_composite_rules``;
 * :mod:`~pipelines.rewards.prompts`: the Table 1 training instruction and the conversation
   rendering, shared with the GRPO dataset.
 
-The methods' own rewards live with their methods (``pipelines.clarifier.reward``,
-``pipelines.pir.reward``): the registry names them by import path, imported on first use.
+The methods' parsers and judges stay with their methods (:mod:`pipelines.clarifier.judge`,
+:mod:`pipelines.clarifier.prompts`, :mod:`pipelines.pir.insertion`); the reward modules
+import them.
 
-All are TRL reward functions, ``f(prompts=, completions=, **columns) -> list[float | None]``.
-TRL's ``reward_weights`` combines them; eq. 7 is weights (1, 1)::
+All are TRL reward functions, ``f(prompts=, completions=, **columns) -> list[float | None]``,
+each with a one-line docstring and an example; TRL logs each under its ``__name__``
+(``rewards/<__name__>/mean``), which is not always the registered name (``format`` is
+``format_reward``, ``pir_composite_rules`` is ``pir_composite``). TRL's ``reward_weights``
+combines them; eq. 7 is weights (1, 1)::
 
-    GRPOTrainer(..., reward_funcs=[format_reward, build_clarify_reward("verifiable")])
+    GRPOTrainer(..., reward_funcs=[REWARD_FUNCTIONS["format"], REWARD_FUNCTIONS["clarify_verifiable"]])
+
+A reward outside askflow needs no registration: name it by import path,
+``rewards: {"mypackage.rewards:my_reward": 1.0}`` (:func:`resolve_reward`); askflow's own
+rewards are always named.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from pipelines.errors import ConfigError
 from pipelines.llm import LLMClient
+from pipelines.rewards.clarifier import clarifier_goal, clarifier_goal_llm
 from pipelines.rewards.clarify import NO_QUESTION, Clarification, ClarifyReward, Judge, JudgeError, Verdict
 from pipelines.rewards.format import (
     FULL_CREDIT,
@@ -36,8 +52,9 @@ from pipelines.rewards.format import (
     format_reward,
     format_score,
 )
-from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader
-from pipelines.rewards.llm_judge import CONVERSATION, JudgeStats, LLMJudge, parse_score
+from pipelines.rewards.learn_to_ask import L2AReward, RulesGrader, l2a, l2a_questions
+from pipelines.rewards.llm_judge import CONVERSATION, JudgeStats, LLMJudge, clarify_llm, parse_score
+from pipelines.rewards.pir import pir_composite_rules
 from pipelines.rewards.prompts import (
     JUDGE_PROMPT_TEMPLATE,
     SPEAKRL_PROMPT_TEMPLATE,
@@ -52,81 +69,72 @@ from pipelines.rewards.verifiable import (
     SLOT_CUES,
     VerifiableJudge,
     asked_slots,
+    clarify_verifiable,
 )
 
 CLARIFY_JUDGES: tuple[str, ...] = ("verifiable", "llm")
 
-class _Registry(Mapping[str, Any]):
-    """Name -> entry; an entry given as ``package.module:name`` is imported on first use, so the
-    registry names the methods' rewards without importing the methods (they sit above it)."""
+# --- The registry --------------------------------------------------------------------------------
 
-    def __init__(self, entries: Mapping[str, Any]) -> None:
-        self._entries = dict(entries)
-
-    def __getitem__(self, name: str) -> Any:
-        entry = self._entries[name]
-        if isinstance(entry, str):
-            entry = self._entries[name] = _import(entry, name)
-        return entry
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-#: The reward functions that need nothing but the dataset, by name. An LLM-judged reward
-#: needs a client: :func:`build_clarify_reward`.
-REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = _Registry(
+#: The rewards that need nothing but the dataset, by name.
+REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = MappingProxyType(
     {
         "format": format_reward,
-        "clarify_verifiable": ClarifyReward(VerifiableJudge()),
+        "clarify_verifiable": clarify_verifiable,
         # Learn-to-Ask (eq. 5, beta 2) with the grader role's rules backend; reads l2a_samples' targets.
-        "l2a": L2AReward(RulesGrader()),
+        "l2a": l2a,
+        "l2a_questions": l2a_questions,
         # The τ-bench Clarifier's goal-aware reward (clarifier_grpo data), judged offline from G*.
-        "clarifier_goal": "pipelines.clarifier.reward:clarifier_goal",
+        "clarifier_goal": clarifier_goal,
+        # PIR's composite reward with the rules helpfulness judge (US-GRPO's rollout gives ``correct``).
+        "pir_composite_rules": pir_composite_rules,
     }
 )
 
-
-#: Rewards that need an LLM client in the ``judge`` role, by name: name -> factory(client).
-JUDGE_REWARDS: Mapping[str, Callable[[LLMClient], Callable[..., list]]] = _Registry(
+#: The rewards that need an LLM client in the ``judge`` role, by name: name -> factory(client).
+JUDGE_REWARDS: Mapping[str, Callable[[LLMClient], Callable[..., list]]] = MappingProxyType(
     {
-        "clarify_llm": lambda client: build_clarify_reward("llm", client),
-        "clarifier_goal_llm": "pipelines.clarifier.reward:clarifier_goal_llm",
+        "clarify_llm": clarify_llm,
+        "clarifier_goal_llm": clarifier_goal_llm,
     }
 )
 
+assert not set(REWARD_FUNCTIONS) & set(JUDGE_REWARDS), "a reward name is registered twice"
 
-def _import(path: str, name: str) -> Any:
+
+def _import(path: str) -> Callable[..., list]:
+    """A reward outside askflow by import path (the user extension point of :func:`resolve_reward`)."""
     module_name, _, attribute = path.rpartition(":") if ":" in path else path.rpartition(".")
     known = ", ".join([*REWARD_FUNCTIONS, *JUDGE_REWARDS])
     if not module_name:
-        raise ConfigError(f"grpo reward {name!r} is unknown; rewards: {known}, or an import path package.module:callable")
+        raise ConfigError(f"grpo reward {path!r} is unknown; rewards: {known}, or an import path package.module:callable")
     try:
         function = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"grpo reward {name!r}: cannot import it ({exc}); rewards: {known}") from None
+        raise ConfigError(f"grpo reward {path!r}: cannot import it ({exc}); rewards: {known}") from None
     if not callable(function):
-        raise ConfigError(f"grpo reward {name!r} is not callable: {function!r}")
+        raise ConfigError(f"grpo reward {path!r} is not callable: {function!r}")
     return function
 
 
 def resolve_reward(name: str, judge: LLMClient | None = None) -> Callable[..., list]:
     """The reward callable a GRPO run names in params: a registered name
     (:data:`REWARD_FUNCTIONS`; :data:`JUDGE_REWARDS` over ``judge``, the client of the
-    ``judge`` role), or any reward callable by import path, ``package.module:name`` or
-    ``package.module.name`` (the rewards other methods add). ConfigError otherwise.
+    ``judge`` role), or, for a reward outside askflow, its import path
+    ``package.module:name`` (or ``package.module.name``). ConfigError otherwise.
 
     >>> resolve_reward("format") is format_reward
     True
-    >>> resolve_reward("pipelines.rewards.format:format_reward") is format_reward
-    True
+    >>> resolve_reward("pir_composite_rules").__name__
+    'pir_composite'
     >>> resolve_reward("clarify_llm")
     Traceback (most recent call last):
     ...
     pipelines.errors.ConfigError: grpo reward 'clarify_llm' needs the judge role: set llm.roles.judge to an openai backend
+    >>> resolve_reward("no_such_reward")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: grpo reward 'no_such_reward' is unknown; rewards: format, ..., or an import path package.module:callable
     """
     if name in REWARD_FUNCTIONS:
         return REWARD_FUNCTIONS[name]
@@ -134,7 +142,7 @@ def resolve_reward(name: str, judge: LLMClient | None = None) -> Callable[..., l
         if judge is None:
             raise ConfigError(f"grpo reward {name!r} needs the judge role: set llm.roles.judge to an openai backend")
         return JUDGE_REWARDS[name](judge)
-    return _import(name, name)
+    return _import(name)
 
 
 def build_clarify_reward(kind: str, client: LLMClient | None = None) -> ClarifyReward:
@@ -179,10 +187,17 @@ __all__ = [
     "asked_slots",
     "build_clarify_reward",
     "clarification_question",
+    "clarifier_goal",
+    "clarifier_goal_llm",
+    "clarify_llm",
+    "clarify_verifiable",
     "completion_text",
     "format_reward",
     "format_score",
+    "l2a",
+    "l2a_questions",
     "parse_score",
+    "pir_composite_rules",
     "render_conversation",
     "render_judge_prompt",
     "render_speakrl_prompt",

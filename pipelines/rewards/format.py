@@ -144,9 +144,10 @@ def clarification_question(text: str) -> str | None:
 
 
 def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """TRL reward function: :func:`format_score` of each completion (plain or
-    conversational) at its decision point: the ``ask_needed`` column when the dataset has
-    one, else a clarification point (eq. 8 as written).
+    """SpeakRL's format reward (eq. 8 with partial credit): :func:`format_score` of each completion.
+
+    Completions are plain or conversational, scored at their decision point: the
+    ``ask_needed`` column when the dataset has one, else a clarification point (eq. 8 as written).
 
     >>> act = '<think>ok</think><tool_call>{"name": "q", "arguments": {}}</tool_call>'
     >>> format_reward(["p", "p"], [act, act], ask_needed=[True, False])

@@ -18,6 +18,9 @@ other fields by their words. A grader that cannot score (a malformed or empty re
 LLM grader's unreadable reply) gives ``None`` for that sample, which TRL leaves out, and the
 reward counts it in ``failures`` by reason: never a silent 0, nor the reference's silent 1.
 
+The registry's rewards: ``l2a`` (the rules grader on the whole output) and ``l2a_questions``
+(:class:`QuestionGrader`: R_a on the output's questions only, as the held-out metrics score it).
+
 Dataset columns: ``decision_truth`` (``continue`` / ``stop``) and ``info_truth`` (a list of
 ``{field, value}``, as ``l2a_samples`` stores it; ``[field, value]`` pairs or a JSON string
 of either are read too).
@@ -43,6 +46,7 @@ CONTINUE, STOP = "continue", "stop"
 STOP_TOKEN = "<stop />"
 BETA = 2.0
 DECISION_TRUTH, INFO_TRUTH = "decision_truth", "info_truth"
+NO_QUESTION = "no_question"
 
 _STOP = re.compile(r"<stop\s*/>")
 _QUESTIONS = re.compile(r"\?+")
@@ -149,6 +153,43 @@ class RulesGrader:
         if any(asked & _DOMAIN_SLOTS[d] for d in domains) or any(_content_words(v) & said for _, v in info):
             return Grade(0.5, RELEVANT)
         return Grade(0.0, IRRELEVANT)
+
+
+# --- R_a on the output's questions only (the held-out metrics' grading and ``l2a_questions``)
+
+# A question: a run of text ending in question marks, after the previous sentence's end or a line break.
+_QUESTION_TEXT = re.compile(r"[^.!?\n]*\?+")
+
+
+def questions(text: str) -> list[str]:
+    """The questions of an output, in order.
+
+    >>> questions("I have 5 hotels. Which area would you like? Or a price range?")
+    ['Which area would you like?', 'Or a price range?']
+    >>> questions('<tool_call>{"arguments": {"area": "north"}}</tool_call>')
+    []
+    """
+    return [q.strip() for q in _QUESTION_TEXT.findall(text) if q.strip(" ?")]
+
+
+class QuestionGrader:
+    """``grader`` on the output's questions only; 0 (``no_question``) when it asks none.
+
+    >>> grader = QuestionGrader(RulesGrader())
+    >>> area = [("hotel-area", "north")]
+    >>> grader.grade("Which area would you like?", area).score, grader.grade("I found 3 hotels in the north area.", area)
+    (1.0, Grade(score=0.0, reason='no_question'))
+    """
+
+    def __init__(self, grader: Grader):
+        self.grader = grader
+        self.name = f"{grader.name}_questions"
+
+    def grade(self, question: str, info: Any, context: Any = None) -> Grade:
+        asked = questions(question)
+        if not asked:
+            return Grade(0.0, NO_QUESTION) if info else self.grader.grade(question, info, context)
+        return self.grader.grade(" ".join(asked), info, context)
 
 
 # --- The LLM grader (appendix G's grading prompt) ------------------------------------------------
@@ -320,3 +361,27 @@ class L2AReward:
         if log_metric is not None:
             log_metric(f"{self.__name__}/unscored", float(sum(unscored.values())))
         return [value for value, _ in scored]
+
+
+l2a = L2AReward(RulesGrader())
+l2a.__doc__ = """Learn-to-Ask's reward (eq. 5, beta 2) with the rules grader on the whole output; reads l2a_samples' targets.
+
+>>> l2a(["p"] * 2, ["Which area would you like?", "3 hotels are in the north area."],
+...     decision_truth=["continue"] * 2, info_truth=[[{"field": "hotel-area", "value": "north"}]] * 2)
+[4.0, 3.0]
+"""
+
+l2a_questions = L2AReward(QuestionGrader(RulesGrader()), name="l2a_questions")
+l2a_questions.__doc__ = """Learn-to-Ask's reward (eq. 5, beta 2) with R_a on the output's questions only (appendix G).
+
+``l2a`` grades the whole output, so an output that asks nothing but names a slot of I*_t (a
+tool call's arguments, "I found 3 hotels in the north area.") scores as a precise question:
+1 + beta. Here an output without a question gets R_a = 0, as the held-out metrics score it.
+
+>>> l2a_questions(["p"] * 2, ["Which area would you like?", "3 hotels are in the north area."],
+...               decision_truth=["continue"] * 2, info_truth=[[{"field": "hotel-area", "value": "north"}]] * 2)
+[4.0, 1.0]
+"""
+
+#: The registered rewards' examples, run by doctest (an instance's docstring is not collected).
+__test__ = {"l2a": l2a.__doc__, "l2a_questions": l2a_questions.__doc__}

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from pipelines.llm import Completion, CompletionRequest, Failure, LLMClient, SamplingParams
-from pipelines.rewards.clarify import Clarification, JudgeError, Verdict
+from pipelines.rewards.clarify import Clarification, ClarifyReward, JudgeError, Verdict
 from pipelines.rewards.prompts import render_conversation, render_judge_prompt
 
 logger = logging.getLogger(__name__)
@@ -145,3 +145,16 @@ def conversation_text(clarification: Clarification) -> str:
     if conversation is None:
         conversation = clarification.prompt
     return conversation if isinstance(conversation, str) else render_conversation(conversation)
+
+
+def clarify_llm(client: LLMClient) -> ClarifyReward:
+    """SpeakRL's clarification reward with Figure 6's LLM judge over ``client`` (the ``judge`` role).
+
+    >>> from types import SimpleNamespace
+    >>> class Judge:  # stands in for the LLM client: the rubric's "Score: 1" for every question
+    ...     def complete_many_sync(self, requests): return [SimpleNamespace(ok=True, text="Score: 1")] * len(requests)
+    >>> reward = clarify_llm(Judge())
+    >>> reward.__name__, reward(["User: a hotel"] * 2, ["<think>t</think><clarify>Which area?</clarify>", "<think>t</think>"])
+    ('clarify_llm', [1.0, 0.0])
+    """
+    return ClarifyReward(LLMJudge(client))

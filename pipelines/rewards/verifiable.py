@@ -63,7 +63,7 @@ from typing import Any, Mapping, Sequence
 from pipelines.errors import DataError
 from pipelines.multiwoz.ontology import AREAS, BOOK_SLOTS, DAYS, INFO_SLOTS, PRICERANGES, norm_value
 from pipelines.records import frozen_dict
-from pipelines.rewards.clarify import Clarification, Verdict
+from pipelines.rewards.clarify import Clarification, ClarifyReward, Verdict
 
 DISCRIMINATING_SLOTS = "discriminating_slots"
 CANDIDATE_VALUES = "candidate_values"
@@ -277,3 +277,16 @@ def _candidate_values(value: Any) -> dict[str, list[str]]:
         (name,) = _slots([slot], CANDIDATE_VALUES)
         candidates.setdefault(name, []).extend(str(v) for v in values if v is not None)
     return candidates
+
+
+clarify_verifiable = ClarifyReward(VerifiableJudge())
+clarify_verifiable.__doc__ = """SpeakRL's clarification reward: 1 for a question about a discriminating slot and no known slot, else 0.
+
+>>> think = "<think>Three hotels match; they differ in area.</think>"
+>>> clarify_verifiable(["p"] * 3, [think + "<clarify>Which area?</clarify>", think + "<clarify>Which hotel?</clarify>", think],
+...                    discriminating_slots=[["area"]] * 3, known_slots=[[]] * 3)
+[1.0, 0.0, 0.0]
+"""
+
+#: The registered reward's example, run by doctest (an instance's docstring is not collected).
+__test__ = {"clarify_verifiable": clarify_verifiable.__doc__}

@@ -263,8 +263,8 @@ class KTOObjective:
 @dataclass(frozen=True)
 class GRPOObjective:
     """GRPO with SpeakRL's rewards and their weights: registered names
-    (:data:`pipelines.rewards.REWARD_FUNCTIONS`; ``clarify_llm``, the Figure 6 LLM judge
-    through the ``judge`` role) or any reward callable by import path
+    (:data:`pipelines.rewards.REWARD_FUNCTIONS`; :data:`pipelines.rewards.JUDGE_REWARDS`
+    through the ``judge`` role) or, for a reward outside askflow, its import path
     (``package.module:name``; :func:`pipelines.rewards.resolve_reward`). Eq. 7 is format +
     clarification at weight 1 each. ``beta=0``: no
     KL term and no reference model (SpeakRL Table 3 used 0.04).

@@ -60,7 +60,7 @@ def judge_client(judge: Any) -> Any:
 
 def reward_functions(objective: GRPOObjective, judge: Any = None) -> tuple[list[Callable[..., list]], list[float]]:
     """The configured reward callables (:func:`pipelines.rewards.resolve_reward`: registered
-    names or import paths; LLM-judged rewards over the ``judge`` role's backend) and their
+    names, or import paths for rewards outside askflow; LLM-judged rewards over the ``judge`` role's backend) and their
     weights; ConfigError for a name that resolves to nothing."""
     functions, weights = [], []
     client = judge_client(judge)

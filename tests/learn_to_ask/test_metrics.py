@@ -127,7 +127,7 @@ def test_markdown_table_has_a_row_per_model_and_dashes_for_undefined():
 
 def test_content_is_graded_on_the_questions_only():
     from pipelines.learn_to_ask.metrics import QuestionGrader, questions
-    from pipelines.learn_to_ask.reward import l2a_questions
+    from pipelines.rewards.learn_to_ask import l2a_questions
 
     tool_call = '<tool_call>\n{"name": "query_restaurant", "arguments": {"area": "north"}}\n</tool_call>'
     statement = "There are 4 restaurants in the north area. Which food would you like?"

@@ -23,7 +23,7 @@ def test_grpo_section_errors_name_the_setting(params, tiny_model_dir, small_corp
     section["model"]["path"] = str(tiny_model_dir)
     section["env"]["source"] = str(small_corpus_dir)
     config, env = grpo_config(section)
-    assert config.resolved_objective().rewards == (("pipelines.pir.reward:pir_composite_rules", 1.0),)
+    assert config.resolved_objective().rewards == (("pir_composite_rules", 1.0),)
     assert env.rollout.ask_inside_reasoning and env.split == "train" and env.eval_split == "val"
     for change, message in (
         (lambda s: s.update(extra=1), "unknown key"),

@@ -10,7 +10,7 @@ import pytest
 from pipelines.llm import ClientConfig, LLMClient
 from pipelines.llm.testing import fake_server
 from pipelines.llm.testing.fake_server import FaultPlan
-from pipelines.pir.reward import LLMHelpfulness, PIRReward, RulesHelpfulness, efficiency, questions
+from pipelines.rewards.pir import LLMHelpfulness, PIRReward, RulesHelpfulness, efficiency, questions
 
 ASK_AREA = "<think>Several match.<asking>Which area would you like?</asking><response>North.</response>Done.</think>The Acorn."
 NO_ASK = "<think>Several match.</think>The Acorn."

@@ -60,7 +60,7 @@ def test_judge_prompt_is_figure_6_with_conversation_and_question():
 
 
 def test_registry():
-    assert set(REWARD_FUNCTIONS) == {"format", "clarify_verifiable", "l2a", "clarifier_goal"}
+    assert set(REWARD_FUNCTIONS) == {"format", "clarify_verifiable", "l2a", "l2a_questions", "clarifier_goal", "pir_composite_rules"}
     assert REWARD_FUNCTIONS["format"] is format_reward
     with pytest.raises(TypeError):
         REWARD_FUNCTIONS["extra"] = format_reward  # type: ignore[index]

@@ -291,7 +291,7 @@ def test_table1_layout_puts_the_floor_beside_each_pass_rate(mini_retail):
 
 
 def test_goal_aware_reward_scores_groups_against_the_goal_and_centres_them(mini_retail):
-    from pipelines.clarifier.reward import centred_advantages
+    from pipelines.rewards.clarifier import centred_advantages
     from pipelines.rewards import REWARD_FUNCTIONS, resolve_reward
     from pipelines.training.config import GRPOObjective
     from pipelines.training.data import reward_columns

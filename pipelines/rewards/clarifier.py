@@ -1,4 +1,5 @@
-"""The Clarifier paper's goal-aware GRPO reward (section 3.3).
+"""The Clarifier paper's goal-aware GRPO reward (section 3.3): ``clarifier_goal`` and
+``clarifier_goal_llm`` of the registry (:mod:`pipelines.rewards`).
 
 For a state x (the Clarifier prompt), TRL samples a group of k think-mode completions; from
 each only the final decision is kept (``NO NEED TO ASK`` or the question,
@@ -23,7 +24,7 @@ import json
 import logging
 from typing import Any, Callable, Sequence
 
-from pipelines.clarifier.judge import JudgeState
+from pipelines.clarifier.judge import JudgeState, LLMGoalJudge, RulesGoalJudge
 from pipelines.clarifier.prompts import parse_clarifier
 from pipelines.rewards.format import completion_text
 
@@ -54,7 +55,6 @@ def _groups(keys: Sequence[Any]) -> list[range]:
 class GoalAwareClarifierReward:
     """TRL reward ``f(prompts, completions, goal=, history=, ...) -> list[float | None]``.
 
-    >>> from pipelines.clarifier.judge import RulesGoalJudge
     >>> goal = json.dumps({"task_id": "retail/train/0", "user_id": "ann_lee_1", "instruction": "Cancel order #W1.",
     ...     "actions": [{"name": "cancel_pending_order", "kwargs": {"order_id": "#W1", "reason": "no longer needed"}}], "outputs": []})
     >>> reward = GoalAwareClarifierReward(RulesGoalJudge())
@@ -95,18 +95,30 @@ class GoalAwareClarifierReward:
         return rewards
 
 
-def _rules_reward() -> GoalAwareClarifierReward:
-    from pipelines.clarifier.judge import RulesGoalJudge
+clarifier_goal = GoalAwareClarifierReward(RulesGoalJudge())
+clarifier_goal.__doc__ = """Goal-aware Clarifier reward: each final decision's utility / 10, G* judged offline by the rules judge.
 
-    return GoalAwareClarifierReward(RulesGoalJudge())
-
-
-#: The registry's ``clarifier_goal``: G* judged offline by the rules judge.
-clarifier_goal = _rules_reward()
+>>> goal = json.dumps({"task_id": "retail/train/0", "user_id": "ann_lee_1", "instruction": "Cancel order #W1.",
+...     "actions": [{"name": "cancel_pending_order", "kwargs": {"order_id": "#W1", "reason": "no longer needed"}}], "outputs": []})
+>>> clarifier_goal(["x"] * 2, ["YES [QUESTION]Which order is it? Please give me the order id.[/QUESTION]", "NO NEED TO ASK"],
+...                goal=[goal] * 2, history=["User: I'd like to cancel an order."] * 2)
+[1.0, 0.3]
+"""
 
 
 def clarifier_goal_llm(client: Any) -> GoalAwareClarifierReward:
-    """The registry's ``clarifier_goal_llm``: the paper's GRPO judge prompt over ``client``."""
-    from pipelines.clarifier.judge import LLMGoalJudge
+    """Goal-aware Clarifier reward judged by the paper's GRPO judge prompt over ``client`` (the ``judge`` role).
 
+    >>> from types import SimpleNamespace
+    >>> class Judge:  # stands in for the LLM client: one reply per group, the paper's "Scores" line
+    ...     def complete_many_sync(self, requests): return [SimpleNamespace(text='"Scores": [8, 2]')] * len(requests)
+    >>> reward = clarifier_goal_llm(Judge())
+    >>> reward.__name__, reward(["x"] * 2, ["YES [QUESTION]Which order?[/QUESTION]", "NO NEED TO ASK"],
+    ...                         goal=['{"task_id": "t", "actions": []}'] * 2, history=["User: hi"] * 2)
+    ('clarifier_goal_llm', [0.8, 0.2])
+    """
     return GoalAwareClarifierReward(LLMGoalJudge(client), name="clarifier_goal_llm")
+
+
+#: The registered rewards' examples, run by doctest (an instance's docstring is not collected).
+__test__ = {"clarifier_goal": clarifier_goal.__doc__}

@@ -1,4 +1,5 @@
-"""US-GRPO's composite reward (PIR section 3.2.2) as a TRL reward callable.
+"""US-GRPO's composite reward (PIR section 3.2.2) as a TRL reward callable: the registry's
+``pir_composite_rules`` (:mod:`pipelines.rewards`), and its helpfulness judges.
 
 R = 0 when the final answer / task is wrong; S_base when it is right and nothing was asked;
 S_base + S_base · E(r) · H(r) when it is right and at least one question was asked, with
@@ -270,7 +271,15 @@ class LLMHelpfulness:
         return out
 
 
-#: The composite reward with the offline helpfulness judge, for a GRPO run to name by import
-#: path (``train.grpo.objective.rewards: {"pipelines.pir.reward:pir_composite_rules": 1.0}``);
-#: an LLM judge: ``PIRReward(LLMHelpfulness(client))``.
 pir_composite_rules = PIRReward(RulesHelpfulness())
+pir_composite_rules.__doc__ = """PIR's composite reward with the offline helpfulness judge (TRL logs it as ``pir_composite``).
+
+An LLM judge instead: ``PIRReward(LLMHelpfulness(client))``.
+
+>>> pir_composite_rules(["p"] * 3, ["North.", "<asking>Which area?</asking>", "<asking>Which area?</asking>"],
+...                     correct=[True, True, False], unstated_slots=[["area"]] * 3)
+[1.0, 2.0, 0.0]
+"""
+
+#: The registered reward's example, run by doctest (an instance's docstring is not collected).
+__test__ = {"pir_composite_rules": pir_composite_rules.__doc__}
