@@ -307,3 +307,19 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     table = results_markdown(tmp_path)
     assert "NVIDIA H100 80GB HBM3" in table and "8.5 min" in table and "123456.0 tokens/s" in table
     assert "| sft | 25.0 [17.0, 34.0] |" in table and "smoke" not in table
+
+
+def test_the_readme_figures_of_the_partial_h100_run_are_its_reports():
+    """The README's partial-run table quotes the committed reports/gpu files, not memory."""
+    folder = REPO / "reports" / "gpu" / "2026-11-26_nvidia-h100-80gb-hbm3_speakrl_partial"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    sft = json.loads((folder / "sft.json").read_text())
+    evaluation = json.loads((folder / "evaluate" / "evaluate.json").read_text())
+    assert f"{sft['throughput']['tokens_per_s']:,.0f} trained tokens/s, MFU {sft['throughput']['mfu']:.3f}" in readme
+    for name, label in (("zero_shot", "SmolLM2 zero-shot"), ("sft", "SmolLM2 SFT")):
+        result, speed = evaluation["models"][name], evaluation["speed"][name]
+        success = result["success"]
+        row = (f"| {label} | {100 * success['mean']:.1f} [{100 * success['ci95_low']:.1f}, {100 * success['ci95_high']:.1f}] | "
+               f"{result['turns']['mean']:.2f} | {100 * result['inform_rate']['mean']:.1f} |")
+        assert row in readme, row
+        assert f"| {speed['dialogues_per_s']:.2f} |" in readme
