@@ -103,16 +103,16 @@ def with_limit(value: Any, limit: int) -> Any:
 def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[str, Any]:
     """The generation limit of the profile's SFT data in the starting model's tokens: the
     longest training turn plus 25 %, so that no turn is cut (issue 26)."""
+    import pyarrow.parquet as pq
+
     from pipelines.training.config import ModelSpec
-    from pipelines.training.limits import generation_limit_from_parquet, longest_completion_tokens
+    from pipelines.training.limits import generation_limit, longest_completion_tokens
     from pipelines.training.modeling import load_tokenizer
 
     path = sections["sft"]["data"]["sources"][0]["path"]
     tokenizer = load_tokenizer(ModelSpec(path=str(model_dir)))
-    import pyarrow.parquet as pq
-
-    completions = pq.read_table(path, columns=["completion"]).column("completion").to_pylist()
-    return {"tokens": generation_limit_from_parquet(path, tokenizer), "longest": longest_completion_tokens(completions, tokenizer),
+    completions = pq.read_table(path, columns=["completion"]).column("completion").to_pylist()  # read once
+    return {"tokens": generation_limit(completions, tokenizer), "longest": longest_completion_tokens(completions, tokenizer),
             "source": path}
 
 
