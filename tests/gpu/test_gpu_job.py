@@ -159,9 +159,10 @@ def test_results_that_claim_another_commit_are_refused(project, tmp_path):
     (results / "manifest.json").write_text(json.dumps({
         "format": "askflow-gpu-results/1", "commit": commit, "code_tar_sha256": "0" * 64,
         "files": {"job.json": {"sha256": sha256_file(results / "job.json")}}}))
+    imported = sorted((project / "reports" / "gpu").glob("*"))
     refused = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), cwd=project)
     assert refused.returncode == 1 and "code_tar_sha256" in refused.stderr
-    assert not (project / "reports" / "gpu").exists()
+    assert sorted((project / "reports" / "gpu").glob("*")) == imported  # nothing imported
 
 
 @pytest.mark.parametrize("fault", ["corrupt", "missing", "short"])
