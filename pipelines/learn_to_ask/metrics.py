@@ -40,8 +40,8 @@ from statistics import fmean
 from typing import Any, Callable, Sequence
 
 from pipelines.rewards.learn_to_ask import (  # noqa: F401 (NO_QUESTION, QuestionGrader, questions: the metrics' names too)
-    BETA, CONTINUE, NO_QUESTION, STOP, STOP_TOKEN, Grade, Grader, QuestionGrader, RulesGrader, _items, _Malformed, decision,
-    format_score, questions,
+    BETA, CATCH_ALL_QUESTION, CONTINUE, NO_QUESTION, STOP, STOP_TOKEN, Grade, Grader, QuestionGrader, RulesGrader, _items, _Malformed,
+    decision, format_score, questions,
 )
 
 METRICS: tuple[str, ...] = ("WA", "WA-GH", "WC", "WS", "AA", "FC", "TR")
@@ -89,6 +89,30 @@ def score_output(text: str, truth: str, info: Any, grader: Grader, context: Any 
         score, reason = None, "malformed_reference"
     reward = None if score is None else 1.0 + beta * score + fmt
     return Scored(truth, chosen, 1.0, score, fmt, reward, reason)
+
+
+#: The reference rows every model row is read against (``l2a_eval`` scores them on the same samples).
+REFERENCES: dict[str, str] = {
+    "expert": "the logged expert turn a_t, `<stop />` where s*_t is STOP (the SFT target): its decisions are s*_t itself, "
+              "so its WC, WS and AA are an oracle's; its WA and WA-GH grade the expert's own questions",
+    "catch_all": "one fixed question listing every slot, asked on every sample (never stops): what a grader that rewards "
+                 "coverage alone scores as a precise question",
+}
+
+
+def reference_outputs(samples: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """The outputs of the reference rows (:data:`REFERENCES`) on ``samples`` (rows with
+    ``expert_reply`` and ``decision_truth``).
+
+    >>> refs = reference_outputs([{"expert_reply": "Which area?", "decision_truth": "continue"},
+    ...                           {"expert_reply": "Bye!", "decision_truth": "stop"}])
+    >>> refs["expert"], refs["catch_all"][0] == CATCH_ALL_QUESTION
+    (['Which area?', '<stop />'], True)
+    """
+    return {
+        "expert": [STOP_TOKEN if s["decision_truth"] == STOP else s["expert_reply"] for s in samples],
+        "catch_all": [CATCH_ALL_QUESTION for _ in samples],
+    }
 
 
 def _mean(values: Sequence[float]) -> float | None:

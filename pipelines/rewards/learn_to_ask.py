@@ -11,6 +11,9 @@ For a policy output (a_t, s_t) at a sample with target (I*_t, s*_t)::
 is 1 for exactly one question, 0.5 for two, 0 for none or more (a run of question marks is
 one). ``content`` (R_a, eq. 3) comes from a grader, in {0, 0.5, 1}: the question targets an
 item of I*_t precisely (1), is relevant to it but not precise (0.5), or is irrelevant (0).
+Precise means coverage and precision: the rules grader gives a question that hits I*_t but
+also asks about slots outside it 0.5 (at most as many outside as inside) or 0 (more), so one
+fixed question listing every slot (:data:`CATCH_ALL_QUESTION`) no longer earns the maximum.
 
 :class:`RulesGrader` verifies the question against I*_t (the ``grader`` role's ``rules``
 backend): MultiWOZ slot fields through the slot cues of :mod:`pipelines.rewards.verifiable`,
@@ -95,9 +98,25 @@ class Grader(Protocol):
 # --- The rules grader --------------------------------------------------------------------------
 
 PRECISE, RELEVANT, IRRELEVANT, EMPTY_REFERENCE = "targets_item", "relevant_not_precise", "irrelevant", "empty_reference"
+#: Reasons of a question that hits an item of I*_t but also asks about slots outside it:
+#: at most half of what it asks is beyond I*_t (0.5), or more than half is (0).
+BEYOND_TARGET, MOSTLY_BEYOND_TARGET = "beyond_target", "mostly_beyond_target"
 _DOMAIN_SLOTS: Mapping[str, frozenset[str]] = {
     domain: frozenset(INFO_SLOTS.get(domain, ())) | frozenset(BOOK_SLOTS.get(domain, ())) for domain in INFO_SLOTS
 }
+
+#: One fixed question that names every slot's cue words, asked whatever the context: the
+#: reference row ``catch_all`` of ``l2a_eval``, and what a grader that rewards coverage alone
+#: scores as a precise question nearly every time.
+CATCH_ALL_QUESTION = (
+    "Could you tell me the area, price range, type of food, name, type, star rating, parking, internet, "
+    "number of people, day, time, number of nights, departure station, destination, leave time and arrival time?"
+)
+
+
+#: Slots a question offers as alternatives of one answer ("when do you want to leave or arrive
+#: by?"): asking about the other one of a target's alternatives is not beyond I*_t.
+_ALTERNATIVES: Mapping[str, str] = {"leaveAt": "travel_time", "arriveBy": "travel_time"}
 
 
 def _content_words(text: str) -> set[str]:
@@ -113,21 +132,54 @@ def _slot(field: str) -> tuple[str | None, str | None]:
         return None, None
 
 
+def precision_grade(hits: int, beyond: int) -> Grade:
+    """The grade of a question that asks about ``hits`` items of I*_t and ``beyond`` slots
+    outside it: precision hits / (hits + beyond) of 1 scores 1, of at least 1/2 scores 0.5,
+    below that 0 (a question that lists every slot hits I*_t nearly always, at a precision
+    near 0).
+
+    >>> precision_grade(1, 0), precision_grade(1, 1).score, precision_grade(2, 13).score
+    (Grade(score=1.0, reason='targets_item'), 0.5, 0.0)
+    """
+    if hits < 1:
+        raise ValueError(f"precision_grade: expected at least one hit, got {hits}")
+    if beyond == 0:
+        return Grade(1.0, PRECISE)
+    if hits >= beyond:
+        return Grade(0.5, BEYOND_TARGET)
+    return Grade(0.0, MOSTLY_BEYOND_TARGET)
+
+
 class RulesGrader:
-    """Content against I*_t, verifiable (module docstring):
+    """Content against I*_t, verifiable (module docstring), coverage and precision:
 
     ======  ================================================================================
     1       it asks about an item's slot (MultiWOZ fields: the slot's cue words or a choice of
-            its values) or names a free-form item's field
-    0.5     it asks about another slot of an item's domain, or names an item's value
-    0       anything else
+            its values) or names a free-form item's field, and about no slot outside I*_t
+    0.5     it hits an item but asks about as many slots outside I*_t as inside, or at most
+            that many (``beyond_target``); or it hits none but asks about another slot of an
+            item's domain, or names an item's value
+    0       anything else, including a question that hits an item while most of what it asks
+            is outside I*_t (``mostly_beyond_target``: a catch-all list of slots)
     ======  ================================================================================
+
+    The slots a question asks about are read by the MultiWOZ slot cues
+    (:func:`pipelines.rewards.verifiable.asked_slots`); a free-form field (a chat log's
+    "fever") counts as a hit when the question names it, and free-form fields outside I*_t
+    are not seen, so precision is over MultiWOZ slots only. A departure and an arrival time
+    are alternatives: "leave or arrive by?" is not beyond a target that holds either.
 
     >>> grader = RulesGrader()
     >>> grader.grade("What area would you like?", [("restaurant-area", "north")]).score
     1.0
+    >>> grader.grade("What area and price range would you like?", [("restaurant-area", "north")])
+    Grade(score=0.5, reason='beyond_target')
+    >>> grader.grade(CATCH_ALL_QUESTION, [("restaurant-area", "north"), ("restaurant-food", "thai")])
+    Grade(score=0.0, reason='mostly_beyond_target')
     >>> grader.grade("How many people?", [("restaurant-area", "north")]).score
     0.5
+    >>> grader.grade("When do you want to leave or arrive by?", [("train-arriveBy", "12:00")]).score
+    1.0
     >>> grader.grade("Do you have a fever?", [("fever", "absent")]).score
     1.0
     """
@@ -139,7 +191,7 @@ class RulesGrader:
             return Grade(None, EMPTY_REFERENCE)
         asked = asked_slots(question)
         said = _content_words(question)
-        slots, domains = set(), set()
+        slots, domains, free_hits = set(), set(), 0
         for field, value in info:
             domain, slot = _slot(field)
             if slot is not None:
@@ -147,10 +199,15 @@ class RulesGrader:
                 if domain is not None:
                     domains.add(domain)
             elif _content_words(field) & said:
-                return Grade(1.0, PRECISE)
-        if asked & slots:
-            return Grade(1.0, PRECISE)
-        if any(asked & _DOMAIN_SLOTS[d] for d in domains) or any(_content_words(v) & said for _, v in info):
+                free_hits += 1
+        hits = len(asked & slots) + free_hits
+        if hits:
+            covered = {_ALTERNATIVES.get(s, s) for s in slots}
+            return precision_grade(hits, sum(_ALTERNATIVES.get(s, s) not in covered for s in asked))
+        related = {s for s in asked if any(s in _DOMAIN_SLOTS[d] for d in domains)}
+        if related and len(related) >= len(asked - related):
+            return Grade(0.5, RELEVANT)
+        if not asked and any(_content_words(v) & said for _, v in info):
             return Grade(0.5, RELEVANT)
         return Grade(0.0, IRRELEVANT)
 

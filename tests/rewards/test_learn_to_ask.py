@@ -31,8 +31,9 @@ def test_a_wrong_decision_scores_zero_whatever_the_question(completion, truth):
 
 @pytest.mark.parametrize("completion, info, expected", [
     ("Which area would you like?", AREA, 1 + 2 * 1.0 + 1.0),            # precise, one question
-    ("Which area would you like? And how many people?", AREA, 1 + 2 * 1.0 + 0.5),  # two questions
-    ("Which area? Price? Day?", AREA, 1 + 2 * 1.0 + 0.0),               # shotgun: no format credit
+    ("Which area would you like? And how many people?", AREA, 1 + 2 * 0.5 + 0.5),  # two questions, one beyond I*_t
+    ("Which area? Price? Day?", AREA, 1 + 2 * 0.0 + 0.0),               # shotgun: mostly beyond I*_t, no format credit
+    ("Which area and price range?", AREA + [{"field": "restaurant-pricerange", "value": "cheap"}], 1 + 2 * 1.0 + 1.0),  # both in I*_t
     ("How many people will be dining?", AREA, 1 + 2 * 0.5 + 1.0),       # same domain, another slot
     ("Is north good for you?", AREA, 1 + 2 * 0.5 + 1.0),                # names the value, not the slot
     ("How many nights will you stay?", [{"field": "train-day", "value": "monday"}], 1 + 0 + 1.0),  # irrelevant
@@ -42,6 +43,15 @@ def test_a_wrong_decision_scores_zero_whatever_the_question(completion, truth):
 ])
 def test_right_continue_is_one_plus_beta_content_plus_format(completion, info, expected):
     assert score(completion, "continue", info) == pytest.approx(expected)
+
+
+def test_a_catch_all_question_hits_but_is_not_precise():
+    from pipelines.rewards.learn_to_ask import CATCH_ALL_QUESTION
+
+    # Under coverage alone it scored 1 + 2 + 1, the maximum; precision makes it the worst ask.
+    assert score(CATCH_ALL_QUESTION, "continue", AREA) == 1 + 2 * 0.0 + 1.0
+    many = [{"field": f"hotel-{slot}", "value": "x"} for slot in ("area", "pricerange", "type", "stars", "parking", "internet", "name", "day")]
+    assert score(CATCH_ALL_QUESTION, "continue", many) == 1 + 2 * 0.5 + 1.0  # 8 of its 15 slots in I*_t
 
 
 def test_right_stop_earns_the_format_bonus_only_for_the_exact_token():
