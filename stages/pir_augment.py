@@ -10,7 +10,8 @@ params.yaml ``pir``:
   (traces per forward pass); ``threads``: torch CPU threads;
 * ``top_k_percent`` and ``scope`` (``trace``: k % of each trace's steps, at least one;
   ``corpus``: k % of all steps, ranked together);
-* ``inserter``: ``{backend: rules}`` (embedded traces only) or ``{backend: openai, ...}``
+* ``inserter``: ``{backend: rules}`` (embedded traces only: a question written from each
+  selected step, answered from the simulated user's goal; never the ground truth) or ``{backend: openai, ...}``
   with the paper's insertion prompt; ``cache_dir`` and ``max_llm_failure_rate`` for it;
 * ``output`` (directory of ``pir_traces.parquet``) and ``metrics`` (JSON).
 
@@ -94,7 +95,7 @@ def load_traces(params: dict) -> list[Trace]:
 def make_inserter(params: dict, accounting: Accounting) -> RulesInserter | LLMInserter:
     backend = BackendConfig.from_dict("pir_inserter", params.get("inserter") or {"backend": "rules"}, "pir.inserter")
     if backend.kind == "rules":
-        return RulesInserter()
+        return RulesInserter(int(params.get("seed", 0)))
     client = LLMClient(backend.client, cache=ResponseCache(params.get("cache_dir") or "data/cache/llm"), accounting=accounting)
     return LLMInserter(client, backend.sampling, int(params.get("seed", 0)))
 
@@ -127,7 +128,7 @@ def run(params: dict) -> dict:
     inserter = make_inserter(params, accounting)  # a bad inserter section fails before the model loads
     started = time.perf_counter()
     traces = load_traces(params)
-    if isinstance(inserter, RulesInserter) and any(t.assumption_steps is None for t in traces):
+    if isinstance(inserter, RulesInserter) and any(t.user_goal is None for t in traces):
         raise ConfigError("params.yaml pir.inserter: the rules inserter needs the embedded traces (traces: null); "
                           "traces from a file need an openai inserter")
     import torch
@@ -147,12 +148,13 @@ def run(params: dict) -> dict:
     write_timings("pir_augment", {"load_s": round(loaded - started, 2), "augment_s": round(scored - loaded, 2),
                                   "wall_s": round(done - started, 2), "traces_per_s": round(len(traces) / (scored - loaded), 2),
                                   "tokens_per_s": round(tokens / (scored - loaded), 1)})
-    fid = metrics.get("fidelity", {}).get("by_scope", {}).get(config.scope)
+    fid = metrics.get("fidelity", {}).get("headline")
     print(
         f"pir_augment: {metrics['traces']} traces, {metrics['steps']} steps, {metrics['selected_steps']} selected "
         f"(top {config.k_percent:g} %, {config.scope}), {metrics['insertions']} pairs inserted -> {output}"
-        + (f"; fidelity precision {fid['entropy']['precision']} vs random {fid['random']['precision']}, "
-           f"recall {fid['entropy']['recall']} vs {fid['random']['recall']}" if fid else "")
+        + (f"; fidelity precision {fid['precision']['value']} vs random {fid['random_precision']['value']} "
+           f"(difference 95 % interval [{fid['precision_minus_random']['ci95_low']}, {fid['precision_minus_random']['ci95_high']}]), "
+           f"recall {fid['recall']['value']} vs {fid['random_recall']['value']}" if fid else "")
         + f" [load {loaded - started:.1f}s, score+insert {scored - loaded:.1f}s]"
     )
     return metrics

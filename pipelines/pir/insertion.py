@@ -4,9 +4,10 @@ of the step's text, which lands in the wrong place when a step's text occurs twi
 
 The question and the simulated user's answer come from an :class:`Inserter`:
 
-* :class:`RulesInserter` (offline): the question about the constraint the step assumed and
-  the goal's answer (:attr:`pipelines.pir.traces.Trace.asks`). A selected step that assumed
-  nothing gets no pair, and is counted, rather than a question the goal cannot ground;
+* :class:`RulesInserter` (offline): a pair after every selected step, the question written
+  from the step's own text (the slot it commits to, else a generic question about it) and
+  answered by the simulated user from its goal. It never reads the trace's ground-truth
+  assumption steps: a misplaced pick keeps its (misplaced) question, as the method makes it;
 * :class:`LLMInserter`: an instruction-following LLM with the paper's insertion prompt
   (appendix A.5, Table 7): history, the reasoning so far and the final answer in, one
   ``Assistant: … / User: …`` round out.
@@ -14,15 +15,16 @@ The question and the simulated user's answer come from an :class:`Inserter`:
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
-from pipelines.pir.traces import Trace, split_steps
+from pipelines.pir.traces import Trace, committed_value, split_steps
+from pipelines.speaker import phrasing
 
 ASK_OPEN, ASK_CLOSE = "<asking>", "</asking>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
-NO_GROUNDED_QUESTION = "no_grounded_question"
 LLM_FAILURE = "llm_failure"
 UNPARSABLE = "unparsable"
 
@@ -78,24 +80,126 @@ class Inserter(Protocol):
 
 
 class RulesInserter:
-    """Questions grounded in the goal: only an assumption step has one (module docstring)."""
+    """The offline inserter: a pair after EVERY selected step, whatever the trace's
+    ground-truth annotations say (it never reads :attr:`Trace.assumption_steps`; a wrong
+    pick gets its question as the method would write it).
+
+    The question comes from the step's own text and the input the agent saw: the value the
+    step commits to (:func:`pipelines.pir.traces.committed_value`), else an option of the
+    input's listed values, else a slot the step names, gives a question about that slot
+    (offering the input's values); a step about none of these gets a generic question about
+    its content. The simulated user answers from its goal (:attr:`Trace.user_goal`): the
+    goal's value of the slot asked, no preference for a slot its goal does not constrain, and
+    for a generic question a confirmation of the goal values the step mentions, else that it
+    does not know."""
 
     name = "rules"
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
 
     def insertions(self, traces: Sequence[Trace], selected: Sequence[Sequence[int]]) -> list[list[Insertion | Skipped]]:
         out: list[list[Insertion | Skipped]] = []
         for trace, steps in zip(traces, selected):
-            if trace.assumption_steps is None:
+            if trace.user_goal is None:
                 raise ValueError(
                     f"trace {trace.trace_id!r} ({trace.source}): the rules inserter needs askflow's embedded traces, "
-                    "which know each step's assumption; use an LLM inserter for traces from a file"
+                    "whose simulated user has a goal; use an LLM inserter for traces from a file"
                 )
+            spans = split_steps(trace.reasoning)
             row: list[Insertion | Skipped] = []
             for step in sorted(steps):
-                ask = trace.asks.get(step)
-                row.append(Insertion(step, ask.question, ask.answer) if ask else Skipped(step, NO_GROUNDED_QUESTION))
+                if not 0 <= step < len(spans):
+                    raise ValueError(f"trace {trace.trace_id!r}: step {step} out of range (the reasoning has {len(spans)} steps)")
+                rng = random.Random(f"{self.seed}:{trace.trace_id}:{step}")
+                text = trace.reasoning[slice(*spans[step])]
+                question, answer = rules_pair(rng, trace.input, trace.domain or "", text, trace.user_goal)
+                row.append(Insertion(step, question, answer))
             out.append(row)
         return out
+
+
+_LISTED = re.compile(r"Values of the matches:\s*(?P<body>.*?)\.?\s*$", re.MULTILINE)
+_EARLIER = re.compile(r"Earlier in the conversation:\s*(?P<a>.+?) and (?P<b>.+?)\.\s*$", re.MULTILINE)
+_SLOT_OF_WORD = {word: slot for slot, word in phrasing.SLOT_WORDS.items()}
+_TIME_SLOTS = ("leaveAt", "arriveBy")
+
+
+def listed_options(text: str) -> dict[str, list[str]]:
+    """The slots and values an input lists for the matches (``Values of the matches: area:
+    centre, north; price range: cheap ...``), by slot name.
+
+    >>> listed_options("Database (hotel): 9 matches. Values of the matches: area: centre, north; price range: cheap, expensive ....")
+    {'area': ['centre', 'north'], 'pricerange': ['cheap', 'expensive']}
+    """
+    match = _LISTED.search(text)
+    options: dict[str, list[str]] = {}
+    for part in (match["body"].split("; ") if match else []):
+        word, _, values = part.partition(": ")
+        slot = _SLOT_OF_WORD.get(word.strip())
+        if slot and values:
+            options[slot] = [v.strip() for v in values.replace("...", "").split(",") if v.strip()]
+    return options
+
+
+def _mentions(text: str, phrase: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def step_slot(step: str, input_text: str) -> str | None:
+    """The slot a step is about, from its text and the input alone: the value it commits to,
+    else an option of the input's listed values it mentions, else a listed slot it names.
+
+    >>> listed = "Values of the matches: area: centre, north; price range: cheap, moderate."
+    >>> [step_slot(s, listed) for s in ("I'll go with the north of town.", "A cheap one, then.", "They differ in price range.", "I'll suggest amber inn.")]
+    ['area', 'pricerange', 'pricerange', None]
+    """
+    committed = committed_value(step)
+    if committed:
+        return committed[0]
+    options = listed_options(input_text)
+    for slot, values in options.items():
+        if any(_mentions(step, v) for v in values):
+            return slot
+    for slot in options:
+        if _mentions(step, phrasing.SLOT_WORDS.get(slot, slot)):
+            return slot
+    return None
+
+
+def rules_pair(rng: random.Random, input_text: str, domain: str, step: str, goal: Mapping[str, str]) -> tuple[str, str]:
+    """The rules inserter's question after ``step`` and the simulated user's answer from
+    ``goal`` (:class:`RulesInserter`).
+
+    >>> listed = "Database (hotel): 5 matches. Values of the matches: area: centre, north."
+    >>> rules_pair(random.Random(0), listed, "hotel", "I will look in the centre.", {"area": "north"})[1]
+    'The north, please.'
+    >>> rules_pair(random.Random(0), listed, "hotel", "I will look in the centre.", {"parking": "yes"})[1]
+    "I don't mind about the area."
+    >>> print(*rules_pair(random.Random(0), listed, "hotel", "I'll suggest amber inn.", {"area": "north"}), sep="\\n")
+    I was going to say: "I'll suggest amber inn." Is there anything I should know about that?
+    I don't know, I have no preference about that.
+    """
+    slot = step_slot(step, input_text)
+    if slot == "departure" or (slot is None and domain == "taxi" and committed_value(step)):
+        places = _EARLIER.search(input_text)
+        a, b = (places["a"], places["b"]) if places else ("the first place", "the second")
+        question = phrasing.pick(rng, (f"Should the taxi go from {a} to {b}, or from {b} to {a}?",
+                                       "Where should the taxi pick you up, and where are you going?"))
+        if "departure" in goal and "destination" in goal:
+            return question, phrasing.taxi_answer(rng, goal["departure"], goal["destination"])
+        return question, phrasing.no_preference(rng, "departure")
+    if slot is not None:
+        question = phrasing.question(rng, domain, slot, listed_options(input_text).get(slot, ()))
+        wanted = [s for s in (_TIME_SLOTS if slot in _TIME_SLOTS else (slot,)) if s in goal]
+        if wanted:
+            return question, phrasing.answer(rng, domain, {s: goal[s] for s in wanted})
+        return question, phrasing.no_preference(rng, slot)
+    question = f'I was going to say: "{step}" Is there anything I should know about that?'
+    said = [value for value in goal.values() if _mentions(step, value)]
+    if said:
+        return question, phrasing.capitalise(f"yes, {phrasing.join(said)}.")
+    return question, "I don't know, I have no preference about that."
 
 
 # The paper's insertion prompt (appendix A.5, Table 7), verbatim apart from the layout.

@@ -5,8 +5,9 @@ A :class:`Trace` is one reasoning trace. Traces read from a file (:func:`traces_
 carry only the three PIR fields; the embedded ones (:func:`build_traces`) are written by the
 ``rules`` teacher at the underspecified decision points of MultiWOZ seed dialogues
 (:mod:`pipelines.speaker.ambiguity`), and askflow knows which of their steps silently assume
-a constraint the user never stated (``assumption_steps``) and what the user would answer
-if asked (``asks``): the ground truth of the fidelity check and of the rules inserter.
+a constraint the user never stated (``assumption_steps``): the ground truth of the fidelity
+check, and of nothing else (the inserter never reads it). They also carry the user's goal for
+their domain (``user_goal``), what the simulated user answers a question from.
 
 A rules trace's steps are grounded in what the user said, in the database result shown in
 the input, and, at an assumption step, in the hidden goal: the agent "assumes" the goal's
@@ -18,14 +19,14 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import Database
 from pipelines.errors import DataError
 from pipelines.records import Dialogue, frozen_dict
 from pipelines.speaker import phrasing
-from pipelines.speaker.ambiguity import REFERENTIAL, TAXI, UNDERSPECIFICATION, AmbiguityPoint, find_ambiguity_points
+from pipelines.speaker.ambiguity import REFERENTIAL, TAXI, UNDERSPECIFICATION, AmbiguityPoint, constraints, find_ambiguity_points
 
 PIR_FIELDS: tuple[str, ...] = ("input", "reasoning_content", "content")
 # A paragraph break: a blank line, possibly holding spaces.
@@ -33,19 +34,11 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 
 
 @dataclass(frozen=True)
-class Ask:
-    """What the rules inserter asks after a step, and the simulated user's answer."""
-
-    slot: str
-    question: str
-    answer: str
-
-
-@dataclass(frozen=True)
 class Trace:
     """One reasoning trace. ``assumption_steps`` (indices into :func:`split_steps` of
-    ``reasoning``) is None when nobody knows them (file traces); ``asks`` maps such a step to
-    its grounded question and answer."""
+    ``reasoning``) is None when nobody knows them (file traces); only the fidelity check reads
+    them. ``user_goal``: the simulated user's constraints for ``domain`` (slot -> value), None
+    for file traces."""
 
     trace_id: str
     input: str
@@ -56,10 +49,12 @@ class Trace:
     split: str | None = None
     kind: str | None = None  # the decision point's ambiguity type, for embedded traces
     assumption_steps: tuple[int, ...] | None = None
-    asks: Mapping[int, Ask] = field(default_factory=frozen_dict)
+    domain: str | None = None
+    user_goal: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "asks", frozen_dict(self.asks))
+        if self.user_goal is not None:
+            object.__setattr__(self, "user_goal", frozen_dict(self.user_goal))
 
     @property
     def steps(self) -> list[tuple[int, int]]:
@@ -173,6 +168,37 @@ _TAXI_ASSUME = ("They will go from {dep} to {dest}.", "The ride is from {dep} to
 _TAXI_BOOK = ("I will book a taxi from {dep} to {dest}, {when}.", "So the booking is {dep} to {dest}, {when}.")
 
 
+def committed_value(step: str) -> tuple[str, str] | None:
+    """The (slot, value) a step of the rules teacher's commits to, read from its text alone
+    (its phrasings of "I'll go with this value"; a taxi step naming a ride from one place to
+    another commits to its pickup, ``departure``); None for a step that commits to nothing.
+
+    >>> committed_value("I will look in the north."), committed_value("I'll suggest amber inn.")
+    (('area', 'north'), None)
+    >>> committed_value("So the booking is ivy house to ali's, arriving by 13:00.")
+    ('departure', 'ivy house')
+    """
+    text = step.strip()
+    for slot, pattern in _COMMITMENTS:
+        match = pattern.match(text)
+        if match:
+            return slot, match["value"].strip()
+    return None
+
+
+def _commitment_pattern(template: str) -> re.Pattern[str]:
+    marks = {"value": "\x00V\x00", "dep": "\x00V\x00", "dest": "\x00D\x00", "when": "\x00W\x00"}
+    text = re.escape(template.format(**marks))
+    text = text.replace(re.escape(marks["value"]), "(?P<value>.+?)", 1).replace(re.escape(marks["dest"]), ".+?")
+    return re.compile(f"^{text.replace(re.escape(marks['when']), '.+?')}$", re.IGNORECASE)
+
+
+_COMMITMENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    *((slot, _commitment_pattern(t)) for slot, templates in _ASSUME.items() for t in templates),
+    *(("departure", _commitment_pattern(t)) for t in (*_TAXI_ASSUME, *_TAXI_BOOK)),
+)
+
+
 def build_traces(dialogues: Sequence[Dialogue], database: Database, seed: int, max_traces: int | None = None) -> list[Trace]:
     """One trace per underspecified search point and per ambiguous taxi request of the
     train and val dialogues (never test), in dialogue order, at most ``max_traces``."""
@@ -218,7 +244,6 @@ def _search_trace(rng: random.Random, dialogue: Dialogue, point: AmbiguityPoint,
     if rng.random() < 0.7:
         steps.append(phrasing.pick(rng, _DIFFER).format(what=phrasing.join([phrasing.SLOT_WORDS.get(s, s) for s in differing])))
     assumption_steps: list[int] = []
-    asks: dict[int, Ask] = {}
     assumed = dict(known)
     for slot in point.slots:
         value = point.goal_values[slot]
@@ -226,7 +251,6 @@ def _search_trace(rng: random.Random, dialogue: Dialogue, point: AmbiguityPoint,
         if templates is None:
             return None
         assumption_steps.append(len(steps))
-        asks[len(steps)] = Ask(slot, phrasing.question(rng, domain, slot, point.candidates[slot]), phrasing.answer(rng, domain, {slot: value}))
         steps.append(phrasing.pick(rng, templates).format(value=value))
         assumed[slot] = value
     remaining = database.search(domain, assumed)
@@ -240,7 +264,7 @@ def _search_trace(rng: random.Random, dialogue: Dialogue, point: AmbiguityPoint,
     return Trace(
         trace_id=f"{dialogue.dialogue_id}:{domain}:{point.action}", input=context, reasoning=_join_steps(steps), content=content,
         source="embedded", dialogue_id=dialogue.dialogue_id, split=dialogue.split, kind=point.type,
-        assumption_steps=tuple(assumption_steps), asks=asks,
+        assumption_steps=tuple(assumption_steps), domain=domain, user_goal=_user_goal(dialogue, domain, point),
     )
 
 
@@ -260,10 +284,16 @@ def _taxi_trace(rng: random.Random, dialogue: Dialogue, point: AmbiguityPoint) -
         phrasing.pick(rng, _TAXI_ASSUME).format(dep=dep, dest=dest),
         phrasing.pick(rng, _TAXI_BOOK).format(dep=dep, dest=dest, when=when),
     ]
-    question = phrasing.pick(rng, (f"Should the taxi go from {a} to {b}, or from {b} to {a}?", "Where should the taxi pick you up, and where are you going?"))
     content = f"I have booked a taxi from {dep} to {dest}, {when}."
     return Trace(
         trace_id=f"{dialogue.dialogue_id}:taxi:{point.action}", input=context, reasoning=_join_steps(steps), content=content,
         source="embedded", dialogue_id=dialogue.dialogue_id, split=dialogue.split, kind=point.type,
-        assumption_steps=(2,), asks={2: Ask("departure", question, phrasing.taxi_answer(rng, dep, dest))},
+        assumption_steps=(2,), domain="taxi", user_goal=_user_goal(dialogue, "taxi", point),
     )
+
+
+def _user_goal(dialogue: Dialogue, domain: str, point: AmbiguityPoint) -> dict[str, str]:
+    """What the simulated user wants in ``domain``: the goal's constraints (don't-cares
+    dropped), with the values the ambiguity point resolves to."""
+    goal = dialogue.goal.get(domain)
+    return {**(constraints(goal.info) if goal else {}), **point.goal_values}

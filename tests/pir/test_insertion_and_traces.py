@@ -9,10 +9,8 @@ import pytest
 
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError, DataError
-from pipelines.pir.insertion import (
-    NO_GROUNDED_QUESTION, Insertion, RulesInserter, Skipped, insert_pairs, insertion_messages, parse_round,
-)
-from pipelines.pir.traces import Ask, Trace, build_traces, split_steps, traces_from_records
+from pipelines.pir.insertion import Insertion, RulesInserter, insert_pairs, insertion_messages, parse_round
+from pipelines.pir.traces import Trace, build_traces, committed_value, split_steps, traces_from_records
 from stages.pir_augment import read_trace_file
 
 
@@ -42,11 +40,48 @@ def test_insertion_offsets_follow_irregular_breaks():
         insert_pairs(reasoning, [Insertion(1, "Q?", "A."), Insertion(1, "Q?", "B.")])
 
 
-def test_rules_inserter_asks_only_about_assumed_constraints():
-    trace = Trace("t", "in", "s0\n\ns1\n\ns2", "out", "embedded", assumption_steps=(1,), asks={1: Ask("area", "Which area?", "The north.")})
-    assert RulesInserter().insertions([trace], [(1, 2)]) == [[Insertion(1, "Which area?", "The north."), Skipped(2, NO_GROUNDED_QUESTION)]]
+_INPUT = "User: Can you find me a place to stay with free parking?\nDatabase (hotel): 25 matches. Values of the matches: area: centre, east, north."
+_REASONING = ("So the user wants a place to stay with free parking.\n\nThe matches differ in area.\n\nI will look in the north.\n\n"
+              "With that, 6 places to stay remain, amber inn among them.\n\nI'll suggest amber inn.")
+
+
+def _trace(assumption_steps):
+    return Trace("t", _INPUT, _REASONING, "Amber inn.", "embedded", assumption_steps=assumption_steps, domain="hotel",
+                 user_goal={"parking": "yes", "area": "east"})
+
+
+def test_the_rules_inserter_does_not_read_the_ground_truth():
+    # The trace says its assumption step is 0 (the restatement); entropy picked step 2 (the
+    # commitment to the north) and step 4: the questions go there, whatever the annotation.
+    inserted = RulesInserter().insertions([_trace((0,))], [(2, 4)])[0]
+    assert [i.step for i in inserted] == [2, 4] and all(isinstance(i, Insertion) for i in inserted)
+    area, generic = inserted
+    assert "area" in area.question.lower() or "part of town" in area.question.lower() or "where" in area.question.lower()
+    assert "east" in area.answer.lower()  # the user answers from its goal, not from the step
+    assert "amber inn" in generic.question and "no preference" in generic.answer  # misplaced: kept, as the method writes it
+    # The same picks with the annotation anywhere else, or absent, give the same pairs.
+    for truth in ((2,), (4,), (1, 3), None):
+        assert RulesInserter().insertions([_trace(truth)], [(2, 4)]) == [inserted]
+    augmented = insert_pairs(_REASONING, inserted)
+    assert f"I will look in the north.\n\n<asking>{area.question}</asking>" in augmented
+    assert f"I'll suggest amber inn.\n\n<asking>{generic.question}</asking>" in augmented
+
+
+def test_the_rules_inserter_answers_from_the_users_goal():
+    trace = _trace((2,))
+    (stated, differ, committed, _, _), = RulesInserter().insertions([trace], [range(5)])
+    assert stated.answer == "I don't know, I have no preference about that."  # its goal's values are not in the step's words
+    assert "east" in differ.answer.lower() and "east" in committed.answer.lower()
+    named = Trace("t", _INPUT, _REASONING, "x", "embedded", domain="hotel", user_goal={"name": "amber inn"})
+    (remain,), = RulesInserter().insertions([named], [(3,)])
+    assert remain.question.startswith("I was going to say") and remain.answer == "Yes, amber inn."
+    no_area = Trace("t", _INPUT, _REASONING, "x", "embedded", domain="hotel", user_goal={"parking": "yes"})
+    (committed,), = RulesInserter().insertions([no_area], [(2,)])
+    assert "east" not in committed.answer and "north" not in committed.answer  # no value in its goal: no preference
     with pytest.raises(ValueError, match="rules inserter needs askflow's embedded traces"):
         RulesInserter().insertions([Trace("f", "in", "s0", "out", "file.jsonl")], [(0,)])
+    with pytest.raises(ValueError, match="out of range"):
+        RulesInserter().insertions([trace], [(9,)])
 
 
 def test_llm_insertion_prompt_and_reply_parsing():
@@ -70,14 +105,13 @@ def test_rules_teacher_marks_the_steps_that_assume_an_unstated_constraint(small_
     for trace in traces:
         assert splits[trace.dialogue_id] != "test"
         steps = [trace.reasoning[a:b] for a, b in split_steps(trace.reasoning)]
-        assert trace.assumption_steps and set(trace.asks) == set(trace.assumption_steps)
+        assert trace.assumption_steps and trace.user_goal and trace.domain
+        goal = next(d for d in small_corpus.dialogues if d.dialogue_id == trace.dialogue_id).goal
         for index in trace.assumption_steps:
-            ask = trace.asks[index]
-            if ask.slot != "departure":
+            slot, value = committed_value(steps[index])
+            if slot != "departure":
                 # The assumed value is the goal's, and the user never said it in the input.
-                goal = next(d for d in small_corpus.dialogues if d.dialogue_id == trace.dialogue_id).goal
-                value = goal.get(trace.trace_id.split(":")[1]).info[ask.slot]
-                assert value in steps[index] and value.lower() in ask.answer.lower()
+                assert goal.get(trace.domain).info[slot] == value == trace.user_goal[slot]
                 assert "User: " in trace.input and value not in trace.input.split("\n")[0]
 
 

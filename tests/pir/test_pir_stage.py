@@ -43,7 +43,9 @@ def test_stage_publishes_valid_augmented_traces(stage_run):
     assert len(rows) == metrics["traces"] == 12
     assert json.loads(Path(params["metrics"]).read_text()) == metrics
     assert metrics["insertions"] == sum(r["n_insertions"] for r in rows)
-    assert metrics["insertions"] + sum(metrics["skipped"].values()) == metrics["selected_steps"]
+    # Every selected step gets its pair: the inserter does not know where the assumptions are.
+    assert metrics["insertions"] == metrics["selected_steps"] and metrics["skipped"] == {}
+    assert metrics["insertions_at_assumption_steps"] + metrics["insertions_elsewhere"] == metrics["insertions"]
     for row in rows:
         steps = row["steps"]
         assert len(steps) == len(row["step_entropies"]) == len(split_steps(row["reasoning_content"]))
@@ -51,23 +53,29 @@ def test_stage_publishes_valid_augmented_traces(stage_run):
         # The selected steps are the highest-entropy ones.
         floor = min(row["step_entropies"][i] for i in row["selected_steps"])
         assert sum(v > floor for v in row["step_entropies"]) < len(row["selected_steps"])
-        assert set(row["inserted_steps"]) == set(row["selected_steps"]) & set(row["assumption_steps"])
+        assert row["inserted_steps"] == row["selected_steps"]
         aug = row["augmented_trace"]
         assert aug.startswith("<think>\n") and aug.endswith("</think>\n\n" + row["content"])
         assert aug.count("<asking>") == aug.count("<response>") == row["n_insertions"]
         for step, question in zip(row["inserted_steps"], row["questions"]):
             assert f"{steps[step]}\n\n<asking>{question}</asking>" in row["augmented_reasoning"]
-    offsets = metrics["fidelity"]["selected_offset_from_assumption"]
+    assert metrics["insertions_at_assumption_steps"] == sum(len(set(r["inserted_steps"]) & set(r["assumption_steps"])) for r in rows)
+    fid = metrics["fidelity"]
+    offsets = fid["selected_offset_from_assumption"]
     assert sum(offsets.values()) == metrics["selected_steps"]
-    assert offsets.get("0", 0) == metrics["fidelity"]["by_scope"]["trace"]["hits"]
-    fid = metrics["fidelity"]["by_scope"]
-    sweep = metrics["fidelity"]["sweep"]
-    assert set(sweep) == {"10", "20", "30", "50"}
-    assert sweep["20"]["trace"]["precision"] == fid["trace"]["entropy"]["precision"]
-    assert sweep["20"]["corpus"]["random_recall"] == fid["corpus"]["random"]["recall"]
-    for scope in ("trace", "corpus"):
-        assert set(fid[scope]) >= {"entropy", "random", "hits", "selected", "positives"}
-        assert fid[scope]["positives"] == sum(len(r["assumption_steps"]) for r in rows)
+    headline, sweep = fid["headline"], fid["sweep"]
+    assert (headline["k_percent"], headline["scope"]) == (20, "trace") and offsets.get("0", 0) == headline["hits"]
+    assert set(sweep) == {"10", "20", "30"}
+    assert {k: v for k, v in sweep["20"]["trace"].items()} == {k: v for k, v in headline.items() if k not in ("k_percent", "scope")}
+    assert fid["bootstrap"]["unit"] == "trace" and fid["bootstrap"]["resamples"] >= 1000
+    for k in sweep:
+        for scope in ("trace", "corpus"):
+            cell = sweep[k][scope]
+            assert cell["positives"] == sum(len(r["assumption_steps"]) for r in rows)
+            for key in ("precision", "recall", "random_precision", "random_recall"):
+                value, low, high = cell[key]["value"], cell[key]["ci95_low"], cell[key]["ci95_high"]
+                assert 0.0 <= low <= high <= 1.0 and low - 1e-9 <= value <= high + 1e-9, (k, scope, key, cell[key])
+            assert cell["precision_minus_random"]["value"] == round(cell["precision"]["value"] - cell["random_precision"]["value"], 4)
 
 
 def test_rerun_writes_the_same_bytes(stage_run, tmp_path):
