@@ -201,7 +201,7 @@ def _answer_one(rng: random.Random, domain: str, slot: str, value: str) -> str:
         thing = "free parking" if slot == "parking" else "free wifi"
         if value == "yes":
             return pick(rng, (f"yes, I need {thing}.", f"yes, {thing} is a must."))
-        return pick(rng, (f"no, I don't need {thing}.", f"no, {thing} doesn't matter."))
+        return pick(rng, (f"no, I can do without {thing}.", f"no, I'm fine without {thing}."))
     if slot == "leaveAt":
         return pick(rng, (f"I'd like to leave after {value}.", f"after {value}, please.", f"I want to leave after {value}."))
     if slot == "arriveBy":
@@ -350,31 +350,61 @@ def requery_think(rng: random.Random, domain: str, values: Mapping[str, str]) ->
     return pick(rng, (f"The user answered: {said}. I'll search again with that.", f"Now I know the {said}; searching again to narrow the options."))
 
 
+def said_value(slot: str, value: str) -> str:
+    """A stated value as the user's words have it, for the think to copy: "free parking"
+    for parking yes, "without free wifi" for internet no, else the value itself."""
+    if slot in ("parking", "internet"):
+        thing = "free parking" if slot == "parking" else "free wifi"
+        return thing if value == "yes" else f"without {thing}"
+    return value
+
+
+def said_pairs(user_texts: Sequence[str], known: Mapping[str, str]) -> dict[str, str]:
+    """slot -> :func:`said_value` for the ``known`` constraints whose words occur in what the
+    user said (``user_texts``); a value given by reference ("the same day as my hotel
+    booking") is not among them."""
+    from pipelines.rewards.verifiable import words  # the judge reads this module's slot words
+
+    heard = " " + " ".join(words(text) for text in user_texts) + " "
+    said = {}
+    for slot, value in known.items():
+        shown = said_value(slot, value)
+        if words(shown) and f" {words(shown)} " in heard:
+            said[slot] = shown
+    return said
+
+
+def said_line(said: Mapping[str, str], declined: Sequence[str] = ()) -> str:
+    """What the user has said so far, copied from the dialogue: "Said: type=swimmingpool,
+    area=centre." (``said``: slot -> the words as the user said them), with "No preference:
+    area." for the slots they said they do not mind."""
+    pairs = ", ".join(f"{slot}={value}" for slot, value in said.items()) or "nothing yet"
+    line = f"Said: {pairs}."
+    return f"{line} No preference: {', '.join(declined)}." if declined else line
+
+
 def clarify_think(
-    rng: random.Random, domain: str, count: int, differing: Mapping[str, Sequence[str]], asked: Sequence[str],
-    known: Mapping[str, str] | None = None,
+    rng: random.Random, domain: str, count: int, differing: Mapping[str, Sequence[str]], asked: Sequence[str], said: str,
 ) -> str:
     """Why ask, in reasons the agent can check without seeing the goal: what the user has
-    said (``known``) and has not said (``asked``), how many candidates the search found and
-    in what they differ (``differing``: what the agent saw vary among the results)."""
+    said (``said``, a :func:`said_line`), what they have not (``asked``: the question is only
+    about those), how many candidates the search found and in what they differ
+    (``differing``: what the agent saw vary among the results)."""
     noun = PLURALS.get(domain, "options")
-    unsaid = join([SLOT_WORDS.get(s, s) for s in asked], "or")
-    said = describe(domain, known) if known else None
-    head = f"The user asked for {said} and has not said which {unsaid} they want." if said else f"The user has not said which {unsaid} they want."
+    unsaid = ", ".join(asked)
+    about = join([SLOT_WORDS.get(s, s) for s in asked])
     if not differing:
-        return f"{head} {count} {noun} match, and they are not all alike, so I'll ask before recommending one."
+        return f"{said} Not said: {unsaid}. {count} {noun} match, more than I can tell apart, so I'll ask about the {about}."
     differ = join([slot_summary(s, v) for s, v in differing.items()])
     return pick(rng, (
-        f"{head} The search found {count} {noun} and they differ in {differ}, so recommending one now could miss what "
-        f"they want. I'll ask.",
-        f"{head} {count} {noun} match, varying in {differ}: I'll ask which they prefer before choosing.",
-        f"{head} There are {count} {noun}, and they differ in {differ}. A targeted question is better than a guess.",
+        f"{said} Not said: {unsaid}. The {count} {noun} differ in {differ}, so I'll ask about the {about}.",
+        f"{said} Not said: {unsaid}. {count} {noun} match, varying in {differ}: I'll ask before choosing.",
     ))
 
 
-def needless_think(rng: random.Random, domain: str, count: int, slot: str, values: Sequence[str], known: Mapping[str, str]) -> str:
+def needless_think(rng: random.Random, domain: str, count: int, slot: str, values: Sequence[str], said: str) -> str:
     """Why ask where the user turns out to have no preference: the same checkable reasons."""
-    return clarify_think(rng, domain, count, {slot: values}, [slot], known)
+    return clarify_think(rng, domain, count, {slot: values}, [slot], said)
 
 
 def no_preference(rng: random.Random, slot: str) -> str:
@@ -387,19 +417,19 @@ def no_preference(rng: random.Random, slot: str) -> str:
     ))
 
 
-def no_preference_think(rng: random.Random, domain: str, count: int, name: str, slot: str) -> str:
-    """After "I don't mind": recommend one of the results already found, without searching again."""
+def no_preference_think(rng: random.Random, domain: str, count: int, name: str, said: str) -> str:
+    """After "I don't mind" (``said`` lists it as no preference): recommend one of the
+    results already found, without searching again."""
     noun = PLURALS.get(domain, "options")
-    word = SLOT_WORDS.get(slot, slot)
     return pick(rng, (
-        f"The user has no preference for the {word}, so all {count} {noun} I found fit what they asked for. "
-        f"No need to search again: I'll recommend one of them, {name}.",
-        f"The user does not mind the {word}. Every one of the {count} results I already have fits, so I'll suggest {name}.",
+        f"{said} Nothing left to ask: all {count} {noun} I found fit, so no new search. I'll recommend {name}.",
+        f"{said} Every one of the {count} results I have fits, so there is nothing to ask. I'll suggest {name}.",
     ))
 
 
-def recommend_think(rng: random.Random, domain: str, count: int, name: str, guessed: bool = False, indifferent: str | None = None) -> str:
-    """Why recommend now; ``indifferent``: the slot the user said they do not mind."""
+def recommend_think(rng: random.Random, domain: str, count: int, name: str, guessed: bool = False, said: str | None = None) -> str:
+    """Why recommend now; ``said``: what the user has said (a :func:`said_line`), every slot
+    the results could differ in being settled."""
     noun = PLURALS.get(domain, "options")
     if guessed:
         return pick(rng, (
@@ -408,12 +438,10 @@ def recommend_think(rng: random.Random, domain: str, count: int, name: str, gues
         ))
     if count == 1:
         return f"Exactly one {domain} matches: {name}. I'll recommend it."
-    if indifferent:
-        return (f"{count} {noun} match what the user asked for, and they said they don't mind the "
-                f"{SLOT_WORDS.get(indifferent, indifferent)}, so there is nothing to ask. I'll suggest {name}.")
+    said = f"{said} " if said else ""
     return pick(rng, (
-        f"{count} {noun} fit everything the user asked for, and they have no further preference. I'll suggest {name}.",
-        f"All {count} results satisfy the user's constraints; {name} is a good choice to offer.",
+        f"{said}The {count} {noun} fit all of it and nothing is left to ask. I'll suggest {name}.",
+        f"{said}All {count} results satisfy what the user said; nothing to ask. {name} is a good choice to offer.",
     ))
 
 

@@ -58,7 +58,7 @@ from pipelines.speaker.ambiguity import (
     seed_view,
     taxi_direction,
 )
-from pipelines.speaker.trajectory import Trajectory, TrajectoryBuilder
+from pipelines.speaker.trajectory import USER, Trajectory, TrajectoryBuilder
 
 BOOKING_TOOLS: Mapping[str, str] = {"restaurant": "book_restaurant", "hotel": "book_hotel", "train": "buy_train_ticket"}
 # Chance that the user adds a second question slot to the first clarification when the
@@ -183,9 +183,11 @@ class DialogueWriter:
         fail = constraints(goal.fail_info)
         live: AmbiguityPoint | None = None
         if "name" in info:
+            known = {"name": info["name"]}
             self.builder.user(say.name_request(self.rng, info["name"], ack=self._take_ack()))
-            self._query(say.search_think(self.rng, domain, {"name": info["name"]}), domain, {"name": info["name"]})
+            self._query(say.search_think(self.rng, domain, known), domain, known)
         elif fail and not self.database.search(domain, fail):
+            known = dict(info)
             self._fail_info(domain, info, fail)
         else:
             known = dict(under.known) if under else dict(info)
@@ -195,7 +197,7 @@ class DialogueWriter:
         self.no_preference = self.indifferent = None
         if no_preference is not None:
             self._ask_no_preference(domain, known, no_preference)
-        entity = self._offer(goal, live, indifferent=indifferent, no_preference=no_preference)
+        entity = self._offer(goal, known, live, indifferent=indifferent, no_preference=no_preference)
         self._after_offer(goal, entity)
 
     def _after_offer(self, goal: DomainGoal, entity: Entity) -> None:
@@ -269,8 +271,8 @@ class DialogueWriter:
         query = self.builder.environment.state.queries[-1]
         values = candidate_values(slot, query.results)
         self.builder.agent(
-            say.needless_think(self.rng, domain, query.count, slot, values, known) if len(values) > 1
-            else say.clarify_think(self.rng, domain, query.count, {}, [slot], known),
+            say.needless_think(self.rng, domain, query.count, slot, values, self._said(known)) if len(values) > 1
+            else say.clarify_think(self.rng, domain, query.count, {}, [slot], self._said(known)),
             clarify=say.questions(self.rng, domain, {slot: values}, query.count),
             needless=True,
         )
@@ -306,7 +308,7 @@ class DialogueWriter:
                 asked = ranked
             differing = {s: v for s, v in seen.items() if len(v) > 1}
             self.builder.agent(
-                say.clarify_think(self.rng, domain, len(candidates), differing, asked, known),
+                say.clarify_think(self.rng, domain, len(candidates), differing, asked, self._said(known)),
                 clarify=say.questions(self.rng, domain, {s: seen[s] for s in asked}, len(candidates), earliest=shown[0].get("leaveAt") if shown else None),
                 point=point,
             )
@@ -318,11 +320,15 @@ class DialogueWriter:
             self._query(say.requery_think(self.rng, domain, answer), domain, known)
         return None
 
-    def _offer(self, goal: DomainGoal, guessed: AmbiguityPoint | None, indifferent: str | None = None, no_preference: str | None = None) -> Entity:
+    def _offer(
+        self, goal: DomainGoal, known: Mapping[str, str], guessed: AmbiguityPoint | None, indifferent: str | None = None,
+        no_preference: str | None = None,
+    ) -> Entity:
         """Recommend an entity of the last search: the seed's own when the agent was shown it
         (later parts of the goal, a taxi to it, refer to it), else the first; the first when
-        guessing. ``indifferent``: the slot the user said up front they do not mind;
-        ``no_preference``: the slot they just said they do not mind when asked."""
+        guessing. ``known``: what the user has said; ``indifferent``: the slot the user said
+        up front they do not mind; ``no_preference``: the slot they just said they do not mind
+        when asked."""
         domain = goal.domain
         query = self.builder.environment.state.queries[-1]
         if not query.results:
@@ -332,14 +338,22 @@ class DialogueWriter:
         if guessed is None and chosen:
             entity = next((e for e in query.results if name_key(e.name) == name_key(chosen)), entity)
         if no_preference is not None:
-            think = say.no_preference_think(self.rng, domain, query.count, entity.name, no_preference)
+            think = say.no_preference_think(self.rng, domain, query.count, entity.name, self._said(known, [no_preference]))
         else:
-            think = say.recommend_think(self.rng, domain, query.count, entity.name, guessed=guessed is not None, indifferent=indifferent)
+            said = self._said(known, [indifferent] if indifferent else [])
+            think = say.recommend_think(self.rng, domain, query.count, entity.name, guessed=guessed is not None, said=said)
         attributes = {**entity_view(entity), "name": entity.name}
         self.builder.agent(think, respond=say.recommendation(self.rng, domain, attributes, bool(constraints(goal.book))), point=guessed)
         if domain in VENUE_DOMAINS:
             self.venues.append((domain, entity.name))
         return entity
+
+    def _said(self, known: Mapping[str, str], declined: Sequence[str] = ()) -> str:
+        """The think's "Said: slot=value, ..." line (:func:`~pipelines.speaker.phrasing.said_pairs`):
+        the known constraints the user has said in this dialogue, and ``declined``, the slots
+        they do not mind."""
+        heard = [t.content for t in self.builder.turns if t.kind == USER]
+        return say.said_line(say.said_pairs(heard, known), declined)
 
     # -- references ----------------------------------------------------------------------
 
