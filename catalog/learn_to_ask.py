@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import Prompt
-from pipelines.learn_to_ask.calibration import SEED_POLICY_PROMPT, prompt_from_document
+from pipelines.learn_to_ask.calibration import SEED_GRADER_PROMPT, SEED_POLICY_PROMPT, prompt_from_document
 from pipelines.learn_to_ask.hindsight import SEED_EXTRACTOR_PROMPT
 from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_dialogue
 from catalog.io import read_json, read_text
@@ -66,6 +66,16 @@ def extractor_prompt(path: Any) -> Prompt:
     if path is None:
         return SEED_EXTRACTOR_PROMPT
     return prompt_from_document(read_json(Path(path)), "extract", str(path))
+
+
+def grader_prompt(path: Any) -> tuple[Prompt, str]:
+    """The LLM grader's prompt and where it came from: the calibrated GRADER prompt when the
+    prompts file has one (``calibrated``), else appendix G's grading prompt (``seed``)."""
+    if path is not None:
+        document = read_json(Path(path))
+        if isinstance(document, Mapping) and "grader" in document:
+            return prompt_from_document(document, "grader", str(path)), "calibrated"
+    return SEED_GRADER_PROMPT, "seed"
 
 
 def policy_prompt(path: Any) -> Prompt:

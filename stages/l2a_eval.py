@@ -17,11 +17,19 @@ params.yaml ``l2a.eval``:
   answer fit in this many tokens; ``generation``: ``{max_new_tokens, batch_size}``;
 * ``beta`` (eq. 5, default 2); ``stats``: ``{resamples, alpha, seed}``; ``compare``: a list of
   ``[model, baseline]`` pairs;
+* ``model_grader``: null, or ``{samples: N, backend: hf | openai, ...}`` (the ``grader``
+  role's keys, e.g. ``model_path: models/smollm2``; greedy): a model grader (appendix G's
+  grading prompt; the calibrated GRADER prompt when ``hindsight.prompts`` has one) grades
+  R_a on a fixed sample of N CONTINUE samples beside the rules grader, with their agreement;
 * ``output``: ``{generations (l2a_eval Parquet), metrics (JSON), markdown}``.
+
+Beside the model rows, two reference rows on the same samples (:data:`pipelines.learn_to_ask.
+metrics.REFERENCES`): ``expert`` (the logged turn a_t, ``<stop />`` where s*_t is STOP: its
+decisions are an oracle's) and ``catch_all`` (one fixed question listing every slot).
 
 The policy's system prompt is the one ``l2a_train`` carries (the ROLLOUT prompt of the
 ``hindsight.prompts`` file, else appendix G's sampler prompt). The content score R_a is the
-``rules`` grader's (:class:`pipelines.rewards.learn_to_ask.RulesGrader`) on the output's
+``rules`` grader's (:class:`pipelines.rewards.learn_to_ask.RulesGrader`, coverage and precision) on the output's
 questions only, 0 for an output that asks none (appendix G grades "the question(s)";
 :class:`pipelines.learn_to_ask.metrics.QuestionGrader`).
 """
@@ -35,14 +43,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipelines.errors import ConfigError, DataError
-from pipelines.learn_to_ask.metrics import METRICS, QuestionGrader, bootstrap, bootstrap_difference, counts_of, markdown_table, metrics_of, score_output
+from pipelines.learn_to_ask.metrics import (
+    METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
+)
 from pipelines.learn_to_ask.tables import L2A_EVAL, SPECS as L2A_SPECS, eval_table
-from pipelines.rewards.learn_to_ask import BETA, RulesGrader
+from pipelines.rewards.learn_to_ask import BETA, CONTINUE, LLMGrader, RulesGrader, grader_case, questions
 from stages.entry import main_wrapper
 from catalog.io import publish, read_artifact, read_params, write_json_atomic, write_text_atomic, write_timings
 
-_KEYS = {"samples", "split", "max_samples", "models", "max_prompt_tokens", "generation", "beta", "stats", "compare", "output"}
+_KEYS = {"samples", "split", "max_samples", "models", "max_prompt_tokens", "generation", "beta", "stats", "compare", "model_grader", "output"}
 _SALT = "askflow-l2a-eval"
+_GRADER_SALT = "askflow-l2a-model-grader"
 
 
 def _positive_int(value: Any, where: str, allow_none: bool = False) -> int | None:
@@ -76,7 +87,11 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     stats = {"resamples": 1000, "alpha": 0.05, "seed": 0, **(params.get("stats") or {})}
     if sorted(stats) != ["alpha", "resamples", "seed"]:
         raise ConfigError("params.yaml l2a.eval.stats: expected {resamples, alpha, seed}")
+    for name in models:
+        if name in REFERENCES:
+            raise ConfigError(f"params.yaml l2a.eval.models: {name!r} is a reference row's name; rename the model")
     return {
+        "model_grader": _model_grader(params.get("model_grader")),
         "samples": Path(params["samples"]),
         "split": params.get("split", "test"),
         "max_samples": _positive_int(params.get("max_samples"), "l2a.eval.max_samples", allow_none=True),
@@ -89,6 +104,24 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
         "compare": [tuple(p) for p in params.get("compare") or ()],
         "output": {k: Path(v) for k, v in output.items()},
     }
+
+
+def _model_grader(section: Any) -> dict[str, Any] | None:
+    """``model_grader``: null, or ``{samples: N, backend: hf | openai, ...}`` (the ``grader``
+    role's backend keys, greedy decoding)."""
+    from pipelines.llm import BackendConfig
+
+    if section is None:
+        return None
+    if not isinstance(section, Mapping) or "samples" not in section:
+        raise ConfigError("params.yaml l2a.eval.model_grader: expected null or {samples, backend, ...}")
+    samples = _positive_int(section["samples"], "l2a.eval.model_grader.samples")
+    backend = BackendConfig.from_dict("grader", {k: v for k, v in section.items() if k != "samples"}, "params.yaml l2a.eval.model_grader")
+    if backend.kind == "rules":
+        raise ConfigError("params.yaml l2a.eval.model_grader.backend: a model grader is hf or openai (the rules grader is the default one)")
+    if not backend.sampling.greedy:
+        raise ConfigError("params.yaml l2a.eval.model_grader.sampling.temperature: the grader decodes greedily; set 0.0")
+    return {"samples": samples, "backend": backend}
 
 
 def held_out_samples(rows: list[dict[str, Any]], split: str, max_samples: int | None) -> list[dict[str, Any]]:
@@ -136,8 +169,18 @@ def answer(model_dir: Path, prompts: list[list[dict[str, str]]], settings: Mappi
     return answers, len(prompts) - len(kept)
 
 
-def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    from catalog.learn_to_ask import policy_prompt
+def _result(values: list[Any], stats: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        **extra,
+        "metrics": metrics_of(values),
+        "ci": bootstrap(values, stats["resamples"], stats["alpha"], stats["seed"]),
+        "counts": counts_of(values),
+        "reasons": dict(sorted(Counter(s.reason for s in values).items())),
+    }
+
+
+def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    from catalog.learn_to_ask import grader_prompt, policy_prompt
 
     settings = check_params(params)
     started = time.perf_counter()
@@ -150,30 +193,25 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -
     grader = QuestionGrader(RulesGrader())
     answers: dict[str, list[str | None]] = {}
     timings: dict[str, float] = {}
-    too_long = 0
     for name, model_dir in settings["models"].items():
         begun = time.perf_counter()
-        answers[name], dropped = answer(model_dir, prompts, settings)
-        too_long = max(too_long, dropped)
+        answers[name], _ = answer(model_dir, prompts, settings)
         timings[f"{name}_s"] = round(time.perf_counter() - begun, 2)
-    # Every model is scored on the samples all of them answered: paired comparisons.
+    # Every model is scored on the samples all of them answered: paired comparisons; the
+    # reference rows (the expert's own turn, the catch-all question) on the same samples.
     kept = [i for i in range(len(samples)) if all(answers[name][i] is not None for name in answers)]
-    scored = {
-        name: [score_output(answers[name][i], samples[i]["decision_truth"], samples[i]["info_truth"], grader, prompts[i], settings["beta"])
-               for i in kept]
-        for name in answers
-    }
+    outputs: dict[str, list[str]] = {name: [answers[name][i] for i in kept] for name in answers}  # type: ignore[misc]
+    references = reference_outputs([samples[i] for i in kept])
     stats = settings["stats"]
-    results = {
-        name: {
-            "path": str(settings["models"][name]),
-            "metrics": metrics_of(values),
-            "ci": bootstrap(values, stats["resamples"], stats["alpha"], stats["seed"]),
-            "counts": counts_of(values),
-            "reasons": dict(sorted(Counter(s.reason for s in values).items())),
-        }
-        for name, values in scored.items()
-    }
+
+    def scored_rows(texts: list[str]) -> list[Any]:
+        return [score_output(text, samples[i]["decision_truth"], samples[i]["info_truth"], grader, prompts[i], settings["beta"])
+                for i, text in zip(kept, texts)]
+
+    scored = {name: scored_rows(texts) for name, texts in outputs.items()}
+    scored_refs = {name: scored_rows(texts) for name, texts in references.items()}
+    results = {name: _result(values, stats, path=str(settings["models"][name])) for name, values in scored.items()}
+    reference_results = {name: _result(values, stats, description=REFERENCES[name]) for name, values in scored_refs.items()}
     comparisons = {
         f"{a} - {b}": {
             "difference": {m: _diff(results[a]["metrics"][m], results[b]["metrics"][m]) for m in METRICS},
@@ -181,26 +219,114 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None) -
         }
         for a, b in settings["compare"]
     }
-    rows = [{"model": name, "session_id": samples[i]["session_id"], "turn": samples[i]["turn"], "output": answers[name][i], "scored": s}
-            for name, values in scored.items() for i, s in zip(kept, values)]
+    model_grading = None
+    if settings["model_grader"] is not None:
+        begun = time.perf_counter()
+        prompt, origin = grader_prompt((hindsight or {}).get("prompts"))
+        from pipelines.learn_to_ask.completion import completer
+        from pipelines.llm import Accounting
+
+        backend = settings["model_grader"]["backend"]
+        model_grading = model_grader_agreement(
+            [samples[i] for i in kept], [prompts[i] for i in kept], {**outputs, **references}, {**scored, **scored_refs},
+            settings["model_grader"]["samples"], LLMGrader(completer(backend, llm, Accounting(), None), backend.kind, prompt))
+        model_name = backend.hf.model_path if backend.hf is not None else backend.client.model  # type: ignore[union-attr]
+        model_grading = {"backend": backend.kind, "model": str(model_name), "prompt": origin, **model_grading}
+        timings["model_grader_s"] = round(time.perf_counter() - begun, 2)
+    rows = [{"model": name, "session_id": samples[i]["session_id"], "turn": samples[i]["turn"], "output": text, "scored": s}
+            for name, texts in {**outputs, **references}.items()
+            for i, text, s in zip(kept, texts, {**scored, **scored_refs}[name])]
     publish({settings["output"]["generations"]: (eval_table(rows), L2A_EVAL)})
     report = {
         "split": settings["split"],
         "samples": len(samples),
         "dropped_too_long": len(samples) - len(kept),
         "grader": grader.name,
+        "grader_rule": "coverage and precision: 1 = asks about an item of I*_t and about no slot outside it; 0.5 = at most as many "
+                       "slots outside I*_t as inside, or another slot of an item's domain; 0 = more outside than inside, or irrelevant",
         "beta": settings["beta"],
         "decoding": {"greedy": True, "max_new_tokens": settings["max_new_tokens"], "max_prompt_tokens": settings["max_prompt_tokens"]},
         "stats": stats,
         "models": results,
+        "references": reference_results,
         "compare": comparisons,
+        "model_grader": model_grading,
     }
     write_json_atomic(settings["output"]["metrics"], _rounded(report))
     write_text_atomic(settings["output"]["markdown"], markdown(report))
     write_timings("l2a_eval", {**timings, "wall_s": round(time.perf_counter() - started, 2)})
-    print(f"l2a_eval: {len(kept)} {settings['split']} samples x {len(answers)} models -> {settings['output']['metrics']}")
-    print(markdown_table(results))
+    print(f"l2a_eval: {len(kept)} {settings['split']} samples x {len(answers)} models (+ {len(references)} reference rows) -> {settings['output']['metrics']}")
+    print(markdown_table({**results, **{f"ref: {k}": v for k, v in reference_results.items()}}))
     return report
+
+
+def grading_sample(samples: list[dict[str, Any]], size: int) -> list[int]:
+    """The fixed sample the model grader reads: ``size`` CONTINUE samples (positions in
+    ``samples``), in a stable hash order of session and turn."""
+    from pipelines.training.data import holdout_score
+
+    continuing = [i for i, s in enumerate(samples) if s["decision_truth"] == CONTINUE]
+    chosen = sorted(continuing, key=lambda i: holdout_score(f"{samples[i]['session_id']}/{samples[i]['turn']}", _GRADER_SALT))[:size]
+    return sorted(chosen)
+
+
+def model_grader_agreement(samples: list[dict[str, Any]], prompts: list[Any], outputs: Mapping[str, list[str]],
+                           scored: Mapping[str, list[Any]], size: int, llm_grader: LLMGrader) -> dict[str, Any]:
+    """R_a by a model grader (appendix G's grading prompt, ``grader`` role) beside the rules
+    grader's on a fixed sample of CONTINUE samples, for every row whose output there is a
+    right CONTINUE; an output without a question is 0 for both (no call). Per row WA and
+    WA-GH by each grader, and their agreement over all graded pairs (exact share and the
+    confusion counts ``rules->model``); an unreadable grade is counted, never scored."""
+    chosen = grading_sample(samples, size)
+    jobs: list[tuple[str, int]] = []  # (row, sample position) graded by the model
+    cases: list[str] = []
+    for name, values in scored.items():
+        for i in chosen:
+            if values[i].content is None:
+                continue  # a wrong decision (or an ungraded one): no R_a for either grader
+            asked = questions(outputs[name][i])
+            if asked:
+                jobs.append((name, i))
+                cases.append(grader_case(prompts[i], " ".join(asked), [(x["field"], x["value"]) for x in samples[i]["info_truth"]]))
+    grades = llm_grader.grade_many(cases)
+    by_job = dict(zip(jobs, grades))
+    rows: dict[str, Any] = {}
+    pairs: list[tuple[float, float]] = []
+    unreadable: Counter[str] = Counter()
+    for name, values in scored.items():
+        rules_scores, model_scores = [], []
+        for i in chosen:
+            if values[i].content is None:
+                continue
+            grade = by_job.get((name, i))
+            model = 0.0 if grade is None else grade.score  # no question: 0 for both
+            if grade is not None and grade.score is None:
+                unreadable[grade.reason] += 1
+                continue
+            rules_scores.append(values[i].content)
+            model_scores.append(model)
+            pairs.append((values[i].content, model))
+        rows[name] = {
+            "graded": len(rules_scores),
+            "rules": {"WA": _mean_or_none(rules_scores), "WA-GH": _mean_or_none([float(x == 1.0) for x in rules_scores])},
+            "model": {"WA": _mean_or_none(model_scores), "WA-GH": _mean_or_none([float(x == 1.0) for x in model_scores])},
+        }
+    confusion = Counter(f"{a:g}->{b:g}" for a, b in pairs)
+    return {
+        "samples": len(chosen),
+        "calls": len(cases),
+        "rows": rows,
+        "agreement": {
+            "pairs": len(pairs),
+            "exact": _mean_or_none([float(a == b) for a, b in pairs]),
+            "confusion": dict(sorted(confusion.items())),
+            "unreadable": dict(sorted(unreadable.items())),
+        },
+    }
+
+
+def _mean_or_none(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -218,16 +344,23 @@ def _rounded(value: Any) -> Any:
 
 
 def markdown(report: Mapping[str, Any]) -> str:
-    """reports/l2a.md: the table, its setting, and each comparison's paired differences."""
+    """reports/l2a.md: the table with its reference rows, its setting, each comparison's paired
+    differences, and the model grader beside the rules grader."""
+    references = report.get("references") or {}
+    table = {**report["models"], **{f"ref: {name}": result for name, result in references.items()}}
     lines = [
         "# Learn-to-Ask held-out proxy metrics (paper Table 1)",
         "",
         f"{report['samples'] - report['dropped_too_long']} `{report['split']}` samples of `l2a_samples`, greedy decoding, "
-        f"grader `{report['grader']}`, beta {report['beta']:g}; 95 % percentile bootstrap intervals over the samples "
-        f"({report['stats']['resamples']} resamples). Definitions: paper appendix F.6 (pipelines/learn_to_ask/metrics.py).",
+        f"grader `{report['grader']}` ({report.get('grader_rule', 'coverage only')}), beta {report['beta']:g}; "
+        f"95 % percentile bootstrap intervals over the samples ({report['stats']['resamples']} resamples). "
+        "Definitions: paper appendix F.6 (pipelines/learn_to_ask/metrics.py).",
         "",
-        markdown_table(report["models"]),
+        markdown_table(table),
     ]
+    if references:
+        lines += ["", "Reference rows, on the same samples:", ""]
+        lines += [f"- `ref: {name}`: {result['description']}." for name, result in references.items()]
     for name, comparison in report["compare"].items():
         lines += ["", f"Paired difference {name}:", "", "| Metric | difference | 95 % interval |", "|---|---|---|"]
         for metric in METRICS:
@@ -235,6 +368,30 @@ def markdown(report: Mapping[str, Any]) -> str:
             text = "-" if value is None else f"{value:+.3f}"
             interval = "-" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
             lines.append(f"| {metric} | {text} | {interval} |")
+    grading = report.get("model_grader")
+    if grading:
+        agreement = grading["agreement"]
+        exact = "-" if agreement["exact"] is None else f"{agreement['exact']:.2f}"
+        lines += [
+            "",
+            f"## Model grader beside the rules grader ({grading['samples']} fixed CONTINUE samples)",
+            "",
+            f"`{grading['model']}` ({grading['backend']}, {grading['prompt']} grading prompt, greedy) grades the questions of every "
+            f"right CONTINUE on the sample ({grading['calls']} calls; an output without a question is 0 for both graders). "
+            f"Agreement with the rules grader: {exact} exact over {agreement['pairs']} pairs; "
+            f"confusion (rules->model) {agreement['confusion'] or '-'}; unreadable grades {agreement['unreadable'] or 'none'}.",
+            "",
+            "| Row | graded | WA rules | WA model | WA-GH rules | WA-GH model |",
+            "|---|---|---|---|---|---|",
+        ]
+
+        def cell(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2f}"
+
+        for name, row in grading["rows"].items():
+            label = f"ref: {name}" if name in references else name
+            lines.append(f"| {label} | {row['graded']} | {cell(row['rules']['WA'])} | {cell(row['model']['WA'])} | "
+                         f"{cell(row['rules']['WA-GH'])} | {cell(row['model']['WA-GH'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -246,7 +403,7 @@ def main() -> None:
     l2a = read_params("l2a")
     if not isinstance(l2a, Mapping) or not isinstance(l2a.get("eval"), Mapping):
         raise ConfigError("params.yaml l2a.eval: missing (or not a mapping)")
-    run(l2a["eval"], hindsight=read_params("hindsight", required=False))
+    run(l2a["eval"], hindsight=read_params("hindsight", required=False), llm=read_params("llm", required=False))
 
 
 if __name__ == "__main__":

@@ -100,17 +100,63 @@ def test_eval_scores_real_generations_and_writes_every_report(tmp_path, tiny_mod
     output = {"generations": str(tmp_path / "g/l2a_eval.parquet"), "metrics": str(tmp_path / "l2a.json"), "markdown": str(tmp_path / "l2a.md")}
     params = {"samples": str(tmp_path / "l2a_samples.parquet"), "models": {"one": str(tiny_model_dir), "two": str(tiny_model_dir)},
               "generation": {"max_new_tokens": 8, "batch_size": 4}, "stats": {"resamples": 20, "alpha": 0.1, "seed": 0},
-              "compare": [["two", "one"]], "output": output}
+              "compare": [["two", "one"]], "output": output,
+              "model_grader": {"samples": 4, "backend": "hf", "model_path": str(tiny_model_dir), "batch_size": 4,
+                               "sampling": {"temperature": 0.0, "max_tokens": 8}}}
     report = run(params)
     table = read_artifact(tmp_path / "g/l2a_eval.parquet")  # the l2a_eval suite
-    assert table.num_rows == 2 * report["samples"] and set(table.column("model").to_pylist()) == {"one", "two"}
+    # Two models and the two reference rows, on the same samples.
+    assert table.num_rows == 4 * report["samples"] and set(table.column("model").to_pylist()) == {"one", "two", "expert", "catch_all"}
+    expert, catch_all = report["references"]["expert"], report["references"]["catch_all"]
+    # The logs' expert asks about the slot the user has just given (area, then food): a slot of
+    # the domain, not of I*_t (0.5); its decisions are s*_t itself.
+    assert expert["metrics"]["WA"] == 0.5 and expert["metrics"]["AA"] == 1.0
+    assert catch_all["metrics"]["WA"] == 0.0 and catch_all["metrics"]["WS"] == 0.0
+    assert catch_all["reasons"] == {"mostly_beyond_target": 6, "wrong_decision": 3}
+    # The model grader (a real, tiny hf model) read the fixed sample: 4 CONTINUE samples, only
+    # the outputs with a question called it; its unreadable replies are counted, not scored.
+    grading = report["model_grader"]
+    assert grading["samples"] == 4 and grading["backend"] == "hf" and grading["prompt"] == "seed"
+    assert grading["calls"] >= 8  # the expert's and the catch-all's questions at least
+    assert set(grading["rows"]) == {"one", "two", "expert", "catch_all"}
+    assert sum(grading["agreement"]["unreadable"].values()) + grading["agreement"]["pairs"] == sum(r["graded"] for r in grading["rows"].values()) + sum(grading["agreement"]["unreadable"].values())
     assert report["samples"] == 9  # 3 test sessions x (2 CONTINUE + 1 STOP)
     saved = json.loads((tmp_path / "l2a.json").read_text())
     assert set(saved["models"]["one"]["metrics"]) == {"WA", "WA-GH", "WC", "WS", "AA", "FC", "TR"}
     assert saved["models"]["one"]["counts"]["stop"] == 3
     # The same model twice, greedy: identical outputs, zero difference.
     assert all(v in (0.0, None) for v in saved["compare"]["two - one"]["difference"].values())
-    assert "| one | 9 |" in (tmp_path / "l2a.md").read_text()
+    markdown = (tmp_path / "l2a.md").read_text()
+    assert "| one | 9 |" in markdown and "| ref: expert | 9 |" in markdown and "| ref: catch_all | 9 |" in markdown
+    assert "Model grader beside the rules grader" in markdown
+
+
+def test_model_grader_agreement_counts_pairs_and_unreadable_grades():
+    from pipelines.learn_to_ask.autoprompt import Prompt
+    from pipelines.learn_to_ask.metrics import reference_outputs, score_output
+    from pipelines.rewards.learn_to_ask import GRADER_FORMAT, GRADER_INSTRUCTION, LLMGrader, QuestionGrader, RulesGrader
+    from stages.l2a_eval import grading_sample, model_grader_agreement
+
+    samples = [r for r in samples_rows() if r["failure"] is None]
+    outputs = reference_outputs(samples)
+    grader = QuestionGrader(RulesGrader())
+    scored = {n: [score_output(t, s["decision_truth"], s["info_truth"], grader) for t, s in zip(texts, samples)] for n, texts in outputs.items()}
+    seen = []
+
+    def complete(conversations):  # a grader that gives every question 0.5, except one unreadable reply to the catch-all
+        seen.extend(conversations)
+        catch_all = [i for i, c in enumerate(conversations) if "star rating" in c[-1]["content"]]
+        return ["I cannot tell" if i == catch_all[0] else "<content_score>0.5</content_score>" for i in range(len(conversations))]
+
+    chosen = grading_sample(samples, 5)
+    assert chosen == grading_sample(list(samples), 5) and all(samples[i]["decision_truth"] == "continue" for i in chosen)
+    result = model_grader_agreement(samples, [s["context"] for s in samples], outputs, scored, 5,
+                                    LLMGrader(complete, "fake", Prompt(GRADER_INSTRUCTION, rules=(GRADER_FORMAT,))))
+    assert result["samples"] == 5 and result["calls"] == len(seen) == 10  # expert and catch-all ask on every sample
+    assert result["rows"]["expert"]["model"]["WA"] == 0.5 and result["rows"]["expert"]["rules"]["WA"] == 0.5
+    # The catch-all: 0 by the rules grader, 0.5 by this model grader; one reply unreadable.
+    assert result["rows"]["catch_all"]["graded"] == 4 and result["rows"]["catch_all"]["model"]["WA"] == 0.5
+    assert result["agreement"] == {"pairs": 9, "exact": 5 / 9, "confusion": {"0->0.5": 4, "0.5->0.5": 5}, "unreadable": {"unreadable_grade": 1}}
 
 
 def _shrink_l2a(params: dict) -> None:
