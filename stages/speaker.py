@@ -7,7 +7,8 @@ params.yaml ``speaker``:
   base_url, model, ..., sampling: {...}}`` (any OpenAI-compatible endpoint; see
   :class:`pipelines.llm.ClientConfig`);
 * ``seed``, ``max_clarifications``, ``dedup: {threshold, ngram}``, ``act_points`` (act-here
-  decision points per dialogue for the GRPO and DPO data);
+  decision points per dialogue for the GRPO and DPO data), ``contrast_points`` (contrasts per
+  dialogue for the SFT data: a clarification's situation with the asked slot stated);
 * ``output`` (directory of the Parquet files), ``metrics`` (JSON: counts that depend on the
   inputs only, with ``audit``: the ``speaker_sft`` rows by kind, :mod:`pipelines.speaker.audit`; the run's LLM accounting goes to ``reports/timings/speaker.json``), ``cache_dir``
   (LLM response cache; a re-run with unchanged inputs sends no request);
@@ -43,7 +44,7 @@ from stages.entry import main_wrapper
 from catalog.io import publish, read_params, write_json_atomic, write_timings
 from catalog.multiwoz_dir import load_multiwoz
 
-_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "output", "metrics", "cache_dir",
+_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "contrast_points", "output", "metrics", "cache_dir",
          "max_llm_failure_rate", "min_yield"}
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 DEFAULT_MIN_YIELD = 0.5
@@ -61,6 +62,7 @@ def speaker_config(params: Mapping[str, Any]) -> SpeakerConfig:
             dedup_threshold=float(dedup.get("threshold", defaults.dedup_threshold)),
             dedup_ngram=dedup.get("ngram", defaults.dedup_ngram),
             act_points=params.get("act_points", defaults.act_points),
+            contrast_points=params.get("contrast_points", defaults.contrast_points),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"params.yaml speaker: {exc}") from None

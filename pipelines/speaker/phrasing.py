@@ -158,6 +158,7 @@ _FIND = {
     "train": ("I need {desc}.", "Can you find me {desc}?", "I'm looking for {desc}."),
 }
 _ACKS = ("That sounds great.", "Perfect, thanks.", "Great, that works for me.", "Sounds good.")
+ACKS = _ACKS  # how a user accepts an offer before their next request
 
 
 def find_request(rng: random.Random, domain: str, known: Mapping[str, str], day_phrase: str | None = None, ack: bool = False) -> str:

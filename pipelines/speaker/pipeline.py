@@ -19,6 +19,9 @@ preference pairs out. Records in, records out; the stage does the I/O.
 7. **Act-here points** (:mod:`pipelines.speaker.act`): up to ``act_points`` tool calls per
    kept dialogue where the user has said enough, for the GRPO and DPO data, so that asking
    where it is not needed is penalised.
+8. **Contrasts** (:mod:`pipelines.speaker.contrast`): up to ``contrast_points`` per kept
+   dialogue, the situation of a clarification with the asked slot already stated, where the
+   agent searches and recommends (SFT rows), so that a question is tied to a slot not said.
 
 Only seeds of ``splits`` (train and val) are synthesized: the test split is for evaluation
 alone, and the training stages hold out the val split.
@@ -38,6 +41,7 @@ from pipelines.llm.client import FAILURE_REASONS
 from pipelines.records import Dialogue
 from pipelines.speaker.act import ActPoint, act_points
 from pipelines.speaker.ambiguity import AmbiguityPoint, find_ambiguity_points
+from pipelines.speaker.contrast import Contrast, contrasts
 from pipelines.speaker.dedup import near_duplicates
 from pipelines.speaker.synthesis import NO_CLARIFICATION, SeedTask, Synthesizer, write_rules
 from pipelines.speaker.trajectory import FORMAT, OBSERVATION, ChatTurn, ReplayOutcome, Trajectory, replay_trajectory
@@ -74,8 +78,11 @@ class SpeakerConfig:
     dedup_ngram: int = 3
     act_points: int = 1  # act-here decision points per kept dialogue, at most
     splits: tuple[str, ...] = ("train", "val")  # the seed splits synthesized; never test
+    contrast_points: int = 3  # contrasts (the asked slot stated, the agent recommends) per kept dialogue, at most
 
     def __post_init__(self) -> None:
+        if isinstance(self.contrast_points, bool) or not isinstance(self.contrast_points, int) or self.contrast_points < 0:
+            raise ValueError(f"contrast_points must be an integer >= 0, got {self.contrast_points!r}")
         if isinstance(self.act_points, bool) or not isinstance(self.act_points, int) or self.act_points < 0:
             raise ValueError(f"act_points must be an integer >= 0, got {self.act_points!r}")
         if "test" in self.splits:
@@ -120,6 +127,7 @@ class SeedOutcome:
     pairs: list[PreferencePair] = field(default_factory=list)
     pair_drops: Counter = field(default_factory=Counter)
     acts: list[ActPoint] = field(default_factory=list)
+    contrasts: list[Contrast] = field(default_factory=list)
 
     @property
     def kept(self) -> bool:
@@ -153,6 +161,7 @@ class SpeakerResult:
         pairs = [pair for o in kept for pair in o.pairs]
         pair_drops = sum((o.pair_drops for o in kept), Counter())
         acts = [a for o in kept for a in o.acts]
+        contrasted = [c for o in kept for c in o.contrasts]
         return {
             "backend": self.backend,
             "seeds": len(self.outcomes),
@@ -201,6 +210,13 @@ class SpeakerResult:
                 "dpo_pairs": len(acts),
                 "clarify_points": len(clarified),
             },
+            # The situation of a clarification with the asked slot stated: the agent recommends.
+            "contrast": {
+                "points": len(contrasted),
+                "by_domain": _counts(c.domain for c in contrasted),
+                "sft_rows": sum(sum(t.role == "assistant" for t in c.turns) for c in contrasted),
+                "underspecification_questions": sum(1 for p in clarified if p is not None and p.type == "underspecification"),
+            },
         }
 
 
@@ -239,6 +255,7 @@ def run_speaker(dialogues: Sequence[Dialogue], database: Database, synthesizer: 
         _preference_pairs(outcome, database, config.seed)
         rng = random.Random(f"speaker-act:{config.seed}:{outcome.dialogue.dialogue_id}")
         outcome.acts = act_points(outcome.trajectory, rng, config.act_points)
+        outcome.contrasts = contrasts(outcome.trajectory, outcome.dialogue, database, config.seed, config.contrast_points)
     return result
 
 

@@ -3,7 +3,8 @@
 Training sets in TRL's conversational formats, messages as ``list<struct<role, content>>``:
 
 ``speaker_sft``
-    One row per agent decision of a kept dialogue (prompt-completion): ``prompt`` is the
+    One row per agent decision of a kept dialogue (prompt-completion), then the rows of its
+    contrasts (:mod:`pipelines.speaker.contrast`; steps after the dialogue's last): ``prompt`` is the
     system message (task, tool schemas, SpeakRL output format) and the conversation so far,
     ``completion`` the agent's output in SpeakRL's tokens. ``kind`` says what it does;
     ``ask_needed`` whether the decision is a question the goal needs (the clarify rows);
@@ -43,6 +44,7 @@ from pipelines.episodes.formats import DEFAULT_TASK_PROMPT
 from pipelines.records import SPLITS, TRAIN, VAL
 from pipelines.rewards.prompts import render_conversation, render_speakrl_prompt
 from pipelines.speaker.ambiguity import AMBIGUITY_TYPES
+from pipelines.speaker.contrast import contrast_messages
 from pipelines.speaker.pipeline import DROP_REASONS, SeedOutcome, SpeakerResult
 from pipelines.speaker.trajectory import AGENT_KINDS, ChatTurn, goal_json, system_message, visible_conversation
 
@@ -249,6 +251,7 @@ def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str
     trajectory = outcome.trajectory
     messages = trajectory.messages()
     goal = goal_json(outcome.dialogue.goal)
+    step = -1
     for step, index, turn in _agent_turns(trajectory.turns):
         if turn.needless:
             continue  # shown in the prompts that follow, never taught
@@ -263,6 +266,13 @@ def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str
             "ask_needed": turn.kind == "clarify",
             "goal": goal,
         }
+    for contrast in outcome.contrasts:
+        for prompt, turn in contrast_messages(trajectory, contrast):
+            step += 1
+            yield {
+                "dialogue_id": trajectory.dialogue_id, "split": outcome.dialogue.split, "step": step, "kind": turn.kind,
+                "ambiguity_type": None, "prompt": [system, *prompt], "completion": [turn.message], "ask_needed": False, "goal": goal,
+            }
 
 
 def _grpo_rows(outcome: SeedOutcome) -> Iterable[dict[str, Any]]:
