@@ -437,9 +437,9 @@ def recommend_think(rng: random.Random, domain: str, count: int, name: str, gues
             f"{count} {noun} match. I'll go with the first one, {name}.",
             f"The search found {count} {noun}; {name} is listed first, so I'll recommend it.",
         ))
-    if count == 1:
-        return f"Exactly one {domain} matches: {name}. I'll recommend it."
     said = f"{said} " if said else ""
+    if count == 1:
+        return f"{said}Exactly one {domain} matches: {name}. I'll recommend it."
     return pick(rng, (
         f"{said}The {count} {noun} fit all of it and nothing is left to ask. I'll suggest {name}.",
         f"{said}All {count} results satisfy what the user said; nothing to ask. {name} is a good choice to offer.",

@@ -98,3 +98,36 @@ def test_reply_reading_and_booking_domains():
     assert not no_preference_reply("I'd prefer the north.")
     assert booking_domains(GOAL) == ["restaurant", "taxi"]
     assert booking_domains({"hotel": {"info": {"area": "north"}}, "attraction": {"info": {"type": "museum"}}}) == []
+
+
+def test_over_asking_fields_count_a_question_about_a_slot_the_user_stated():
+    """The GPU run's failure (episode sft/MUL01253.json#0): the user says "in the centre", the
+    search returns two pools in the centre, and the agent asks which part of town."""
+    goal = {"attraction": {"info": {"type": "swimmingpool", "area": "centre"}}}
+    pools = {"count": 2, "results": [{"name": "a", "area": "centre"}, {"name": "b", "area": "centre"}]}
+    turns = [
+        {"role": "user", "content": "I'd like to find a swimmingpool to visit in the centre."},
+        _agent(AgentAction.tool_call("query_attraction", {"type": "swimmingpool", "area": "centre"})),
+        _obs(pools),
+        _agent(AgentAction.clarify("Which part of town would you prefer: the east or the centre?")),
+        {"role": "user", "content": "The centre."},
+        _agent(AgentAction.respond("How about a?")),
+    ]
+    audit = audit_sft(_rows("d3", goal, turns))
+    assert audit["over_asking"]["asks_stated_slot"] == 1
+    assert audit["over_asking"]["asks_known_slot"] == 0 and audit["over_asking"]["nothing_open"] == 1
+    assert audit["after_search"]["stated"] == {"ask": 1, "act": 1, "ask_share": 0.5}
+
+    # The same request without the area: the question is about an open slot, and the next
+    # decision (after the answer) acts.
+    open_turns = [
+        {"role": "user", "content": "I'd like to find a swimmingpool to visit."},
+        _agent(AgentAction.tool_call("query_attraction", {"type": "swimmingpool"})),
+        _obs({"count": 2, "results": [{"name": "a", "area": "centre"}, {"name": "b", "area": "east"}]}),
+        _agent(AgentAction.clarify("Which part of town would you prefer: the east or the centre?")),
+        {"role": "user", "content": "The centre."},
+        _agent(AgentAction.respond("How about a?")),
+    ]
+    audit = audit_sft(_rows("d4", goal, open_turns))
+    assert audit["over_asking"]["asks_stated_slot"] == 0 and audit["over_asking"]["verdicts"] == {"targets_discriminating_slot": 1}
+    assert audit["after_search"]["open"]["ask"] == 1 and audit["after_search"]["stated"] == {"ask": 0, "act": 1, "ask_share": 0.0}

@@ -208,3 +208,79 @@ def test_the_stage_fails_loudly_when_a_test_dialogue_reaches_a_training_table(st
     with pytest.raises(DataError, match="test-split dialogue"):
         run(again)
     assert not Path(again["output"]).exists() and not Path(again["metrics"]).exists()
+
+
+def _said(think: str) -> dict[str, str]:
+    """The think's "Said: slot=value, ..." pairs."""
+    import re
+
+    match = re.search(r"Said: (.+?)\.(?: |$)", think)
+    if match is None or match.group(1) == "nothing yet":
+        return {}
+    return dict(pair.split("=", 1) for pair in match.group(1).split(", "))
+
+
+def test_no_clarify_row_asks_about_a_slot_the_user_stated(stage_run):
+    """Issue 26: the data never teaches a question about a slot the user has already stated
+    for the search it follows (the search's arguments, answers, "I don't mind"), nor one
+    about a slot the think lists as said; the audit's count of such questions is 0."""
+    from pipelines.rewards.verifiable import asked_slots
+    from pipelines.speaker.audit import asks_stated_slot, search_state
+
+    params, metrics = stage_run
+    clarify = [r for r in _table(params, "speaker_sft").to_pylist() if r["kind"] == CLARIFY]
+    assert clarify
+    after_search = 0
+    for row in clarify:
+        parsed = _parsed(row["completion"][0]["content"])
+        question = " ".join(a.text for a in parsed if a.kind == CLARIFY)
+        state = search_state(row["prompt"])
+        if state is not None:
+            after_search += 1
+            assert not asked_slots(question) & state.stated, (row["dialogue_id"], row["step"], question)
+        assert not asks_stated_slot(question, row["prompt"])
+        assert not asked_slots(question) & set(_said(parsed[0].text)), (row["dialogue_id"], row["step"], question)
+    assert after_search >= 0.8 * len(clarify)  # the underspecification questions follow a search
+    assert metrics["audit"]["over_asking"]["asks_stated_slot"] == 0
+    assert metrics["audit"]["after_search"]["stated"]["ask"] == 0 and metrics["audit"]["after_search"]["stated"]["act"] > 0
+
+
+def test_said_values_in_the_think_occur_in_the_users_turns(stage_run):
+    """The think's "Said: slot=value" pairs are copied from the dialogue: every value occurs
+    (whole words) in the prompt's user turns, tool results left out."""
+    from pipelines.rewards.verifiable import words
+    from pipelines.speaker.audit import user_words
+
+    params, _ = stage_run
+    checked = {"clarify": 0, "respond": 0}
+    for row in _table(params, "speaker_sft").to_pylist():
+        think = _parsed(row["completion"][0]["content"])[0].text
+        said = _said(think)
+        heard = user_words(row["prompt"])
+        for slot, value in said.items():
+            assert f" {words(value)} " in heard, (row["dialogue_id"], row["step"], slot, value)
+        if said and row["kind"] in checked:
+            checked[row["kind"]] += 1
+    assert checked["clarify"] > 0 and checked["respond"] > 0, checked
+
+
+def test_contrasts_state_the_asked_slot_and_recommend(rules_result, database):
+    """Every contrast is its question's situation with the asked slot stated in the request:
+    the same prefix, a search whose arguments hold the slot, then a recommendation."""
+    from pipelines.rewards.verifiable import asked_slots
+
+    total = 0
+    for outcome in rules_result.kept:
+        turns = outcome.trajectory.turns
+        for contrast in outcome.contrasts:
+            total += 1
+            question = " ".join(a.text for a in _parsed(turns[contrast.question].content) if a.kind == CLARIFY)
+            user, call, observation, decision = contrast.turns
+            assert user.kind == "user" and call.kind == TOOL_CALL and decision.kind == "respond"
+            arguments = next(a for a in _parsed(call.content) if a.kind == TOOL_CALL).arguments
+            point = turns[contrast.question].point
+            assert set(point.slots) <= set(arguments) and asked_slots(question) & set(arguments), (contrast.dialogue_id, question)
+            assert all(arguments[s] == point.goal_values[s] for s in point.slots)
+            assert set(_said(_parsed(decision.content)[0].text)) >= set(point.slots)
+    questions = sum(1 for o in rules_result.kept for _, t in o.trajectory.clarifications if t.point.type == "underspecification")
+    assert total >= 0.8 * questions > 0
