@@ -154,7 +154,13 @@ def build_agent(config: JoshConfig, database: ToolWozDatabase, llm_params: Mappi
         from pipelines.llm.hf import HFBackend
 
         backend = HFBackend.from_config(HFConfig(config.agent.model_path or "", config.agent.device, batch_size=config.agent.batch_size))
-        return HFAgent(backend, fmt, _sampling(config.agent.sampling), name=f"hf:{config.agent.model_path}", seed=config.seed), None
+        agent = HFAgent(backend, fmt, _sampling(config.agent.sampling), name=f"hf:{config.agent.model_path}", seed=config.seed)
+        if config.agent.prompt is None:
+            return agent, None
+        from pipelines.evaluation.agent import PolicyPromptAgent
+
+        # M harvests prompted as it is trained and evaluated (josh.agent.prompt)
+        return PolicyPromptAgent(agent, backend.tokenizer, config.agent.prompt), None
     from pipelines.episodes.agents import OpenAIAgent
 
     client = _client("agent", llm_params)

@@ -4,7 +4,9 @@
 
 params.yaml ``josh``: ``source`` / ``db_dir`` / ``strict`` (any MultiWOZ-layout corpus),
 ``max_goals`` (the first train goals in id order; null: all), ``seed``, ``agent``
-(``backend``: rules | hf | openai, ``format``, the rules policy, the hf model, sampling),
+(``backend``: hf, the method: the policy M being trained harvests its own trees, ``model_path``
+M, prompted by ``prompt`` as it is trained | openai: M behind an endpoint | rules: the template
+harvester, a reference for tests; ``format``, the rules policy, sampling),
 ``simulator`` (``kind``: agenda | goal_llm | guide_llm, agenda settings), ``beam``
 (``max_beam``, ``branching_factor``, ``max_turns``), ``concurrency`` (trees in play at
 once), ``min_reward`` (a golden path is training data from this tree reward on; paper: 1),
@@ -19,6 +21,11 @@ trees already there instead of harvesting them again, so a run killed mid-way lo
 most the trees in play. With the rules agent and the agenda simulator a tree depends only
 on its goal and the params, so a resumed run writes the same tables as an uninterrupted
 one; an openai agent's replays are free through the LLM cache (``llm.cache_dir``).
+
+When no tree has a golden path (the tiny model's harvest), there is nothing to train M' on:
+the stage publishes ``josh_trees`` and ``josh_eval``, removes the SFT / KTO tables of any
+earlier harvest, writes the report with the counts (``training_data: false``,
+``no_training_data``: why) and fails, so no training stage trains on another harvester's trees.
 
 Outputs: ``<output>/josh_trees.parquet``, ``josh_sft.parquet``, ``josh_kto.parquet``, ``josh_eval.parquet``
 (``askflow sql`` names them by their stem) and the metrics ``reports/josh.json``; wall
@@ -36,8 +43,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import DataError
-from pipelines.josh.config import JoshConfig
-from pipelines.josh.evaluate import play_toolwoz, toolwoz_scores
+from pipelines.josh.config import HARVESTER_ROLES, JoshConfig
+from pipelines.josh.evaluate import play_toolwoz, toolwoz_intervals, toolwoz_scores
 from pipelines.josh.goals import evaluation_goals
 from pipelines.josh.tables import SPECS, eval_table, harvest_metrics, josh_tables
 from stages.entry import main_wrapper
@@ -91,22 +98,36 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
         episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
                                             max_turns=config.beam.max_turns, task_prompt=config.task_prompt, progress=progress.update))
     workspace.check_llm_failures()
-    test_scores = toolwoz_scores(episodes)
-    print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the {config.agent.backend} agent "
-          f"without branching: avg reward {test_scores['avg_reward']:.3f}, 100% success {test_scores['success_rate']:.3f}")
+    test_scores = {**toolwoz_scores(episodes), **toolwoz_intervals(episodes)}
+    role = HARVESTER_ROLES[config.agent.backend]
+    harvester = config.agent.model_path if config.agent.backend == "hf" else config.agent.backend
+    print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the harvester ({harvester}: {role}) "
+          f"without branching: avg reward {test_scores['avg_reward']:.3f} {test_scores['avg_reward_ci95']}, "
+          f"100% success {test_scores['success_rate']:.3f} {test_scores['success_rate_ci95']}")
     tables = josh_tables(trees, config.min_reward)
-    if tables["josh_sft"].num_rows == 0:
-        rewards = [t.reward for t in trees]
-        raise DataError(str(workspace.checkpoints), f"no tree of the {len(trees)} goals has a clean golden path with reward >= "
-                        f"{config.min_reward} (average reward {sum(rewards) / len(rewards):.3f}): there is nothing to train on; "
-                        "the trees are kept there, so a lower josh.min_reward re-uses them")
     output = Path(config.output)
     tables["josh_eval"] = eval_table(episodes)
-    publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
     metrics = harvest_metrics(trees, tables)
-    metrics["agent"] = {"backend": config.agent.backend, "format": config.agent.format}
+    metrics["agent"] = {"backend": config.agent.backend, "format": config.agent.format, "role": role,
+                        "model_path": config.agent.model_path if config.agent.backend == "hf" else None}
     metrics["test"] = test_scores
     metrics["llm"] = workspace.llm_accounting()  # this process's calls (fan-out workers keep their own)
+    metrics["training_data"] = tables["josh_sft"].num_rows > 0
+    if not metrics["training_data"]:
+        # Nothing to train M' on: the trees and the test episodes are published and the report
+        # says so; the SFT / KTO tables of an earlier harvest are removed, so that no training
+        # stage trains on another harvester's trees; the stage then fails.
+        publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in ("josh_trees", "josh_eval")})
+        for name in ("josh_sft", "josh_kto"):
+            (output / f"{name}.parquet").unlink(missing_ok=True)
+        reason = (f"no tree of the {len(trees)} goals harvested by {harvester} has a clean golden path with reward >= "
+                  f"{config.min_reward}: {metrics['successful_nodes']} nodes that met a goal API, {metrics['golden_paths']} golden paths, "
+                  f"0 SFT rows, 0 KTO rows (average tree reward {metrics['avg_reward']:.3f}); there is nothing to train M' on")
+        metrics["no_training_data"] = reason
+        write_json_atomic(Path(config.metrics), metrics)
+        raise DataError(str(workspace.checkpoints), f"{reason}; {config.metrics} has the counts and M's test scores, "
+                        f"the trees are kept there, so a lower josh.min_reward re-uses them")
+    publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
     write_json_atomic(Path(config.metrics), metrics)
     nodes_fresh = sum(len(t.nodes) for t in fresh)
     write_timings("josh", {
@@ -126,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.josh", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     args = parser.parse_args(argv)
+    from stages.common import configure_threads
+
+    configure_threads()
     run(read_params("josh", args.params), read_params("llm", args.params, required=False))
 
 

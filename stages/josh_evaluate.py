@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError, DataError
-from pipelines.josh.config import ToolWozEvalConfig
-from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_scores
+from pipelines.josh.config import HARVESTER_ROLES, ToolWozEvalConfig
+from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_intervals, toolwoz_scores
 from pipelines.josh.tables import TOOLWOZ_EVAL, eval_table
 from stages.common import with_policy
 from stages.entry import main_wrapper
@@ -56,6 +56,7 @@ def summary(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
         ended[e.ended_by] = ended.get(e.ended_by, 0) + 1
     return {
         **toolwoz_scores(episodes),
+        **toolwoz_intervals(episodes),
         "tool_calls_per_episode": sum(e.tool_calls for e in episodes) / n,
         "malformed_per_episode": sum(e.malformed for e in episodes) / n,
         "rejected_calls_per_episode": sum(e.rejected_calls for e in episodes) / n,
@@ -63,15 +64,70 @@ def summary(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
     }
 
 
-def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequence[int]) -> str:
-    lines = [
-        f"# ToolWOZ test goals ({goals} goals, seeds {list(seeds)}, agenda user)", "",
-        "| model | avg reward | 100% success | api calls / ep | malformed / ep | rejected calls / ep |",
+#: The reference row's label wherever it is reported: the rules agent is a template harvester.
+RULES_LABEL = f"rules: {HARVESTER_ROLES['rules']}"
+
+
+def _ci(interval: Sequence[float] | None) -> str:
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "n/a"
+
+
+def harvest_round(config: ToolWozEvalConfig) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """The round's harvest (from stage josh's report) and the M' models left unplayed because
+    that harvest had nothing to train them on (name -> why)."""
+    if config.round is None:
+        return None, {}
+    from catalog.io import read_json
+
+    path = Path(config.round.harvest)
+    if not path.is_file():
+        raise DataError(str(path), "round.harvest: stage josh's report does not exist (run stage josh first)")
+    harvest = read_json(path)
+    try:
+        agent = harvest["agent"]
+        figures = {key: harvest[key] for key in ("goals", "nodes", "successful_nodes", "golden_paths", "sft_rows", "kto_rows")}
+        training_data = bool(harvest["training_data"])
+    except KeyError as missing:
+        raise DataError(str(path), f"round.harvest: field {missing} is missing (a report of an older stage josh; run it again)") from None
+    start = dict(config.models)[config.round.start]
+    harvester = agent.get("model_path") if agent.get("backend") == "hf" else agent.get("backend")
+    report = {"harvest": str(path), "harvester": harvester, "harvester_role": agent.get("role"), "start": config.round.start,
+              "trained": list(config.round.trained),
+              # M harvested its own trees only when the harvester is the model evaluated as M
+              "self_improvement": agent.get("backend") == "hf" and harvester == start.path,
+              **figures, "training_data": training_data, "harvester_test": harvest.get("test")}
+    not_trained = {} if training_data else {
+        name: f"not trained: the harvest by {harvester} has 0 training rows ({figures['golden_paths']} golden paths)"
+        for name in config.round.trained}
+    return report, not_trained
+
+
+def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequence[int],
+             round_report: Mapping[str, Any] | None = None) -> str:
+    """The table: one row per model (the rules row labelled as the template reference), the
+    paper's two scores with their 95 % bootstrap intervals over goals; with a round, its
+    harvest's counts and a row for each M' that had nothing to train on."""
+    lines = [f"# ToolWOZ test goals ({goals} goals, seeds {list(seeds)}, agenda user)", ""]
+    if round_report is not None:
+        r = round_report
+        lines += [f"Round: M = {r['start']} ({r['harvester']}, {r['harvester_role']}); self-improvement: "
+                  f"{'yes' if r['self_improvement'] else 'no'}. Harvest: {r['goals']} trees, {r['nodes']} nodes, "
+                  f"{r['successful_nodes']} nodes that met a goal API, {r['golden_paths']} golden paths, {r['sft_rows']} SFT rows, "
+                  f"KTO {r['kto_rows']['desirable']} desirable / {r['kto_rows']['undesirable']} undesirable.", ""]
+    lines += [
+        "| model | avg reward [95% CI] | 100% success [95% CI] | api calls / ep | malformed / ep | rejected calls / ep |",
         "|---|---:|---:|---:|---:|---:|",
     ]
+    roles = {}
+    if round_report is not None:
+        roles = {round_report["start"]: " (M)", **{name: " (M')" for name in round_report.get("trained", ())}}
     for name, r in results.items():
-        lines.append(f"| {name} | {r['avg_reward']:.3f} | {r['success_rate']:.3f} | {r['tool_calls_per_episode']:.2f} | "
+        label = RULES_LABEL if name == "rules" else name + roles.get(name, "")
+        lines.append(f"| {label} | {r['avg_reward']:.3f} {_ci(r.get('avg_reward_ci95'))} | "
+                     f"{r['success_rate']:.3f} {_ci(r.get('success_rate_ci95'))} | {r['tool_calls_per_episode']:.2f} | "
                      f"{r['malformed_per_episode']:.2f} | {r['rejected_calls_per_episode']:.2f} |")
+    for name, why in ((round_report or {}).get("not_trained") or {}).items():
+        lines.append(f"| {name} (M') | {why} | | | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -87,7 +143,9 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     from flows.josh import build_simulator
     from catalog.multiwoz_dir import load_multiwoz
 
-    specs = [PolicySpec(name, entry.path, entry.hub_id, entry.revision, entry.prompt or config.prompt) for name, entry in config.models]
+    round_report, not_trained = harvest_round(config)
+    specs = [PolicySpec(name, entry.path, entry.hub_id, entry.revision, entry.prompt or config.prompt) for name, entry in config.models
+             if name not in not_trained]
     for spec in specs:
         check_policy(spec)  # every model exists before any plays
     corpus = load_multiwoz(config.source, config.db_dir, strict=config.strict)
@@ -123,9 +181,11 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     publish({Path(config.output.episodes): (eval_table([e for eps in episodes.values() for e in eps]), TOOLWOZ_EVAL)})
     results = {name: summary(eps) for name, eps in episodes.items()}
     report = {"goals": len(goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
-              "models": results}
+              "models": results, "labels": {"rules": RULES_LABEL} if "rules" in results else {}}
+    if round_report is not None:
+        report["round"] = {**round_report, "not_trained": not_trained}
     write_json_atomic(Path(config.output.metrics), report)
-    write_text_atomic(Path(config.output.markdown), markdown(results, len(goals), config.seeds))
+    write_text_atomic(Path(config.output.markdown), markdown(results, len(goals), config.seeds, report.get("round")))
     write_timings("josh_evaluate", {"wall_s": timings})
     return report
 

@@ -36,9 +36,10 @@ def test_openai_agent_harvest_sends_sampling_and_sibling_seeds(make_server, smal
     server = make_server()
     # The fake model does not write ReAct: every output is malformed, no goal API is met, and
     # the stage says there is nothing to train on instead of publishing empty tables.
-    with pytest.raises(DataError, match="nothing to train on"):
+    with pytest.raises(DataError, match="nothing to train M. on"):
         run(josh_params(tmp_path, small_corpus_dir), llm_params(tmp_path, server.base_url))
-    assert not (tmp_path / "josh").exists()
+    assert not (tmp_path / "josh" / "josh_sft.parquet").exists() and not (tmp_path / "josh" / "josh_kto.parquet").exists()
+    assert json.loads((tmp_path / "josh.json").read_text())["training_data"] is False
     bodies = server.stats.bodies
     assert bodies and all(b["temperature"] == 1.5 and b["top_p"] == 0.75 and b["top_k"] == 50 for b in bodies)
     # The trees were checkpointed (malformed outputs are the model's, not an outage).
@@ -68,7 +69,7 @@ def test_hf_agent_harvest_runs_a_local_model(small_corpus_dir, tiny_model_dir, t
         "backend": "hf", "model_path": str(tiny_model_dir), "format": "react",
         "sampling": {"temperature": 1.5, "top_p": 0.75, "top_k": 50, "max_tokens": 16}})
     # A tiny random model writes no ReAct either; the harvest itself must still run.
-    with pytest.raises(DataError, match="nothing to train on"):
+    with pytest.raises(DataError, match="nothing to train M. on"):
         run(params)
     (tree,) = [json.loads(p.read_text()) for p in (tmp_path / "checkpoints").glob("*/*.json")]
     assert tree["agent_calls"] > 0 and len(tree["nodes"]) > 1
@@ -77,7 +78,7 @@ def test_hf_agent_harvest_runs_a_local_model(small_corpus_dir, tiny_model_dir, t
 def test_fan_out_over_prefect_thread_workers_gives_the_in_process_tables(prefect_api, small_corpus_dir, tmp_path):
     import pyarrow.parquet as pq
 
-    base = {"source": str(small_corpus_dir), "max_goals": 6, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 10},
+    base = {"source": str(small_corpus_dir), "max_goals": 6, "agent": {"backend": "rules"}, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 10},
             "test": {"max_goals": 2}}
     inline = {**base, "output": str(tmp_path / "inline"), "metrics": str(tmp_path / "inline.json"), "work_dir": str(tmp_path / "ck_inline")}
     fanned = {**base, "output": str(tmp_path / "fanned"), "metrics": str(tmp_path / "fanned.json"), "work_dir": str(tmp_path / "ck_fanned"),

@@ -25,7 +25,9 @@ N_DIALOGUES = 60
 
 def small_josh(params: dict, **josh: object) -> None:
     params["corpus"]["n_dialogues"] = N_DIALOGUES
-    params["josh"].update({"max_goals": 5, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 6}, **josh})
+    # rules: the template harvester, fast and deterministic (the default, hf, is the model M)
+    params["josh"].update({"max_goals": 5, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 6},
+                           "agent": {"backend": "rules"}, "test": {"max_goals": 20, "seeds": [0]}, **josh})
 
 
 def test_dvc_repro_josh_writes_tables_and_metrics_and_a_second_run_does_nothing(tmp_path):

@@ -19,6 +19,12 @@ TOOLWOZ_TASK_PROMPT = (
     "Ask the user for what you need to know before you search or book."
 )
 BACKENDS: tuple[str, ...] = ("rules", "hf", "openai")
+#: How a report names each harvester: the method (M harvests its own trees) or the reference.
+HARVESTER_ROLES: dict[str, str] = {
+    "hf": "policy M (the method: M harvests its own trees)",
+    "openai": "policy M behind an endpoint (the method)",
+    "rules": "template harvester (rules agent; a reference, not the method)",
+}
 
 
 @dataclass(frozen=True)
@@ -33,10 +39,20 @@ class SamplingSpec:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    backend: str = "rules"
+    """Who plays the trees. ``hf`` (the default) is the method: the policy M being trained
+    (``model_path``, the model ``train.josh_sft`` then fine-tunes) harvests its own trees.
+    ``openai`` is M behind an endpoint. ``rules`` is a template harvester
+    (:class:`RulesToolWozAgent`): a reference for tests and comparisons, not the method, since a
+    model trained on its trees learns the template's turns, not its own."""
+
+    backend: str = "hf"
     format: str = "react"
     rules: RulesPolicy = field(default_factory=RulesPolicy)
-    model_path: str | None = None  # hf: a local model directory, e.g. models/sft
+    model_path: str | None = None  # hf: a local model directory, M (e.g. models/base)
+    # hf: how M is prompted while it harvests: as train.josh_* trains it and josh_evaluate
+    # plays it (the compact ReAct prompt, history cut to the context); null: the format's own
+    # system message (every api's JSON schema, ~2,700 tokens, beyond a 1,024-token context).
+    prompt: PromptSpec | None = field(default_factory=lambda: _toolwoz_prompt())
     device: str = "cpu"
     batch_size: int = 8
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
@@ -109,7 +125,8 @@ class JoshConfig:
         if self.agent.format not in FORMATS:
             raise ConfigError(f"agent.format: expected one of {list(FORMATS)}, got {self.agent.format!r}")
         if self.agent.backend == "hf" and not self.agent.model_path:
-            raise ConfigError("agent.model_path: required for backend 'hf' (e.g. models/sft)")
+            raise ConfigError("agent.model_path: required for backend 'hf' (the policy M that harvests its own trees, "
+                              "e.g. models/base, the model train.josh_sft fine-tunes); backend 'rules' is the template harvester")
         if self.max_goals is not None and self.max_goals < 1:
             raise ConfigError(f"max_goals: expected null or an integer >= 1, got {self.max_goals}")
         if self.concurrency < 1:
@@ -148,6 +165,18 @@ class ToolWozOutput:
 
 
 @dataclass(frozen=True)
+class RoundSpec:
+    """One self-improvement round as the evaluation reports it: ``harvest`` is stage josh's
+    report (who harvested, how many trees, golden paths and training rows), ``start`` the
+    model M that harvested, ``trained`` the models M' trained on that harvest. When the
+    harvest had no training data, the M' rows say "not trained" instead of being played."""
+
+    harvest: str = "reports/josh.json"
+    start: str = "base"
+    trained: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ToolWozEvalConfig:
     """Every model (and, with ``rules``, JOSH's harvesting rules agent as a reference) plays
     the official ToolWOZ test goals (the first ``max_goals`` sorted test ids) once per seed
@@ -168,8 +197,14 @@ class ToolWozEvalConfig:
     prompt: PromptSpec = field(default_factory=_toolwoz_prompt)
     output: ToolWozOutput = field(default_factory=ToolWozOutput)
     max_llm_failure_rate: float = 0.05
+    round: RoundSpec | None = None
 
     def __post_init__(self) -> None:
+        if self.round is not None:
+            names = [name for name, _ in self.models]
+            for name in (self.round.start, *self.round.trained):
+                if name not in names:
+                    raise ConfigError(f"round: {name!r} is not one of the models {names}")
         if not self.models and self.rules is None:
             raise ConfigError("models: at least one model (or rules) is required")
         for name, entry in self.models:

@@ -113,3 +113,32 @@ def toolwoz_scores(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
         "avg_reward": sum(e.reward for e in episodes) / n if n else 0.0,
         "success_rate": sum(e.success for e in episodes) / n if n else 0.0,
     }
+
+
+def toolwoz_intervals(episodes: Sequence[ToolWozEpisode], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """95 % bootstrap intervals of the average reward and the 100 % success rate, the goals
+    resampled with replacement (all seeds of a goal together), as the evaluation's
+    :func:`pipelines.evaluation.metrics.bootstrap_summary` does.
+
+    >>> e = [ToolWozEpisode("a", 0, "x", 2, 1, 0.5, False, 3, "user_end", 0),
+    ...      ToolWozEpisode("b", 0, "x", 1, 1, 1.0, True, 2, "user_end", 0)]
+    >>> toolwoz_intervals(e, resamples=200)
+    {'avg_reward_ci95': [0.5, 1.0], 'success_rate_ci95': [0.0, 1.0], 'resamples': 200, 'seed': 0, 'unit': 'goal'}
+    """
+    import numpy as np
+
+    from pipelines.evaluation.metrics import _interval, _resampled_ratios, resample_indices
+
+    goals = sorted({e.dialogue_id for e in episodes})
+    if not goals:
+        return {"avg_reward_ci95": None, "success_rate_ci95": None, "resamples": resamples, "seed": seed, "unit": "goal"}
+    where = {g: i for i, g in enumerate(goals)}
+    reward, success, count = np.zeros(len(goals)), np.zeros(len(goals)), np.zeros(len(goals))
+    for e in episodes:
+        reward[where[e.dialogue_id]] += e.reward
+        success[where[e.dialogue_id]] += e.success
+        count[where[e.dialogue_id]] += 1
+    indices = resample_indices(len(goals), resamples, seed)
+    return {"avg_reward_ci95": _interval(_resampled_ratios(reward, count, indices)),
+            "success_rate_ci95": _interval(_resampled_ratios(success, count, indices)),
+            "resamples": resamples, "seed": seed, "unit": "goal"}

@@ -311,6 +311,8 @@ def harvest_metrics(trees: Sequence[JoshTree], tables: Mapping[str, pa.Table]) -
         "avg_reward": sum(rewards) / n if n else 0.0,
         "reward_distribution": dict(sorted(distribution.items())),
         "labels": labels,
+        # nodes whose exchange met a goal API (golden or successful-but-not-golden)
+        "successful_nodes": labels["golden"] + labels["successful"],
         "max_depth": max((x.depth for t in trees for x in t.nodes), default=0),
         "sft_rows": tables["josh_sft"].num_rows,
         "kto_rows": {"desirable": sum(kto), "undesirable": len(kto) - sum(kto)},
