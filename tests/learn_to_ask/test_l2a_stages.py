@@ -170,7 +170,7 @@ def _shrink_l2a(params: dict) -> None:
         section["optim"].update(max_steps=2, batch_size=4, logging_steps=1)
         section["eval"].update(max_examples=4, max_new_tokens=8)
     l2a["train"]["grpo"]["objective"].update(num_generations=2, max_completion_length=8)
-    l2a["eval"].update(max_samples=6, generation={"max_new_tokens": 8, "batch_size": 6}, stats={"resamples": 20, "alpha": 0.05, "seed": 0})
+    l2a["eval"].update(model_grader=None, max_samples=6, generation={"max_new_tokens": 8, "batch_size": 6}, stats={"resamples": 20, "alpha": 0.05, "seed": 0})
 
 
 @pytest.mark.slow
