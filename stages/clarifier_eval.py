@@ -5,18 +5,23 @@ own steps and the Clarifier's questions per episode (the paper's Table 1 layout)
 params.yaml ``clarifier.eval``:
 
 * ``taubench`` (default ``../shared/data/taubench``; absent: an error naming it), ``domains``
-  (domain -> split), ``seed``, ``budget`` (Clarifier questions per episode);
-* ``agent``: the backbone, ``{kind: informed, patience}`` (offline: knows the solution,
-  never asks, gives up after ``patience`` turns without the detail it needs; a mechanism
-  check), ``{kind: openai, base_url, model, ...}`` (any endpoint with function calling; role
-  ``agent``) or ``{kind: hf, model_path, ...}`` (a local model, function calling);
-  ``max_tokens`` for the model backbones;
-* ``user``: ``{backend: rules}`` (the task-grounded fuzzy user) or an ``openai`` backend
-  (the paper's User-Driven Fuzzy Intent prompt; role ``user_simulator``);
+  (domain -> split), ``seeds`` (every task is played once per seed; ``seed``: one seed),
+  ``budget`` (Clarifier questions per episode), ``max_tasks`` (the first N tasks of each
+  split; null: all);
+* ``agent``: the backbone. Measured settings never see a task's solution: ``{kind: policy}``
+  (offline: :class:`~pipelines.clarifier.policy_agent.TauPolicyAgent`, built from the domain's
+  name alone; follows the policy, looks up and asks), ``{kind: openai, base_url, model, ...}``
+  (any endpoint with function calling; role ``agent``) or ``{kind: hf, model_path, ...}`` (a
+  local model, function calling); ``max_tokens`` for the model backbones. ``{kind:
+  oracle_informed, patience}`` is the old informed agent, which replays the ground truth: an
+  ORACLE, so the report's title says so;
+* ``user``: ``{backend: rules}`` (the offline fuzzy user that knows only its instruction,
+  :class:`~pipelines.simulators.taubench.TauInstructionUser`) or an ``openai`` backend (the
+  paper's User-Driven Fuzzy Intent prompt; role ``user_simulator``);
 * ``clarifiers``: name -> ``null`` (no Clarifier) or a ``clarifier`` role backend: ``hf``
   (``model_path``: the untrained starting model or a trained Clarifier; a missing directory is
-  an error naming it), ``openai``, ``rules`` (the offline teacher, grounded in the task's
-  ground truth: a reference row);
+  an error naming it), ``openai``, ``rules`` (the offline teacher, which reads the task's
+  ground truth: its name must start with ``oracle``, so that every table labels it);
 * ``cache_dir``, ``output`` (``episodes.parquet`` + ``episode_events.parquet``; episode ids
   ``<clarifier>:<task id>#<seed>``), ``metrics`` (JSON) and ``markdown`` (the table);
   ``max_llm_failure_rate`` (default 0.05): an LLM outage stops the stage, nothing published.
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipelines.clarifier.agent import TauInformedAgent
+from pipelines.clarifier.policy_agent import TauPolicyAgent
 from pipelines.clarifier.clarifier import HFClarifier, LLMClarifier, RulesClarifier
 from pipelines.clarifier.evaluation import DoNothingAgent, results_json, summarize, table1_markdown
 from pipelines.clarifier.prompts import prompt_cut
@@ -41,20 +47,30 @@ from pipelines.episodes.taubench import tau_runner_config, tau_specs
 from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, ResponseCache, SamplingParams
 from pipelines.llm.accounting import check_failure_rate
-from pipelines.simulators.taubench import TauRulesUser
+from pipelines.simulators.taubench import TauInstructionUser
 from stages.entry import main_wrapper
 from catalog.io import publish, read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
-_KEYS = {"taubench", "domains", "seed", "budget", "agent", "user", "clarifiers", "cache_dir", "output", "metrics", "markdown",
-         "max_llm_failure_rate"}
+_KEYS = {"taubench", "domains", "seed", "seeds", "budget", "max_tasks", "agent", "user", "clarifiers", "cache_dir", "output",
+         "metrics", "markdown", "max_llm_failure_rate"}
+#: Agent kinds that never receive a task (its ground-truth actions and outputs); the rest are oracles.
+HONEST_AGENTS = ("policy", "openai", "hf")
+ORACLE_AGENTS = ("oracle_informed",)
 NOTES = {
-    "informed": [
-        "Agent `informed` (offline): it knows each task's ground-truth actions and makes one only when the user has said "
-        "every value of it that only the user knows; it never asks and gives up after `patience` turns without progress. "
-        "Its pass@1 measures whether the Clarifier asks for the right detail at the right time (a mechanism check of the "
-        "Clarifier, its data and the runner), NOT an agent's or a model's τ-bench ability; do not compare it with the paper.",
-        "The `rules` Clarifier reads the task's ground truth (it is the offline teacher); a model Clarifier never does.",
+    "policy": [
+        "Agent `policy` (offline rules, `pipelines/clarifier/policy_agent.py`): it is built from the domain's name alone and "
+        "never sees a task's solution; it authenticates the user with what the user says, reads the profile and orders, "
+        "reads the request from the user's words (items, reason, variant, payment), asks for what it lacks, confirms and "
+        "writes. It has no give-up timer. Airline: it only cancels a reservation whose id the user gives. Its pass@1 is "
+        "what a script that does not know the answer reaches here, not a model's τ-bench ability.",
+        "User `rules`: it knows only its instruction (values the instruction states) and says it does not know anything else.",
+        "`oracle_rules` is an ORACLE upper bound, not a Clarifier a model can be: it reads the task's ground-truth actions "
+        "to pick its question. Every other row reads only the dialogue.",
+    ],
+    "oracle_informed": [
+        "ORACLE agent `oracle_informed`: it replays each task's ground-truth actions once the user has said their values and "
+        "gives up after `patience` idle turns; its pass@1 is not an agent's result.",
     ],
     "model": [
         "A model backbone: pass@1 is a real τ-bench result for this agent, user and Clarifier "
@@ -68,10 +84,14 @@ def _backend(role: str, section: Any, where: str) -> BackendConfig:
 
 
 def make_agent(section: Mapping[str, Any], domain: Any, tasks: Mapping[str, Any], accounting: Accounting, cache: ResponseCache) -> Any:
-    section = dict(section or {"kind": "informed"})
-    kind = section.pop("kind", "informed")
+    """The agent backbone. Only an ORACLE kind is handed ``tasks`` (episode id -> task, with
+    its ground-truth actions and outputs); the measured kinds get the domain's tools and name."""
+    section = dict(section or {"kind": "policy"})
+    kind = section.pop("kind", "policy")
     fmt = FunctionCallingFormat(domain.tool_schemas)
-    if kind == "informed":
+    if kind == "policy":
+        return TauPolicyAgent(domain.name, fmt)
+    if kind == "oracle_informed":
         return TauInformedAgent(tasks, fmt, patience=int(section.get("patience", 2)))
     max_tokens = int(section.pop("max_tokens", 512))
     if kind == "openai":
@@ -88,7 +108,7 @@ def make_agent(section: Mapping[str, Any], domain: Any, tasks: Mapping[str, Any]
         if not Path(config.model_path).exists():
             raise DataError(config.model_path, "agent model directory not found (params.yaml clarifier.eval.agent.model_path)")
         return HFAgent(HFBackend.from_config(config), fmt, SamplingParams(temperature=0.0, max_tokens=max_tokens))
-    raise ConfigError(f"params.yaml clarifier.eval.agent.kind: expected informed, openai or hf, got {kind!r}")
+    raise ConfigError(f"params.yaml clarifier.eval.agent.kind: expected one of {[*HONEST_AGENTS, *ORACLE_AGENTS]}, got {kind!r}")
 
 
 def make_clarifier(name: str, section: Any, accounting: Accounting, cache: ResponseCache, cut: tuple[int | None, int | None] = (None, None)) -> Any:
@@ -96,7 +116,10 @@ def make_clarifier(name: str, section: Any, accounting: Accounting, cache: Respo
         return None
     backend = _backend("clarifier", section, f"clarifier.eval.clarifiers.{name}")
     if backend.kind == "rules":
-        return RulesClarifier()
+        if not name.startswith("oracle"):
+            raise ConfigError(f"params.yaml clarifier.eval.clarifiers.{name}: the rules Clarifier reads the task's ground truth; "
+                              f"name it oracle_... so that the table labels it an oracle")
+        return RulesClarifier(name=name)
     if backend.kind == "openai":
         return LLMClarifier(LLMClient(backend.client, cache=cache, accounting=accounting), backend.sampling, prompt_cut=cut)
     if not Path(backend.hf.model_path).exists():
@@ -109,7 +132,7 @@ def make_clarifier(name: str, section: Any, accounting: Accounting, cache: Respo
 def make_user(section: Any, accounting: Accounting, cache: ResponseCache) -> Any:
     backend = _backend("user_simulator", section or {"backend": "rules"}, "clarifier.eval.user")
     if backend.kind == "rules":
-        return TauRulesUser()
+        return TauInstructionUser()
     from pipelines.simulators.protection import ProtectedSimulator
     from pipelines.simulators.taubench import FuzzyLLMUser
 
@@ -126,16 +149,17 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     except KeyError as exc:
         raise ConfigError(f"params.yaml clarifier.eval: {exc.args[0]!r} is required") from None
     domains = params.get("domains") or {"retail": "test", "airline": "test"}
-    clarifiers = params.get("clarifiers") or {"none": None, "rules": {"backend": "rules"}}
+    clarifiers = params.get("clarifiers") or {"none": None, "oracle_rules": {"backend": "rules"}}
     if not isinstance(clarifiers, Mapping) or not clarifiers:
         raise ConfigError("params.yaml clarifier.eval.clarifiers: expected a mapping name -> null | clarifier backend")
     bad = [name for name in clarifiers if not str(name).replace("_", "").isalnum()]
     if bad:
         raise ConfigError(f"params.yaml clarifier.eval.clarifiers: names must be letters, digits and _, got {bad}")
-    seed, budget = int(params.get("seed", 0)), int(params.get("budget", 3))
+    seeds = [int(s) for s in (params.get("seeds") or [params.get("seed", 0)])]
+    budget, max_tasks = int(params.get("budget", 3)), params.get("max_tasks")
     root = taubench_root(params, "clarifier.eval")
     accounting, cache = Accounting(), ResponseCache(params.get("cache_dir") or "data/cache/llm")
-    agent_kind = (params.get("agent") or {}).get("kind", "informed")
+    agent_kind = (params.get("agent") or {}).get("kind", "policy")
     started = time.perf_counter()
     timings: dict[str, float] = {}
     results, episodes = [], []
@@ -144,34 +168,44 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     for domain_name, split in domains.items():
         domain = load_taubench_domain(root, domain_name, (split,))
         world, tasks = TauBenchWorld(domain), domain.tasks[split]
+        if max_tasks is not None:
+            tasks = tasks[: int(max_tasks)]
         fmt = FunctionCallingFormat(domain.tool_schemas)
-        floor_episodes = asyncio.run(run_episodes(tau_specs(tasks, seed), DoNothingAgent(fmt), TauRulesUser(), world, tau_runner_config(domain)))
+        floor_episodes = asyncio.run(run_episodes(tau_specs(tasks, seeds[0]), DoNothingAgent(fmt), TauInstructionUser(), world, tau_runner_config(domain)))
         floor_passed = sum(e.success for e in floor_episodes)
         for name, clarifier in built.items():
             t0 = time.perf_counter()
-            specs = [EpisodeSpec(f"{name}:{task.task_id}#{seed}", task, seed) for task in tasks]
-            agent = make_agent(params.get("agent"), domain, {s.episode_id: s.goal for s in specs}, accounting, cache)
-            config = tau_runner_config(domain, max_exchanges=30 + budget)
-            played = asyncio.run(run_episodes(specs, agent, user, world, config, clarifier, budget))
+            played = []
+            for seed in seeds:
+                specs = [EpisodeSpec(f"{name}:{task.task_id}#{seed}", task, seed) for task in tasks]
+                agent = make_agent(params.get("agent"), domain, {s.episode_id: s.goal for s in specs}, accounting, cache)
+                config = tau_runner_config(domain, max_exchanges=30 + budget)
+                played += asyncio.run(run_episodes(specs, agent, user, world, config, clarifier, budget))
             results.append(summarize(name, domain_name, played, floor_passed))
             episodes.extend(played)
             timings[f"{name}/{domain_name}_s"] = round(time.perf_counter() - t0, 2)
     check_failure_rate(accounting, params.get("max_llm_failure_rate", 0.05), "clarifier_eval")
     tables = episode_tables(episodes)
     publish({output / f"{name}.parquet": (table, EPISODE_SPECS[name]) for name, table in tables.items()})
-    setting = {"agent": agent_kind, "user": (params.get("user") or {}).get("backend", "rules"), "budget": budget, "seed": seed,
-               "domains": dict(domains)}
+    setting = {"agent": agent_kind, "oracle_agent": agent_kind in ORACLE_AGENTS,
+               "user": (params.get("user") or {}).get("backend", "rules"), "budget": budget, "seeds": seeds,
+               "max_tasks": max_tasks, "domains": dict(domains),
+               "oracle_rows": [name for name in clarifiers if str(name).startswith("oracle")]}
     metrics = results_json(results, setting)
     metrics["llm"] = accounting.as_dict()
     # A model Clarifier's consultations whose history was compacted to fit its positions, and
     # those that did not fit even so (asked nothing, counted as unreadable), both domains.
     metrics["prompts"] = {name: {"compacted": c.compacted, "too_long": c.too_long} for name, c in built.items() if isinstance(c, HFClarifier)}
     write_json_atomic(metrics_path, metrics)
-    notes = NOTES["informed" if agent_kind == "informed" else "model"] + [
+    notes = NOTES.get(agent_kind, NOTES["model"]) + [
         f"Floor: a do-nothing agent against the same user (tasks that change nothing and require no output). "
-        f"Budget {budget} Clarifier questions per episode; user `{setting['user']}`; seed {seed}; one run per task (pass@1)."
+        f"Budget {budget} Clarifier questions per episode; user `{setting['user']}`; seeds {seeds}: every task played once "
+        f"per seed (pass@1 is the mean over tasks and seeds; the interval is a 95 % bootstrap over tasks, 2,000 resamples)."
+        + (f" The first {max_tasks} tasks of each split." if max_tasks is not None else "")
     ]
-    write_text_atomic(markdown_path, "# τ-bench Clarifier evaluation (Table 1 layout)\n\n" + table1_markdown(results, list(domains), notes))
+    title = ("# τ-bench Clarifier evaluation: ORACLE agent (it replays the solution)" if agent_kind in ORACLE_AGENTS
+             else "# τ-bench Clarifier evaluation (Table 1 layout)")
+    write_text_atomic(markdown_path, title + "\n\n" + table1_markdown(results, list(domains), notes))
     timings["wall_s"] = round(time.perf_counter() - started, 2)
     write_timings("clarifier_eval", timings)
     for result in results:

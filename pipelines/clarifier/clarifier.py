@@ -20,6 +20,8 @@ Clarifier is optional and must never stop an episode.
 
 from __future__ import annotations
 
+import json
+
 import random
 from typing import Any, Protocol, Sequence
 
@@ -134,6 +136,7 @@ class HFClarifier:
         self.sampling = sampling if sampling is not None else SamplingParams(temperature=0.0, max_tokens=256)
         self.too_long = 0  # prompts that did not fit even compacted
         self.compacted = 0  # histories compacted to fit
+        self._memo: dict[str, str] = {}  # prompt -> greedy answer
 
     async def decide(self, contexts: Sequence[ClarifyContext]) -> list[ClarifierDecision]:
         if not contexts:
@@ -156,10 +159,18 @@ class HFClarifier:
                 fit = fits(messages)
             conversations.append(messages)
             ok.append(fit)
-        sent = [c for c, fit in zip(conversations, ok) if fit]
-        replies = iter(self.backend.generate(sent, self.sampling, seed=contexts[0].call_seed) if sent else [])
+        # Greedy decoding (temperature 0) answers a prompt the same way whatever the seed: an
+        # answer already generated in this run is reused (an evaluation's later seeds cost nothing).
+        greedy = not self.sampling.temperature
+        keys = [json.dumps(m, sort_keys=True) for m in conversations]
+        sent = list({k: m for k, m, fit in zip(keys, conversations, ok) if fit and not (greedy and k in self._memo)}.items())
+        replies = self.backend.generate([m for _, m in sent], self.sampling, seed=contexts[0].call_seed) if sent else []
+        fresh = {k: reply for (k, _), reply in zip(sent, replies)}
+        if greedy:
+            self._memo.update(fresh)
         self.too_long += ok.count(False)
-        return [parse_clarifier(next(replies)) if fit else ClarifierDecision(None, "", "", malformed=True) for fit in ok]
+        return [parse_clarifier(fresh[k] if k in fresh else self._memo[k]) if fit else ClarifierDecision(None, "", "", malformed=True)
+                for k, fit in zip(keys, ok)]
 
 
 __all__ = ["ROLE", "QUESTIONS", "Clarifier", "ClarifyContext", "HFClarifier", "LLMClarifier", "RulesClarifier"]

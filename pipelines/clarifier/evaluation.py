@@ -1,9 +1,10 @@
 """The Clarifier evaluation (paper section 4, Table 1 / Table 2 layout).
 
 For each Clarifier (``none``: no Clarifier) and each τ-bench domain, every test task is
-played once by the same agent and user; per run:
+played once per seed by the same agent and user; per run:
 
-* **pass@1**: τ-bench's reward, mean over tasks, beside the **floor**: the share a
+* **pass@1**: τ-bench's reward, mean over tasks and seeds, with a 95 % percentile interval
+  from a bootstrap over tasks (each task's mean over the seeds resampled), beside the **floor**: the share a
   do-nothing agent passes against the same user (tasks that change nothing and require no
   output; 7/115 retail test, 19/50 airline test), measured by :func:`floor` through the runner;
 * **agent steps**: the agent's own actions per episode, clarifications excluded (tool
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from pipelines.episodes.formats import AgentAction
 from pipelines.episodes.records import Episode
@@ -40,24 +43,29 @@ class RunResult:
     clarifier: str
     domain: str
     n_tasks: int
-    passed: int
-    floor_passed: int
+    passed: int  # over every seed
+    floor_passed: int  # tasks the do-nothing agent passes (deterministic: one run)
     agent_steps: float
     clarifications: float
     consultations: float
     malformed: int
+    seeds: int = 1
+    ci95: tuple[float, float] | None = None  # of pass@1, bootstrap over tasks
+    passed_by_seed: tuple[int, ...] = ()
 
     @property
     def pass_at_1(self) -> float:
-        return self.passed / self.n_tasks
+        return self.passed / (self.n_tasks * self.seeds)
 
     @property
     def floor(self) -> float:
         return self.floor_passed / self.n_tasks
 
     def as_dict(self) -> dict[str, Any]:
+        low, high = self.ci95 if self.ci95 else (None, None)
         return {
-            "n_tasks": self.n_tasks, "passed": self.passed, "pass_at_1": round(self.pass_at_1, 4),
+            "n_tasks": self.n_tasks, "seeds": self.seeds, "passed": self.passed, "passed_by_seed": list(self.passed_by_seed),
+            "pass_at_1": round(self.pass_at_1, 4), "ci95_low": low, "ci95_high": high,
             "floor_passed": self.floor_passed, "floor": round(self.floor, 4),
             "avg_agent_steps": round(self.agent_steps, 3), "avg_clarify": round(self.clarifications, 3),
             "avg_sum": round(self.agent_steps + self.clarifications, 3),
@@ -65,15 +73,43 @@ class RunResult:
         }
 
 
+def task_interval(successes: Mapping[str, Sequence[bool]], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """The 95 % percentile interval of pass@1 over a bootstrap of tasks (each task's mean
+    success over its seeds is the unit; the seeds of a task stay together).
+
+    >>> task_interval({"a": [True, True], "b": [False, False]}, resamples=200)[1]
+    1.0
+    """
+    from pipelines.evaluation.metrics import LEVEL, resample_indices
+
+    means = np.array([sum(v) / len(v) for v in successes.values()], dtype=float)
+    if not len(means):
+        raise ValueError("no tasks to resample")
+    draws = means[resample_indices(len(means), resamples, seed)].mean(axis=1)
+    tail = (1.0 - LEVEL) / 2.0
+    low, high = np.quantile(draws, [tail, 1.0 - tail])
+    return round(float(low), 4), round(float(high), 4)
+
+
 def summarize(clarifier: str, domain: str, episodes: Sequence[Episode], floor_passed: int) -> RunResult:
+    """One cell over every seed's episodes (the same tasks in each seed)."""
     n = len(episodes)
     if n == 0:
         raise ValueError(f"no episodes for clarifier {clarifier!r} on {domain}")
+    by_task: dict[str, list[bool]] = {}
+    by_seed: dict[int, int] = {}
+    for ep in episodes:
+        by_task.setdefault(ep.dialogue_id, []).append(bool(ep.success))
+        by_seed[ep.seed] = by_seed.get(ep.seed, 0) + int(ep.success)
+    seeds = len(by_seed)
+    if any(len(v) != seeds for v in by_task.values()):
+        raise ValueError(f"clarifier {clarifier!r} on {domain}: every task must be played once per seed")
     decisions = [e for ep in episodes for e in ep.events if e.actor == "clarifier" and e.kind == "think"]
     return RunResult(
-        clarifier, domain, n, sum(ep.success for ep in episodes), floor_passed,
+        clarifier, domain, len(by_task), sum(ep.success for ep in episodes), floor_passed,
         sum(agent_steps(ep) for ep in episodes) / n, sum(clarifications(ep) for ep in episodes) / n,
         len(decisions) / n, sum(1 for e in decisions if e.detail == "malformed"),
+        seeds, task_interval(by_task), tuple(by_seed[s] for s in sorted(by_seed)),
     )
 
 
@@ -98,21 +134,25 @@ def table1_markdown(results: Iterable[RunResult], domains: Sequence[str], notes:
     by_clarifier: dict[str, dict[str, RunResult]] = {}
     for result in results:
         by_clarifier.setdefault(result.clarifier, {})[result.domain] = result
-    header = ["Clarifier", *(f"{d.capitalize()} pass@1 % (floor)" for d in domains), "Average", "Avg Agent", "Avg Clarify", "Avg Sum",
-              "Unreadable % (of consultations)"]
+    header = ["Clarifier", *(f"{d.capitalize()} pass@1 % [95 % CI] (floor; passed/episodes)" for d in domains), "Average",
+              "Avg Agent", "Avg Clarify", "Avg Sum", "Unreadable % (of consultations)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, cells in by_clarifier.items():
         row = [name]
         present = [cells[d] for d in domains if d in cells]
         for domain in domains:
             cell = cells.get(domain)
-            row.append("n/a" if cell is None else f"{100 * cell.pass_at_1:.1f} ({100 * cell.floor:.1f}; {cell.passed}/{cell.n_tasks})")
+            if cell is None:
+                row.append("n/a")
+                continue
+            ci = f" [{100 * cell.ci95[0]:.1f}, {100 * cell.ci95[1]:.1f}]" if cell.ci95 else ""
+            row.append(f"{100 * cell.pass_at_1:.1f}{ci} ({100 * cell.floor:.1f}; {cell.passed}/{cell.n_tasks * cell.seeds})")
         mean = lambda values: sum(values) / len(values)  # noqa: E731
         row.append(f"{100 * mean([c.pass_at_1 for c in present]):.1f}")
         agent, clarify = mean([c.agent_steps for c in present]), mean([c.clarifications for c in present])
         row += [f"{agent:.2f}", f"{clarify:.2f}", f"{agent + clarify:.2f}"]
         # An unreadable answer asks nothing: a trained row equal to `none` may just be this.
-        consulted = sum(c.consultations * c.n_tasks for c in present)
+        consulted = sum(c.consultations * c.n_tasks * c.seeds for c in present)
         row.append(f"{100 * sum(c.malformed for c in present) / consulted:.1f}" if consulted else "–")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"

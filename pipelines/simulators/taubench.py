@@ -326,3 +326,169 @@ class FuzzyLLMUser:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
         return FuzzyLLMSession(self.client, self.sampling, goal, seed)
+
+
+# --------------------------------------------------------------------------------------
+# The instruction-grounded rules user: it knows its instruction and nothing else
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TauUserView:
+    """What a τ-bench user knows: its domain and its instruction. Never the task's
+    ground-truth actions or outputs (the solution), so a user built from it cannot say them."""
+
+    domain: str
+    instruction: str
+
+    @classmethod
+    def of(cls, task: TauTask) -> TauUserView:
+        return cls(task.domain, task.instruction)
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_RESERVATION = re.compile(r"\b(?!HAT\d{3}\b)(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{6}\b")
+# (detail, words in the agent's question, words of the instruction's sentences that say it)
+_SENTENCE_DETAILS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("reason", ("reason", "why"), ("no longer", "mistake", "because", "broken", "reason", "unwell", "sick")),
+    ("payment", ("payment", "pay ", "card", "refund", "gift card", "paypal", "certificate"),
+     ("pay", "refund", "gift card", "paypal", "credit card", "certificate", "card")),
+    ("address", ("address",), ("address", "deliver", "ship")),
+    ("route", ("origin", "destination", "from where", "where", "airport"), ("fly from", "from ", " to ")),
+    ("date", ("date", "when"), ("may ", "june", "today", "tomorrow", "next day")),
+    ("cabin", ("cabin", "class", "economy", "business"), ("economy", "business", "cabin", "class")),
+    ("passengers", ("passenger", "traveler", "traveller", "who", "birth"), ("passenger", "traveler", "companion", "born", "birthday")),
+    ("bags", ("bag", "luggage", "baggage"), ("bag", "luggage", "baggage")),
+    ("insurance", ("insurance",), ("insurance",)),
+)
+_INTENT_WORDS: tuple[tuple[str, str], ...] = (
+    ("exchange", "exchange_delivered_order_items"), ("return", "return_delivered_order_items"),
+    ("book", "book_reservation"), ("fly from", "book_reservation"), ("compensation", "send_certificate"),
+    ("complain", "send_certificate"), ("bag", "update_reservation_baggages"), ("passenger", "update_reservation_passengers"),
+    ("address", "modify_pending_order_address"), ("cancel", "cancel_pending_order"), ("upgrade", "modify_pending_order_items"),
+    ("downgrade", "modify_pending_order_items"), ("modify", "modify_pending_order_items"), ("change", "modify_pending_order_items"),
+)
+_AIRLINE_INTENT = {"cancel_pending_order": "cancel_reservation", "modify_pending_order_items": "update_reservation_flights"}
+
+
+def instruction_intent(view: TauUserView) -> str:
+    """The user's opening, from the instruction's words alone.
+
+    >>> instruction_intent(TauUserView("retail", "You are Mei Davis in 80217. You want to return the office chair."))
+    "I'd like to return something I received."
+    """
+    lowered = view.instruction.lower()
+    for word, action in _INTENT_WORDS:
+        if word in lowered:
+            if view.domain == "airline":
+                action = _AIRLINE_INTENT.get(action, action)
+            return _INTENTS.get(action, _DEFAULT_INTENT)
+    return _DEFAULT_INTENT
+
+
+def instruction_details(view: TauUserView) -> list[Detail]:
+    """The details this user can give: only values its instruction states (in the order a
+    conversation needs them, identity first). A detail the instruction lacks is not here: asked
+    for it, the user says it does not know.
+
+    >>> [d.name for d in instruction_details(TauUserView("retail", "You are Mei Davis in 80217. You want to return the office chair."))]
+    ['name_zip', 'request']
+    """
+    text = view.instruction
+    sentences = _SENTENCE.split(text.strip())
+    details: list[Detail] = []
+    email = re.findall(r"[\w.+-]+@[\w-]+\.[\w.]+\w", text)
+    if email:
+        details.append(Detail("email", ("email", "e-mail"), f"My email is {email[0]}."))
+    name = re.match(r"\s*You are ([A-Z][a-z]+) ([A-Z][a-z]+)\b", text)
+    zip_code = re.search(r"\b\d{5}\b", sentences[0]) if sentences else None
+    user_id = re.search(r"\b[a-z]+_[a-z]+_\d+\b", text)
+    if name and zip_code:
+        details.append(Detail("name_zip", ("name", "zip", "postal"), f"I'm {name.group(1)} {name.group(2)}, zip code {zip_code.group(0)}."))
+    if user_id:
+        # Without a name it is how this user says who it is, asked for its name or zip too.
+        words = ("user id", "user_id", "username", "account id") + (() if name else ("name", "zip", "postal"))
+        extra = f", zip code {zip_code.group(0)}" if zip_code and not name else ""
+        details.append(Detail("user_id", words, f"My user id is {user_id.group(0)}{extra}."))
+    orders = list(dict.fromkeys("#W" + m for m in re.findall(r"#?W(\d{7})\b", text)))
+    if orders:
+        details.append(Detail("order_id", ("order id", "order number", "which order", "order #"),
+                              f"The order{'s are' if len(orders) > 1 else ' is'} {_join(orders)}."))
+    reservations = list(dict.fromkeys(_RESERVATION.findall(text))) if view.domain == "airline" else []
+    if reservations:
+        details.append(Detail("reservation_id", ("reservation id", "reservation number", "confirmation", "which reservation", "booking id"),
+                              f"The reservation{'s are' if len(reservations) > 1 else ' is'} {_join(reservations)}."))
+    for detail, asked, says in _SENTENCE_DETAILS:
+        if detail in ("route", "date", "cabin", "passengers", "bags", "insurance") and view.domain != "airline":
+            continue
+        told = [s for s in sentences[1:] if any(word in s.lower() for word in says)]
+        if told:
+            details.append(Detail(detail, asked, _request_text(" ".join(told))))
+    request_words = ("item", "which one", "what would you like", "what do you want", "how can i help", "what can i",
+                     "option", "product", "describe", "more about")
+    details.append(Detail("request", request_words, _request_text(text)))
+    return details
+
+
+# What an agent may ask for that this user might not know: (detail, words of the question).
+_ASKABLE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("email", ("email", "e-mail")), ("name_zip", ("name", "zip", "postal")),
+    ("user_id", ("user id", "user_id", "username", "account id")),
+    ("order_id", ("order id", "order number", "which order", "order #")),
+    ("reservation_id", ("reservation id", "reservation number", "which reservation", "booking id")),
+    *((name, asked) for name, asked, _ in _SENTENCE_DETAILS),
+)
+
+
+class TauInstructionSession(TauRulesSession):
+    """A rules session that answers from the instruction only; see :class:`TauInstructionUser`."""
+
+    def __init__(self, view: TauUserView, details: list[Detail], max_turns: int, state: _State | None = None):
+        self.view = view
+        self.details = details
+        self.max_turns = max_turns
+        self._state = state or _State()
+
+    async def opening(self) -> UserTurn:
+        self._state.turns += 1
+        return UserTurn(instruction_intent(self.view))
+
+    async def respond(self, agent_text: str) -> UserTurn:
+        if _CONFIRM.search(agent_text) and re.search(r"(?i)\bconfirm\b|yes/no", agent_text):
+            self._state.turns += 1
+            if self._state.turns > self.max_turns:
+                return UserTurn(f"I have to go now. {STOP}", end=True)
+            return UserTurn("Yes, please go ahead.")
+        known = {d.name for d in self.details}
+        lowered = agent_text.lower()
+        unknown = [name for name, words in _ASKABLE if name not in known and any(word in lowered for word in words)]
+        asked = asked_details(agent_text, self.details)
+        if unknown and not [d for d in asked if d.name != "request"] and "?" in agent_text:
+            self._state.turns += 1
+            if self._state.turns > self.max_turns:
+                return UserTurn(f"I have to go now. {STOP}", end=True)
+            return UserTurn(f"Sorry, I don't know my {unknown[0].replace('_', ' ').replace('name zip', 'zip code')}.")
+        return await super().respond(agent_text)
+
+    def fork(self) -> TauInstructionSession:
+        return TauInstructionSession(self.view, self.details, self.max_turns, _State(set(self._state.given), self._state.turns))
+
+
+class TauInstructionUser:
+    """The offline fuzzy user that knows only its instruction (:class:`TauUserView`): it opens
+    with the kind of request its instruction names, gives a detail when asked for it only if
+    the instruction states it (identity, order or reservation ids, reasons, payment, address
+    and trip sentences, the request in its own words) and says it does not know otherwise;
+    a turn that asks nothing gets its next unsaid detail, and with none left it stops. Unlike
+    :class:`TauRulesUser` it never reads the ground-truth actions, so it cannot tell the agent
+    a value (a flight number, a forgotten reservation id, a payment id) the instruction lacks."""
+
+    name = "tau_instruction"
+
+    def __init__(self, max_turns: int = 30):
+        self.max_turns = max_turns
+
+    def session(self, goal: Any, seed: int, reference: Any = None) -> TauInstructionSession:
+        if not isinstance(goal, TauTask):
+            raise TypeError(f"the τ-bench instruction user plays TauTask goals, got {type(goal).__name__}")
+        view = TauUserView.of(goal)
+        return TauInstructionSession(view, instruction_details(view), self.max_turns)

@@ -258,19 +258,25 @@ def test_the_data_stage_on_real_retail_train(tmp_path, taubench_root, monkeypatc
 # -- evaluation -------------------------------------------------------------------------------
 
 
-def test_evaluation_on_real_test_sets_reports_the_floor_and_the_clarifiers_effect(tmp_path, taubench_root, monkeypatch):
+def test_evaluation_on_real_test_sets_reports_the_floor_and_labels_the_oracle(tmp_path, taubench_root, monkeypatch):
+    """The defaults: the policy agent (never sees the solution), the instruction user, no
+    Clarifier and the oracle rules Clarifier; two seeds, pass@1 with its bootstrap interval."""
     from stages.clarifier_eval import run
 
     monkeypatch.chdir(tmp_path)
-    metrics = run({"taubench": str(taubench_root), "output": "episodes", "metrics": "eval.json", "markdown": "eval.md"})
+    metrics = run({"taubench": str(taubench_root), "seeds": [0, 1], "output": "episodes", "metrics": "eval.json", "markdown": "eval.md"})
     runs = metrics["runs"]
+    assert metrics["setting"]["agent"] == "policy" and metrics["setting"]["oracle_rows"] == ["oracle_rules"]
     assert (runs["none"]["retail"]["floor_passed"], runs["none"]["airline"]["floor_passed"]) == (7, 19)
     for domain in ("retail", "airline"):
-        assert runs["none"][domain]["avg_clarify"] == 0 and runs["rules"][domain]["avg_clarify"] > 0
-        assert runs["rules"][domain]["passed"] > runs["none"][domain]["passed"] >= runs["none"][domain]["floor_passed"]
-        assert runs["rules"][domain]["avg_clarify"] <= 3
+        none = runs["none"][domain]
+        assert none["avg_clarify"] == 0 and 0 < runs["oracle_rules"][domain]["avg_clarify"] <= 3
+        assert none["seeds"] == 2 and len(none["passed_by_seed"]) == 2 and sum(none["passed_by_seed"]) == none["passed"]
+        assert none["ci95_low"] <= none["pass_at_1"] <= none["ci95_high"]
+    assert runs["none"]["retail"]["passed"] / 2 > runs["none"]["retail"]["floor_passed"]  # the agent does solve some tasks
     markdown = (tmp_path / "eval.md").read_text()
-    assert "| rules |" in markdown and "(6.1; " in markdown and "mechanism check" in markdown
+    assert "| oracle_rules |" in markdown and "ORACLE upper bound" in markdown and "(6.1; " in markdown
+    assert "ORACLE" not in markdown.splitlines()[0]
 
 
 def test_table1_layout_puts_the_floor_beside_each_pass_rate(mini_retail):
@@ -280,7 +286,8 @@ def test_table1_layout_puts_the_floor_beside_each_pass_rate(mini_retail):
     result = summarize("rules", "retail", episodes, sum(e.success for e in floor))
     assert result.floor_passed == 1  # the read-only status task
     text = table1_markdown([result], ["retail"], ["a note"])
-    assert f"| rules | {100 * result.pass_at_1:.1f} (50.0; {result.passed}/2) |" in text and "- a note" in text
+    low, high = result.ci95
+    assert f"| rules | {100 * result.pass_at_1:.1f} [{100 * low:.1f}, {100 * high:.1f}] (50.0; {result.passed}/2) |" in text and "- a note" in text
     assert text.splitlines()[2].endswith("| 0.0 |")  # the rules Clarifier's answers are all readable
     unreadable = dataclasses.replace(result, clarifier="hf", malformed=1)  # one answer of all consultations unreadable
     row = table1_markdown([unreadable], ["retail"]).splitlines()[2]
@@ -368,7 +375,7 @@ def test_the_eval_stage_takes_any_agent_backbone_by_params(tmp_path, mini_root, 
         metrics = run({"taubench": str(mini_root), "domains": {"retail": "test"}, "agent": agent, "output": "episodes",
                        "metrics": "eval.json", "markdown": "eval.md"})
         assert server.stats.bodies and all(b["model"] == "fake-agent" for b in server.stats.bodies)
-    assert metrics["setting"]["agent"] == "openai" and set(metrics["runs"]) == {"none", "rules"}
+    assert metrics["setting"]["agent"] == "openai" and set(metrics["runs"]) == {"none", "oracle_rules"}
     text = (tmp_path / "eval.md").read_text()
     assert "A model backbone" in text and "mechanism check" not in text
 
