@@ -1,4 +1,7 @@
-"""An offline τ-bench agent for which clarification matters: :class:`TauInformedAgent`.
+"""An ORACLE τ-bench agent: :class:`TauInformedAgent` (``clarifier.eval.agent: {kind:
+oracle_informed}``; the Clarifier's training data is played with it). It reads each task's
+ground-truth actions and outputs, so its pass@1 is never a measured result: the measured
+offline agent is :class:`pipelines.clarifier.policy_agent.TauPolicyAgent`.
 
 It knows how to solve the task (the ground-truth actions, like the replay agent) but may
 only make a call once the user has said every value of it that only the user knows

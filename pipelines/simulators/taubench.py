@@ -1,8 +1,14 @@
-"""τ-bench users: :class:`TauRulesUser` (offline) and :class:`FuzzyLLMUser` (the paper's prompt).
+"""τ-bench users: :class:`TauInstructionUser` (offline, the evaluation's), :class:`TauRulesUser`
+(offline, knows the solution: training data and plumbing checks only) and :class:`FuzzyLLMUser`
+(the paper's prompt).
 
-The offline ``rules`` user for τ-bench, with the fuzzy intent of the Clarifier paper's
-user: it opens with what it wants in one vague sentence and gives each detail only when the
-agent asks for it.
+:class:`TauInstructionUser` knows only its instruction (:class:`TauUserView`): see its
+docstring. What follows describes :class:`TauRulesUser`, which reads the task's ground-truth
+actions (it can say values the instruction does not contain: flight numbers, a reservation id
+the instruction says the user forgot, payment ids), so no measured setting uses it.
+
+:class:`TauRulesUser` has the fuzzy intent of the Clarifier paper's user: it opens with what it
+wants in one vague sentence and gives each detail only when the agent asks for it.
 
 It is grounded in the task: the instruction (its opening sentence picks the request; the
 whole instruction is what it says about *which* items or flights when asked), the user id,
