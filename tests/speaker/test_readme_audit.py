@@ -1,0 +1,43 @@
+"""The README's SpeakER section states the figures of the committed ``reports/speaker.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADING = "### SpeakER data for a policy that cannot see the goal, and CPU proxies"
+
+
+def _section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(HEADING)
+    end = text.find("\n### ", start + len(HEADING))
+    return " ".join(text[start:end if end > 0 else None].split())
+
+
+def test_readme_speaker_section_matches_the_committed_audit():
+    report = json.loads((ROOT / "reports" / "speaker.json").read_text(encoding="utf-8"))
+    audit, contrast = report["audit"], report["contrast"]
+    over, after = audit["over_asking"], audit["after_search"]
+    replies = audit["after_question"]
+    bookings = audit["bookings"]
+    opened = after["open"]["ask"] + after["open"]["act"]
+    stated = after["stated"]["ask"] + after["stated"]["act"]
+    expected = [
+        f"of {audit['questions']['total']:,} questions, {audit['questions']['absent_from_goal']} ask about a constraint the goal lacks",
+        f"followed by an answer {replies['replies']['answer']:,} times and by \"no preference\" {replies['replies']['no_preference']:,} times",
+        f"after all {replies['next_after_no_preference']['respond']:,} the agent recommends",
+        f"({replies['requery_no_arguments_after_no_preference']} searches with no arguments)",
+        *(f"{d} {b['dialogues_booked']}/{b['goal_dialogues']}" for d, b in bookings.items()),
+        f"with {audit['tool_calls']['errors']} tool-call errors",
+        f"{contrast['points']:,} contrasts of {contrast['underspecification_questions']:,} such questions, "
+        f"{contrast['sft_rows']:,} SFT rows ({report['rows']['speaker_sft']:,} in all)",
+        f"{over['asks_stated_slot']} of {audit['questions']['total']:,} questions ask about a slot the user stated",
+        f"asks in {after['open']['ask']:,} of {opened:,} rows where a slot is open and in {after['stated']['ask']} of {stated:,} where every slot is stated",
+        f"flags {over['asks_known_slot']:,} questions as asking a known slot and {over['nothing_open']:,} as asked with nothing open ({100 * over['share']:.1f} %)",
+    ]
+    section = _section()
+    missing = [figure for figure in expected if figure not in section]
+    assert not missing, missing
+    assert over["asks_stated_slot"] == 0 and after["stated"]["ask"] == 0
