@@ -68,3 +68,22 @@ def test_the_readme_prose_quotes_the_report():
     ]
     for text in quoted:
         assert text in section, text
+
+
+def test_the_readme_training_prose_quotes_the_reports():
+    grpo = json.loads((REPO / "reports/train/pir_grpo.json").read_text(encoding="utf-8"))
+    sft = json.loads((REPO / "reports/train/pir_sft.json").read_text(encoding="utf-8"))
+    evaluation = json.loads((REPO / "reports/pir_eval.json").read_text(encoding="utf-8"))["results"]
+    signal = grpo["learning_signal"]
+    section = " ".join(_pir_section().split())
+    quoted = [
+        f"learning_signal: {{groups: {signal['groups']}, zero_variance_groups: {signal['zero_variance_groups']}, no_signal: "
+        f"{str(signal['no_signal']).lower()}}}",
+        f"reward branch `wrong` {grpo['train']['reward_branches']['wrong']}/{grpo['train']['rollouts']['episodes']}",
+        f"{grpo['train']['rollouts']['truncated']} of {grpo['train']['rollouts']['episodes']} stopped by the 1,024-token budget",
+        f"→ {sft['train']['final_loss']:.2f} (token accuracy",
+        f"asks inside its reasoning in {evaluation['pir_sft']['asked_conversations']} of {evaluation['pir_sft']['conversations']}",
+        f"{sft['data']['sources']['pir_traces']['train']} train / {sft['data']['sources']['pir_traces']['heldout_rows']} val rows",
+    ]
+    for text in quoted:
+        assert text in section, text
