@@ -134,3 +134,45 @@ def test_josh_evaluate_round_with_training_data_needs_m_prime(no_data_round, sma
         evaluate({**params, "round": {**params["round"], "harvest": str(tmp / "old.json")}})
     with pytest.raises(ConfigError, match="round: 'm2' is not one of the models"):
         evaluate({**params, "round": {**params["round"], "trained": ["m2"]}})
+
+
+# --------------------------------------------------------------------------------------
+# The README's JOSH figures are the committed reports'
+# --------------------------------------------------------------------------------------
+
+
+def _josh_section(readme: str) -> str:
+    start = readme.index("## JOSH on ToolWOZ")
+    return readme[start:readme.index("\n## ", start + 1)]
+
+
+def test_the_readme_round_block_is_the_committed_reports():
+    from pipelines.josh.report import README_END, README_START, readme_block, round_markdown
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    harvest = json.loads((ROOT / "reports/josh.json").read_text(encoding="utf-8"))
+    evaluation = json.loads((ROOT / "reports/josh_eval.json").read_text(encoding="utf-8"))
+    section = _josh_section(readme)
+    assert README_START in section and README_END in section
+    assert readme_block(readme) == round_markdown(harvest, evaluation)
+    # the headline is the honest setting: M harvested its own trees, and josh_eval's round is that harvest
+    assert harvest["agent"]["backend"] == "hf" and evaluation["round"]["self_improvement"] is True
+    assert evaluation["round"]["golden_paths"] == harvest["golden_paths"] and evaluation["round"]["sft_rows"] == harvest["sft_rows"]
+    # josh_eval.md is the same table the stage wrote from the same report
+    from stages.josh_evaluate import markdown
+
+    assert (ROOT / "reports/josh_eval.md").read_text(encoding="utf-8") == markdown(
+        evaluation["models"], evaluation["goals"], evaluation["seeds"], evaluation.get("round"))
+
+
+def test_a_changed_report_changes_the_readme_block_and_nothing_else():
+    from pipelines.josh.report import README_END, README_START, readme_block, readme_with_round
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    harvest = json.loads((ROOT / "reports/josh.json").read_text(encoding="utf-8"))
+    evaluation = json.loads((ROOT / "reports/josh_eval.json").read_text(encoding="utf-8"))
+    harvest["nodes"] = 987654
+    updated = readme_with_round(readme, harvest, evaluation)
+    assert readme_block(updated) != readme_block(readme) and "987654 nodes" in readme_block(updated)
+    assert updated.split(README_START)[0] == readme.split(README_START)[0]
+    assert updated.split(README_END)[1] == readme.split(README_END)[1]
