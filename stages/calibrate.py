@@ -218,6 +218,15 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     return metrics
 
 
+def readme_block(metrics: Mapping[str, Any]) -> str:
+    """README's Auto-Prompt figures, generated from ``reports/calibrate.json`` (a test compares them)."""
+    names = {"f1": "F1", "negative_mse": "-MSE", "mean_reward": "mean reward"}
+    parts = [f"{track} {names.get(m['score'], m['score'])} {m['seed_score']:g} -> {m['calibrated_score']:g} "
+             f"({m['backend']}, {m['anchors']} anchors, {m['candidates']} prompts, winner by {' + '.join(m['lineage'])})"
+             for track, m in metrics.items()]
+    return "Auto-Prompt, `reports/calibrate.json`: " + "; ".join(parts) + "."
+
+
 @main_wrapper
 def main() -> None:
     run(read_params("calibrate"), llm=read_params("llm", required=False))

@@ -408,3 +408,32 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def readme_block(report: Mapping[str, Any]) -> str:
+    """README's Learn-to-Ask table, generated from ``reports/l2a.json`` (a test compares them):
+    the model rows, the two reference rows, GRPO's paired difference and the model grader."""
+    references = report.get("references") or {}
+    rows = {**report["models"], **{f"ref: {name}": result for name, result in references.items()}}
+
+    def value(x: float | None, signed: bool = False) -> str:
+        return "-" if x is None else (f"{x:+.2f}" if signed else f"{x:.2f}")
+
+    lines = ["| Row | " + " | ".join(METRICS) + " |", "|" + "---|" * (len(METRICS) + 1)]
+    for name, result in rows.items():
+        lines.append(f"| {name} | " + " | ".join(value(result["metrics"][m]) for m in METRICS) + " |")
+    for name, comparison in report["compare"].items():
+        parts = []
+        for metric in ("WA", "WA-GH", "WS", "TR"):
+            ci = comparison["ci"][metric]
+            interval = "" if ci is None else f" [{value(ci[0], True)}, {value(ci[1], True)}]"
+            parts.append(f"{metric} {value(comparison['difference'][metric], True)}{interval}")
+        lines += ["", f"{name}, paired 95 % intervals: " + ", ".join(parts) + "."]
+    grading = report.get("model_grader")
+    if grading:
+        agreement = grading["agreement"]
+        unreadable = sum(agreement["unreadable"].values())
+        lines += ["", f"Model grader `{grading['model']}` ({grading['prompt']} prompt) on {grading['samples']} fixed CONTINUE samples: "
+                  f"{grading['calls']} calls, {unreadable} unreadable grades, {agreement['pairs']} pairs graded by both, "
+                  f"exact agreement with the rules grader {value(agreement['exact'])}."]
+    return "\n".join(lines)
