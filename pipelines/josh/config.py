@@ -200,11 +200,6 @@ class ToolWozEvalConfig:
     round: RoundSpec | None = None
 
     def __post_init__(self) -> None:
-        if self.round is not None:
-            names = [name for name, _ in self.models]
-            for name in (self.round.start, *self.round.trained):
-                if name not in names:
-                    raise ConfigError(f"round: {name!r} is not one of the models {names}")
         if not self.models and self.rules is None:
             raise ConfigError("models: at least one model (or rules) is required")
         for name, entry in self.models:
@@ -218,6 +213,11 @@ class ToolWozEvalConfig:
             raise ConfigError(f"max_turns: expected >= 1, got {self.max_turns}")
         if self.format not in FORMATS:
             raise ConfigError(f"format: expected one of {list(FORMATS)}, got {self.format!r}")
+        if self.round is not None:
+            names = [name for name, _ in self.models]
+            for name in (self.round.start, *self.round.trained):
+                if name not in names:
+                    raise ConfigError(f"round: {name!r} is not one of the models {names}")
 
 
 def _generation() -> GenerationSpec:
