@@ -189,7 +189,9 @@ class TauPolicyAgent(ActionAgent):
             if not seen.times_asked(ASK_REQUEST):
                 return [AgentAction.respond(ASK_REQUEST)]
             return [AgentAction.respond(NOTHING), AgentAction.end()]
-        if not plan:
+        if not plan:  # nothing it can do from what it was told: ask once what the request is
+            if not seen.times_asked(ASK_REQUEST):
+                return [AgentAction.respond(ASK_REQUEST)]
             return [AgentAction.respond(NOTHING), AgentAction.end()]
         made = []
         for step in plan:
@@ -232,9 +234,9 @@ class TauPolicyAgent(ActionAgent):
                         if item not in wanted[order["order_id"]][verb]:
                             wanted[order["order_id"]][verb].append(item)
         lowered = text.lower()
-        if named and not wanted:  # an order named with a verb but no item: the whole order
+        if named and not wanted:  # an order named for cancellation, no item: the whole order
             verb = next((kind for word, kind in _VERBS.items() if re.search(rf"\b{word}", lowered)), None)
-            if verb is not None:
+            if verb == "cancel":
                 for order in orders:
                     wanted[order["order_id"]] = {verb: list(order.get("items", []))}
         if re.search(r"cancel (?:all|every)[a-z ]*pending", lowered):
