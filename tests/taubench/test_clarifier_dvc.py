@@ -22,7 +22,7 @@ def test_clarifier_stages_build_once_and_are_left_out_where_taubench_is_absent(t
         params["clarifier"]["enable"] = ["taubench"]
         params["clarifier"]["data"]["taubench"] = str(data)
         params["clarifier"]["eval"].update(taubench=str(data), domains={"retail": "test"},
-                                           clarifiers={"none": None, "rules": {"backend": "rules"}})
+                                           clarifiers={"none": None, "oracle_rules": {"backend": "rules"}})
 
     project = pipeline_project(tmp_path / "project", edit)
     stages = _run([sys.executable, "-m", "dvc", "stage", "list"], project).stdout
@@ -40,7 +40,7 @@ def test_clarifier_stages_build_once_and_are_left_out_where_taubench_is_absent(t
     assert sum(metrics["judge_outcomes"].values()) == metrics["states"] > 0
     for name in ("clarifier_sft", "clarifier_dpo", "clarifier_grpo"):
         assert (project / "data" / "processed" / "clarifier" / f"{name}.parquet").exists()
-    assert "| rules |" in (project / "reports" / "clarifier_eval.md").read_text()
+    assert "| oracle_rules |" in (project / "reports" / "clarifier_eval.md").read_text()
     for stage in ("clarifier_data@taubench", "clarifier_eval@taubench"):
         assert "Running stage" not in _run(repro + [stage], project).stdout
 
