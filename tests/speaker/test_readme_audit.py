@@ -41,3 +41,24 @@ def test_readme_speaker_section_matches_the_committed_audit():
     missing = [figure for figure in expected if figure not in section]
     assert not missing, missing
     assert over["asks_stated_slot"] == 0 and after["stated"]["ask"] == 0
+
+
+def test_readme_speaker_section_matches_the_committed_proxy_check():
+    runs = json.loads((ROOT / "reports" / "speaker_sft_check.json").read_text(encoding="utf-8"))["runs"]
+    before, after = (runs[t]["eval"]["after"][f"speaker_sft_{t}"] for t in ("before", "after"))
+
+    def pair(part: str, name: str) -> str:
+        return f"{before[part][name]:.2f} -> {after[part][name]:.2f}"
+
+    expected = [
+        f"it asks {before['next_action']['n_questions']} time(s) before the change and {after['next_action']['n_questions']} after",
+        f"over-asking {pair('generation', 'over_asking')} on {before['generation']['n_act_here']} and {after['generation']['n_act_here']} act-here rows",
+        f"well-formed {pair('generation', 'well_formed')}",
+        f"action-kind accuracy {pair('next_action', 'action_kind_accuracy')}",
+        f"tool-name accuracy {pair('next_action', 'tool_name_accuracy')}",
+        f"argument exact match {pair('next_action', 'argument_exact_match')}",
+        f"{runs['after']['train']['steps']} steps on {runs['after']['data']['train_examples']:,} rows",
+    ]
+    section = _section()
+    missing = [figure for figure in expected if figure not in section]
+    assert not missing, missing
