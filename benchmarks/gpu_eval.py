@@ -4,7 +4,9 @@ held-out goals, batched, and whether greedy transcripts are identical to the unb
     python benchmarks/gpu_eval.py [--model models/smollm2] [--goals 100] [--check 8] [--profile speakrl]
 
 Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: one
-``generate`` per round for every open dialogue) and prints ``dialogues_per_s``; then plays the
+``generate`` per round for every open dialogue) and prints ``dialogues_per_s``; then the same
+goals split between ``evaluate.workers`` processes (the job's way) and its transcripts against
+the one-process run; then plays the
 first ``--check`` goals one at a time and compares every turn's text with the batched run
 (greedy decoding: they must be equal). Target on one H100 for the SFT model (issue 25): at least
 5 dialogues/s. Without CUDA the figures are CPU figures and the output says so (defaults 4 goals,
@@ -29,13 +31,14 @@ def main() -> None:
     parser.add_argument("--profile", default=None)
     parser.add_argument("--goals", type=int, default=None)
     parser.add_argument("--check", type=int, default=None, help="goals also played unbatched and compared")
+    parser.add_argument("--workers", type=int, default=None, help="processes for the sharded run (default: the profile's evaluate.workers)")
     args = parser.parse_args()
 
     import torch
 
     from catalog.io import from_params, read_params
     from catalog.multiwoz_dir import load_multiwoz
-    from flows.gpu import _synchronize, deep_merge, profile_params
+    from flows.gpu import _shard_pool, _synchronize, data_generation_limit, deep_merge, play_sharded, profile_params, with_limit
     from pipelines.env.tools import Database
     from pipelines.episodes import get_format
     from pipelines.evaluation.config import EvalConfig
@@ -49,7 +52,11 @@ def main() -> None:
     machine = describe()
     print(f"gpu_eval: {machine['device']} ({'GPU' if gpu else 'CPU figures: no CUDA device here'})")
     _, sections = profile_params(read_params("gpu"), args.profile, smoke=not gpu)
-    section = deep_merge(sections["evaluate"], {"max_goals": args.goals or (100 if gpu else 4), "seeds": [0]})
+    limit = data_generation_limit(sections, Path(args.model))["tokens"]
+    overrides = {"max_goals": args.goals or (100 if gpu else 4), "seeds": [0]}
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    section = with_limit(deep_merge(sections["evaluate"], overrides), limit)
     config = from_params(EvalConfig, {**section, "models": {"model": {"path": args.model}}}, "benchmark evaluate")
     corpus = load_multiwoz(Path(config.source), config.db_dir)
     goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
@@ -68,12 +75,25 @@ def main() -> None:
     print(json.dumps({"run": "batched", "device": machine["device"], "goals": len(goals), "max_exchanges": config.max_exchanges,
                       "batch_size": config.generation.batch_size, "max_new_tokens": config.generation.max_new_tokens,
                       "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3), "events": turns}))
+    by_id = {e.episode_id: e for e in batched}
+    if config.workers > 1:
+        # The profile's way: the goals split between processes, each with its own model copy
+        # (model loading included in the time).
+        pool = _shard_pool(config.workers)
+        try:
+            started = time.perf_counter()
+            sharded = play_sharded(pool, config, config.policy_specs()[0], goals)
+            sharded_s = time.perf_counter() - started
+        finally:
+            pool.shutdown()
+        same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in sharded)
+        print(json.dumps({"run": "sharded", "workers": config.workers, "goals": len(goals), "wall_s": round(sharded_s, 2),
+                          "dialogues_per_s": round(len(sharded) / sharded_s, 3), "identical_transcripts": f"{same}/{len(sharded)}"}))
     check = args.check if args.check is not None else (8 if gpu else 2)
     if check:
         started = time.perf_counter()
         single = play_policy(agent, goals[:check], simulator, database, dataclasses.replace(plan, batched=False))
         single_s = time.perf_counter() - started
-        by_id = {e.episode_id: e for e in batched}
         same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in single)
         print(json.dumps({"run": "unbatched", "goals": check, "wall_s": round(single_s, 2),
                           "dialogues_per_s": round(check / single_s, 3), "identical_transcripts": f"{same}/{check}"}))

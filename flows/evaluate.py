@@ -38,6 +38,8 @@ def check_inputs(config: EvalConfig) -> None:
         check_policy(spec)
     if not Path(config.source).is_dir():
         raise ConfigError(f"params.yaml evaluate.source: {config.source} does not exist")
+    if config.workers != 1:
+        raise ConfigError("params.yaml evaluate.workers: processes are for the GPU job (askflow gpu run); this stage plays in one process")
 
 
 @task(name="check-config", **_TASK)

@@ -213,7 +213,7 @@ def _load_source(config: Any, source: Any, tokenizer: Any, count: Any) -> Any:
     reserve = getattr(config.resolved_objective(), "max_completion_length", 0)
     rows = prepare_source(
         records, table.column_names, source, config.method, config.data, count, config.optim.max_length,
-        reserve=reserve, max_heldout=config.eval.max_examples, prompt_rows=prompt_rows,
+        reserve=reserve, max_heldout=config.eval.max_examples, prompt_rows=prompt_rows, workers=config.device.data_workers,
     )
     rows.stats = {"path": source.path, "md5": file_md5(source.path), **rows.stats}  # the version, as in dvc.lock
     return rows
@@ -363,30 +363,111 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     scores: dict[str, list[Any]] = {}
     speeds: dict[str, dict[str, Any]] = {}
     episodes: list[Any] = []
-    for policy in config.policy_specs():
-        agent = load_policy(policy, get_format(config.agent_format), config.generation)
-        _synchronize()
-        started = time.perf_counter()
-        played = play_policy(agent, goals, simulator, database, config.plan())
-        _synchronize()
-        wall_s = time.perf_counter() - started
-        scores[policy.name] = [score_episode(e, by_id[e.dialogue_id]) for e in played]
-        speeds[policy.name] = {"episodes": len(played), "wall_s": round(wall_s, 2),
-                               "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
-        log.info("evaluate: %s: %d episodes in %.1f s (%.2f dialogues/s)", policy.name, len(played), wall_s,
-                 len(played) / wall_s if wall_s else 0.0)
-        episodes += played
-        del agent
+    pool = _shard_pool(config.workers) if config.workers > 1 else None
+    try:
+        for policy in config.policy_specs():
+            if pool is None:
+                agent = load_policy(policy, get_format(config.agent_format), config.generation)
+                _synchronize()
+                started = time.perf_counter()
+                played = play_policy(agent, goals, simulator, database, config.plan())
+                _synchronize()
+                wall_s = time.perf_counter() - started
+                del agent
+            else:
+                # Model loading is inside the timed part here: each process loads its own copy.
+                started = time.perf_counter()
+                played = play_sharded(pool, config, policy, goals)
+                wall_s = time.perf_counter() - started
+            scores[policy.name] = [score_episode(e, by_id[e.dialogue_id]) for e in played]
+            speeds[policy.name] = {"episodes": len(played), "wall_s": round(wall_s, 2), "workers": config.workers,
+                                   "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
+            log.info("evaluate: %s: %d episodes in %.1f s (%.2f dialogues/s, %d process%s)", policy.name, len(played), wall_s,
+                     len(played) / wall_s if wall_s else 0.0, config.workers, "es" if config.workers > 1 else "")
+            episodes += played
+    finally:
+        if pool is not None:
+            pool.shutdown()
     results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
-             "batched": config.batched}
+             "batched": config.batched, "workers": config.workers}
     tables = episode_tables(episodes)
     for name, table in tables.items():
         pq.write_table(table, out / f"{name}.parquet", compression="zstd")
     markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One process's part of a model's evaluation: what it needs to rebuild the world (the
+    corpus is read again there, a database does not pickle) and play its goals."""
+
+    policy: Any          # PolicySpec
+    agent_format: str
+    generation: Any      # GenerationSpec
+    agenda: Any          # AgendaConfig
+    plan: Any            # EvalPlan
+    source: str
+    db_dir: str | None
+    dialogue_ids: tuple[str, ...]
+
+
+_WORLDS: dict[tuple[str, str | None], tuple[dict[str, Any], Any]] = {}  # per worker process
+
+
+def _shard_pool(workers: int) -> Any:
+    """``workers`` spawned processes (CUDA cannot be forked); on a CPU each gets its share of
+    the cores."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_shard_worker, initargs=(threads,))
+
+
+def _init_shard_worker(threads: int) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.set_num_threads(threads)
+    logging.basicConfig(level=logging.WARNING)
+
+
+def play_shard(task: ShardTask) -> list[Any]:
+    """The episodes of ``task``'s goals (runs in a worker process)."""
+    from catalog.multiwoz_dir import load_multiwoz
+    from pipelines.env.tools import Database
+    from pipelines.episodes import get_format
+    from pipelines.evaluation.play import play_policy
+    from pipelines.evaluation.policy import load_policy
+    from pipelines.simulators.factory import simulator_from_config
+
+    key = (task.source, task.db_dir)
+    if key not in _WORLDS:
+        corpus = load_multiwoz(Path(task.source), task.db_dir)
+        _WORLDS[key] = ({d.dialogue_id: d for d in corpus.dialogues}, Database(corpus.entities, corpus.taxi_options))
+    dialogues, database = _WORLDS[key]
+    simulator = simulator_from_config("agenda", database=database, client=None, agenda=task.agenda)
+    agent = load_policy(task.policy, get_format(task.agent_format), task.generation)
+    return play_policy(agent, [dialogues[i] for i in task.dialogue_ids], simulator, database, task.plan)
+
+
+def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> list[Any]:
+    """``policy``'s episodes on ``goals``, the goals split between the pool's processes;
+    in :func:`~pipelines.evaluation.play.play_policy`'s order."""
+    from pipelines.evaluation.play import in_play_order, shards
+    from pipelines.simulators.agenda import AgendaConfig
+
+    spec = config.simulator
+    agenda = AgendaConfig(verbosity=spec.verbosity, noise=spec.noise, max_stalled_turns=spec.max_stalled_turns)
+    tasks = [ShardTask(policy, config.agent_format, config.generation, agenda, config.plan(), config.source, config.db_dir,
+                       tuple(d.dialogue_id for d in part)) for part in shards(goals, config.workers)]
+    played = [episode for part in pool.map(play_shard, tasks) for episode in part]
+    return in_play_order(played, goals, config.plan().seeds, prefix=f"{policy.name}/")
 
 
 # --- The job ----------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
             versions.update(prompts_from=source.prompts_from, prompts_md5=file_md5(source.prompts_from))
         rows = prepare_source(
             records, table.column_names, source, config.method, config.data, count, config.optim.max_length,
-            reserve=reserve, max_heldout=config.eval.max_examples, prompt_rows=prompt_rows,
+            reserve=reserve, max_heldout=config.eval.max_examples, prompt_rows=prompt_rows, workers=config.device.data_workers,
         )
         rows.stats = {**versions, **rows.stats}
         logger.info("%s: %s", source.name, rows.stats)

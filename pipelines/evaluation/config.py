@@ -81,6 +81,10 @@ class EvalConfig:
     output: OutputSpec = field(default_factory=OutputSpec)
     # More failed LLM simulator calls than this share is an outage: the stage publishes nothing.
     max_llm_failure_rate: float = 0.05
+    # Processes that play a model's goals, each with its own copy of the model (the GPU job,
+    # flows/gpu.py): one process decoding a batch at a time leaves a GPU mostly waiting on
+    # Python. The goals are split between them; the episodes are the same (decoding.py).
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.max_llm_failure_rate, bool) or not isinstance(self.max_llm_failure_rate, (int, float)) or not 0 <= self.max_llm_failure_rate <= 1:
@@ -91,6 +95,8 @@ class EvalConfig:
             raise ConfigError(f"evaluate.seeds: distinct seeds, at least one; got {list(self.seeds)}")
         if self.max_goals is not None and self.max_goals < 1:
             raise ConfigError(f"evaluate.max_goals: expected >= 1 or null, got {self.max_goals}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ConfigError(f"evaluate.workers: expected an integer >= 1, got {self.workers!r}")
         if self.max_exchanges < 1:
             raise ConfigError(f"evaluate.max_exchanges: expected >= 1, got {self.max_exchanges}")
         for name, entry in self.models:

@@ -71,3 +71,29 @@ def play_policy(
         if progress is not None:
             progress(done, len(specs))
     return episodes
+
+
+def shards(dialogues: Sequence[Dialogue], n: int) -> list[list[Dialogue]]:
+    """``dialogues`` in at most ``n`` contiguous, non-empty parts of near-equal size (for
+    processes that play a model's goals side by side).
+
+    >>> [len(part) for part in shards(list(range(10)), 4)]
+    [3, 3, 2, 2]
+    """
+    n = max(1, min(n, len(dialogues)))
+    size, extra = divmod(len(dialogues), n)
+    parts, start = [], 0
+    for i in range(n):
+        end = start + size + (i < extra)
+        parts.append(list(dialogues[start:end]))
+        start = end
+    return [p for p in parts if p]
+
+
+def in_play_order(episodes: Sequence[Episode], dialogues: Sequence[Dialogue], seeds: Sequence[int], prefix: str) -> list[Episode]:
+    """Episodes played in parts, in the order :func:`play_policy` gives them (seed-major,
+    then goal); an episode that is missing or not expected is a ValueError."""
+    order = {spec.episode_id: i for i, spec in enumerate(episode_specs(dialogues, seeds, prefix))}
+    if sorted(e.episode_id for e in episodes) != sorted(order):
+        raise ValueError(f"the parts played {len(episodes)} episodes; expected {len(order)}")
+    return sorted(episodes, key=lambda e: order[e.episode_id])

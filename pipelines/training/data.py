@@ -456,6 +456,7 @@ def prepare_source(
     reserve: int = 0,
     max_heldout: int | None = None,
     prompt_rows: Sequence[Row] | None = None,
+    workers: int | None = None,
 ) -> SourceRows:
     """Split one source's rows (dicts, as ``pyarrow.Table.to_pylist`` gives them; ``columns``
     are the table's) into training and held-out rows, each with a compact prompt that fits
@@ -463,7 +464,9 @@ def prepare_source(
 
     Training rows are a seeded sample of ``source.max_rows``; held-out rows the first
     ``max_heldout`` in hash order (a stable sample). Only sampled rows are fitted. With
-    ``prompt_rows`` (``source.prompts_from``), prompts are joined from them first."""
+    ``prompt_rows`` (``source.prompts_from``), prompts are joined from them first.
+    ``workers`` > 1 fits the prompts in that many forked processes (:func:`fit_rows`):
+    the same rows in the same order."""
     layout = source_layout(method, source, columns, spec.holdout.key)
     stats: dict[str, Any] = {"rows": len(rows)}
     if prompt_rows is not None:
@@ -476,16 +479,17 @@ def prepare_source(
     stats["heldout_rows"] = len(heldout_rows)
 
     def fitted(candidates: list[Row], limit: int | None) -> tuple[list[Row], int]:
-        kept, dropped = [], 0
-        for row in candidates:
-            if limit is not None and len(kept) >= limit:
-                break
-            row = _normalize(row, layout, source)
-            prompt = fit_prompt(compact(row["prompt"], spec, source), _completions(row, layout), count, max_length, reserve)
-            if prompt is None:
-                dropped += 1
-                continue
-            kept.append({**row, "prompt": prompt})
+        kept, dropped, start = [], 0, 0
+        job = _FitJob(layout, source, spec, count, max_length, reserve)
+        while start < len(candidates) and (limit is None or len(kept) < limit):
+            # Only as many rows as are still wanted (a dropped row makes another round).
+            end = len(candidates) if limit is None else min(len(candidates), start + limit - len(kept))
+            for row in fit_rows(job, candidates[start:end], workers):
+                if row is None:
+                    dropped += 1
+                else:
+                    kept.append(row)
+            start = end
         return kept, dropped
 
     if source.windows:
@@ -496,6 +500,54 @@ def prepare_source(
     stats["train"] = len(train)
     stats["heldout"] = len(heldout)
     return SourceRows(source.name, layout, train, heldout, stats, windows=source.windows, grammar=source.grammar)
+
+
+@dataclass(frozen=True)
+class _FitJob:
+    """What fitting one row needs (:func:`prepare_source`)."""
+
+    layout: Any
+    source: SourceSpec
+    spec: DataSpec
+    count: Callable[..., int]
+    max_length: int
+    reserve: int
+
+    def __call__(self, row: Row) -> Row | None:
+        row = _normalize(row, self.layout, self.source)
+        prompt = fit_prompt(compact(row["prompt"], self.spec, self.source), _completions(row, self.layout), self.count, self.max_length, self.reserve)
+        return None if prompt is None else {**row, "prompt": prompt}
+
+
+_FORKED_JOB: _FitJob | None = None  # the job a forked worker inherits (a tokenizer does not pickle cheaply)
+
+
+def _fit_in_worker(row: Row) -> Row | None:
+    assert _FORKED_JOB is not None
+    return _FORKED_JOB(row)
+
+
+def fit_rows(job: Callable[[Row], Row | None], rows: Sequence[Row], workers: int | None = None, chunk: int = 64) -> Iterable[Row | None]:
+    """``job`` applied to every row, in order (None for a row that cannot fit). With
+    ``workers`` > 1 and the ``fork`` start method, in that many processes: a fork shares the
+    tokenizer with the workers instead of pickling it, and tokenizing is pure CPU work the
+    GIL would serialise in threads. Without ``fork`` (Windows, macOS defaults) it runs here.
+
+    >>> list(fit_rows(lambda r: r if r["n"] % 2 else None, [{"n": n} for n in range(4)], workers=2))
+    [None, {'n': 1}, None, {'n': 3}]
+    """
+    import multiprocessing
+
+    if not workers or workers < 2 or len(rows) < 2 * chunk or "fork" not in multiprocessing.get_all_start_methods():
+        yield from (job(row) for row in rows)
+        return
+    global _FORKED_JOB
+    _FORKED_JOB = job  # type: ignore[assignment]
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            yield from pool.imap(_fit_in_worker, rows, chunksize=chunk)
+    finally:
+        _FORKED_JOB = None
 
 
 # --- Rows -> TRL's layout --------------------------------------------------------------------

@@ -43,6 +43,7 @@ class DeviceSettings:
     use_vllm: bool
     vllm_mode: str
     threads: int | None = None
+    data_workers: int | None = None
 
 
 VLLM_MODES = ("colocate", "server")
@@ -72,9 +73,11 @@ def resolve_device(spec: DeviceSpec, model: ModelSpec, method: str, machine: Mac
         raise ConfigError(f"device.vllm_mode must be one of {', '.join(VLLM_MODES)}, got {spec.vllm_mode!r}")
     bf16 = machine.bf16_supported if spec.bf16 is None else spec.bf16
     checkpointing = gpu if spec.gradient_checkpointing is None else spec.gradient_checkpointing
-    if spec.threads is not None and (isinstance(spec.threads, bool) or not isinstance(spec.threads, int) or spec.threads < 1):
-        raise ConfigError(f"device.threads must be a positive integer or null, got {spec.threads!r}")
-    return DeviceSettings(machine.accelerator, bf16, checkpointing, spec.use_vllm, spec.vllm_mode, spec.threads)
+    for key in ("threads", "data_workers"):
+        value = getattr(spec, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"device.{key} must be a positive integer or null, got {value!r}")
+    return DeviceSettings(machine.accelerator, bf16, checkpointing, spec.use_vllm, spec.vllm_mode, spec.threads, spec.data_workers)
 
 
 __all__ = ["DeviceSettings", "Machine", "VLLM_MODES", "resolve_device"]

@@ -111,25 +111,28 @@ def build_trainer(
 def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSettings, judge: Any = None) -> Any:
     """The objective's TRL config (``common``: the TrainingArguments every method shares)
     and trainer (``shared``: the arguments every trainer takes)."""
+    # The trainers that tokenize their dataset do it in device.data_workers processes.
+    tokenizing = {"dataset_num_proc": device.data_workers} if device.data_workers and device.data_workers > 1 else {}
     if isinstance(objective, SFTObjective):
         from trl import SFTConfig, SFTTrainer
 
         # Dialogue windows ({"messages"}): the loss covers every assistant message.
         windows = "messages" in shared["train_dataset"].column_names
         args = SFTConfig(
-            **common, max_length=None, completion_only_loss=objective.completion_only_loss, assistant_only_loss=windows
+            **common, **tokenizing, max_length=None, completion_only_loss=objective.completion_only_loss, assistant_only_loss=windows
         )
         return SFTTrainer(args=args, **shared)
     if isinstance(objective, DPOObjective):
         from trl import DPOConfig, DPOTrainer
 
-        args = DPOConfig(**common, max_length=None, beta=objective.beta, loss_type=list(objective.loss_type))
+        args = DPOConfig(**common, **tokenizing, max_length=None, beta=objective.beta, loss_type=list(objective.loss_type))
         return DPOTrainer(args=args, **shared)
     if isinstance(objective, KTOObjective):
         from trl import KTOConfig, KTOTrainer
 
         args = KTOConfig(
             **common,
+            **tokenizing,
             max_length=None,
             beta=objective.beta,
             desirable_weight=objective.desirable_weight,

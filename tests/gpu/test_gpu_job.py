@@ -127,7 +127,7 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     grpo = json.loads((results / "grpo.json").read_text())
     assert 0 < grpo["throughput"]["generate_share"] <= 1
     evaluation = json.loads((results / "evaluate.json").read_text())
-    assert list(evaluation["models"]) == ["zero_shot", "sft", "grpo"]
+    assert list(evaluation["models"]) == ["zero_shot", "sft", "grpo"] and evaluation["setup"]["workers"] == 2
     assert all(speed["dialogues_per_s"] > 0 for speed in evaluation["speed"].values())
     assert "comparisons" in evaluation["statistics"] and (results / "episodes.parquet").is_file()
 

@@ -171,3 +171,17 @@ def test_rows_that_cannot_fit_are_dropped_and_counted():
     assert prepared.stats["train_dropped_too_long"] > 0
     assert prepared.stats["train"] + prepared.stats["train_dropped_too_long"] + prepared.stats["heldout_rows"] == prepared.stats["rows"]
     assert all(chars(r["prompt"] + r["completion"]) <= 150 for r in prepared.train)
+
+
+@pytest.mark.parametrize("max_rows", [None, 150])
+def test_prompts_fitted_in_worker_processes_are_the_serial_ones(max_rows):
+    # 400 rows, some too long for 150 positions: the forked path (>= 128 rows a round), the
+    # extra round a dropped row makes under max_rows, and the order, against one process.
+    table = tiny_tables(200)["speaker_sft"]
+    source = SourceSpec("speaker_sft.parquet", max_rows=max_rows)
+    serial = prepare_source(table.to_pylist(), table.column_names, source, "sft", SPEC, chars, 150)
+    forked = prepare_source(table.to_pylist(), table.column_names, source, "sft", SPEC, chars, 150, workers=2)
+    assert serial.stats["train_dropped_too_long"] > 0
+    assert (forked.train, forked.heldout, forked.stats) == (serial.train, serial.heldout, serial.stats)
+    if max_rows is not None:
+        assert len(forked.train) == max_rows
