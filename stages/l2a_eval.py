@@ -47,7 +47,7 @@ from pipelines.learn_to_ask.metrics import (
     METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
 )
 from pipelines.learn_to_ask.tables import L2A_EVAL, SPECS as L2A_SPECS, eval_table
-from pipelines.rewards.learn_to_ask import BETA, CONTINUE, LLMGrader, RulesGrader, grader_case, questions
+from pipelines.rewards.learn_to_ask import BETA, CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
 from stages.entry import main_wrapper
 from catalog.io import publish, read_artifact, read_params, write_json_atomic, write_text_atomic, write_timings
 
@@ -274,12 +274,17 @@ def model_grader_agreement(samples: list[dict[str, Any]], prompts: list[Any], ou
                            scored: Mapping[str, list[Any]], size: int, llm_grader: LLMGrader) -> dict[str, Any]:
     """R_a by a model grader (appendix G's grading prompt, ``grader`` role) beside the rules
     grader's on a fixed sample of CONTINUE samples, for every row whose output there is a
-    right CONTINUE; an output without a question is 0 for both (no call). Per row WA and
-    WA-GH by each grader, and their agreement over all graded pairs (exact share and the
-    confusion counts ``rules->model``); an unreadable grade is counted, never scored."""
+    right CONTINUE that asks a question (an output without one is 0 for both by construction:
+    counted as ``no_question``, never called, and no part of the agreement). Per row WA and
+    WA-GH by each grader on the pairs the model graded, and their agreement over all such
+    pairs (exact share, confusion counts ``rules->model``); an unreadable grade is counted,
+    never scored, and the first few unreadable replies are kept."""
+    from pipelines.rewards.learn_to_ask import parse_grade
+
     chosen = grading_sample(samples, size)
     jobs: list[tuple[str, int]] = []  # (row, sample position) graded by the model
     cases: list[str] = []
+    no_question: Counter[str] = Counter()
     for name, values in scored.items():
         for i in chosen:
             if values[i].content is None:
@@ -288,26 +293,32 @@ def model_grader_agreement(samples: list[dict[str, Any]], prompts: list[Any], ou
             if asked:
                 jobs.append((name, i))
                 cases.append(grader_case(prompts[i], " ".join(asked), [(x["field"], x["value"]) for x in samples[i]["info_truth"]]))
-    grades = llm_grader.grade_many(cases)
+            else:
+                no_question[name] += 1
+    replies = llm_grader.complete([llm_grader.messages(case) for case in cases]) if cases else []
+    if len(replies) != len(cases):
+        raise RuntimeError(f"model grader: {len(replies)} replies for {len(cases)} cases")
+    grades = [Grade(None, f"llm_{r[0]}") if isinstance(r, tuple) else parse_grade(r) for r in replies]
+    unreadable_replies = [str(r)[:200] for r, g in zip(replies, grades) if g.score is None][:3]
     by_job = dict(zip(jobs, grades))
     rows: dict[str, Any] = {}
     pairs: list[tuple[float, float]] = []
     unreadable: Counter[str] = Counter()
     for name, values in scored.items():
-        rules_scores, model_scores = [], []
+        rules_scores, model_scores, failed = [], [], 0
         for i in chosen:
-            if values[i].content is None:
-                continue
             grade = by_job.get((name, i))
-            model = 0.0 if grade is None else grade.score  # no question: 0 for both
-            if grade is not None and grade.score is None:
+            if grade is None:
+                continue
+            if grade.score is None:
                 unreadable[grade.reason] += 1
+                failed += 1
                 continue
             rules_scores.append(values[i].content)
-            model_scores.append(model)
-            pairs.append((values[i].content, model))
+            model_scores.append(grade.score)
+            pairs.append((values[i].content, grade.score))
         rows[name] = {
-            "graded": len(rules_scores),
+            "graded": len(rules_scores), "unreadable": failed, "no_question": no_question[name],
             "rules": {"WA": _mean_or_none(rules_scores), "WA-GH": _mean_or_none([float(x == 1.0) for x in rules_scores])},
             "model": {"WA": _mean_or_none(model_scores), "WA-GH": _mean_or_none([float(x == 1.0) for x in model_scores])},
         }
@@ -322,6 +333,7 @@ def model_grader_agreement(samples: list[dict[str, Any]], prompts: list[Any], ou
             "confusion": dict(sorted(confusion.items())),
             "unreadable": dict(sorted(unreadable.items())),
         },
+        "unreadable_replies": unreadable_replies,
     }
 
 
@@ -377,12 +389,14 @@ def markdown(report: Mapping[str, Any]) -> str:
             f"## Model grader beside the rules grader ({grading['samples']} fixed CONTINUE samples)",
             "",
             f"`{grading['model']}` ({grading['backend']}, {grading['prompt']} grading prompt, greedy) grades the questions of every "
-            f"right CONTINUE on the sample ({grading['calls']} calls; an output without a question is 0 for both graders). "
+            f"right CONTINUE that asks a question on the sample ({grading['calls']} calls; an output without a question is 0 for both "
+            f"by construction and is left out of the agreement). "
             f"Agreement with the rules grader: {exact} exact over {agreement['pairs']} pairs; "
             f"confusion (rules->model) {agreement['confusion'] or '-'}; unreadable grades {agreement['unreadable'] or 'none'}.",
+            *[f"\nAn unreadable reply: \"{' '.join(r.split())}\"" for r in grading.get("unreadable_replies", [])[:1]],
             "",
-            "| Row | graded | WA rules | WA model | WA-GH rules | WA-GH model |",
-            "|---|---|---|---|---|---|",
+            "| Row | graded by the model | unreadable | no question | WA rules | WA model | WA-GH rules | WA-GH model |",
+            "|---|---|---|---|---|---|---|---|",
         ]
 
         def cell(value: float | None) -> str:
@@ -390,7 +404,7 @@ def markdown(report: Mapping[str, Any]) -> str:
 
         for name, row in grading["rows"].items():
             label = f"ref: {name}" if name in references else name
-            lines.append(f"| {label} | {row['graded']} | {cell(row['rules']['WA'])} | {cell(row['model']['WA'])} | "
+            lines.append(f"| {label} | {row['graded']} | {row['unreadable']} | {row['no_question']} | {cell(row['rules']['WA'])} | {cell(row['model']['WA'])} | "
                          f"{cell(row['rules']['WA-GH'])} | {cell(row['model']['WA-GH'])} |")
     return "\n".join(lines) + "\n"
 

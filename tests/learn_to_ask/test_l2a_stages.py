@@ -119,7 +119,9 @@ def test_eval_scores_real_generations_and_writes_every_report(tmp_path, tiny_mod
     assert grading["samples"] == 4 and grading["backend"] == "hf" and grading["prompt"] == "seed"
     assert grading["calls"] >= 8  # the expert's and the catch-all's questions at least
     assert set(grading["rows"]) == {"one", "two", "expert", "catch_all"}
-    assert sum(grading["agreement"]["unreadable"].values()) + grading["agreement"]["pairs"] == sum(r["graded"] for r in grading["rows"].values()) + sum(grading["agreement"]["unreadable"].values())
+    rows = grading["rows"].values()
+    assert grading["calls"] == sum(r["graded"] + r["unreadable"] for r in rows) == grading["agreement"]["pairs"] + sum(grading["agreement"]["unreadable"].values())
+    assert len(grading["unreadable_replies"]) == min(3, sum(r["unreadable"] for r in rows))
     assert report["samples"] == 9  # 3 test sessions x (2 CONTINUE + 1 STOP)
     saved = json.loads((tmp_path / "l2a.json").read_text())
     assert set(saved["models"]["one"]["metrics"]) == {"WA", "WA-GH", "WC", "WS", "AA", "FC", "TR"}
@@ -155,7 +157,8 @@ def test_model_grader_agreement_counts_pairs_and_unreadable_grades():
     assert result["samples"] == 5 and result["calls"] == len(seen) == 10  # expert and catch-all ask on every sample
     assert result["rows"]["expert"]["model"]["WA"] == 0.5 and result["rows"]["expert"]["rules"]["WA"] == 0.5
     # The catch-all: 0 by the rules grader, 0.5 by this model grader; one reply unreadable.
-    assert result["rows"]["catch_all"]["graded"] == 4 and result["rows"]["catch_all"]["model"]["WA"] == 0.5
+    assert result["rows"]["catch_all"]["graded"] == 4 and result["rows"]["catch_all"]["unreadable"] == 1
+    assert result["rows"]["catch_all"]["model"]["WA"] == 0.5 and result["unreadable_replies"] == ["I cannot tell"]
     assert result["agreement"] == {"pairs": 9, "exact": 5 / 9, "confusion": {"0->0.5": 4, "0.5->0.5": 5}, "unreadable": {"unreadable_grade": 1}}
 
 
