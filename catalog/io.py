@@ -329,6 +329,18 @@ def publish(
     return summary
 
 
+def publish_empty(path: Path | str, table: pa.Table, spec: ArtifactSpec) -> None:
+    """Write ``table``, which has no rows, conformed to ``spec``'s columns and types: a stage's
+    declared output when it has nothing to publish and its report says so (e.g. JOSH's SFT /
+    KTO tables after a harvest without golden paths, so that DVC's outs exist and no earlier
+    rows stay behind). Not a result: the only check it fails is ``min_rows`` (every spec's
+    >= 1); every other expectation holds of no rows. A table with rows is an error: publish it."""
+    path = Path(path)
+    if table.num_rows:
+        raise ConfigError(f"publish_empty({path}): the table has {table.num_rows} rows; publish() validates tables with rows")
+    _write_all_atomic({path: _conform(table, spec, path)})
+
+
 def _conform(table: pa.Table, spec: ArtifactSpec, path: Path) -> pa.Table:
     """``table`` with exactly the spec's columns, in its order and of its types."""
     diff = check_schema(table, spec)

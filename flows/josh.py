@@ -120,7 +120,8 @@ def fingerprint(config: JoshConfig, llm_params: Mapping[str, Any] | None) -> str
     """What a tree depends on: the corpus files, the model weights and every harvest setting
     (not where the outputs go, how many goals, how they are spread over workers)."""
     digest = hashlib.sha256()
-    ignored = ("output", "metrics", "work_dir", "concurrency", "max_goals", "min_reward", "max_llm_failure_rate", "test", "fan_out")
+    ignored = ("output", "metrics", "work_dir", "concurrency", "max_goals", "min_reward", "max_llm_failure_rate", "test", "fan_out",
+               "require_training_data")
     settings = {k: v for k, v in asdict(config).items() if k not in ignored}
     if config.agent.backend == "openai" or config.simulator.kind != "agenda":
         settings["llm_roles"] = (llm_params or {}).get("roles")

@@ -13,7 +13,8 @@ once), ``min_reward`` (a golden path is training data from this tree reward on; 
 ``work_dir`` (per-goal checkpoints), ``fan_out`` (0 workers: in this process; n: a
 Prefect flow over n thread / process workers or a Dask cluster, :mod:`flows.josh`), ``test`` (the agent without branching on the official
 ToolWOZ test goals: ``josh_eval``, and average reward and 100 % success in the metrics),
-``output``, ``metrics``.
+``output``, ``metrics``, ``require_training_data`` (default false: a harvest without
+training rows is reported, not an error).
 
 Resumable: every finished tree is written at once to ``<work_dir>/<fingerprint>/<goal>.json``
 (the fingerprint covers the corpus files and every harvest setting), and a run reads the
@@ -23,9 +24,11 @@ on its goal and the params, so a resumed run writes the same tables as an uninte
 one; an openai agent's replays are free through the LLM cache (``llm.cache_dir``).
 
 When no tree has a golden path (the tiny model's harvest), there is nothing to train M' on:
-the stage publishes ``josh_trees`` and ``josh_eval``, removes the SFT / KTO tables of any
-earlier harvest, writes the report with the counts (``training_data: false``,
-``no_training_data``: why) and fails, so no training stage trains on another harvester's trees.
+the stage publishes ``josh_trees``, ``josh_eval`` and EMPTY ``josh_sft`` / ``josh_kto`` tables
+(zero rows, their usual schema; never an earlier harvest's rows), writes the report with the
+counts (``training_data: false``, ``no_training_data``: why) and exits 0; ``train.josh_*``
+(``allow_empty: true``) then report "not trained". ``require_training_data: true`` makes such a
+harvest fail instead (the SFT / KTO tables of any earlier harvest are removed).
 
 Outputs: ``<output>/josh_trees.parquet``, ``josh_sft.parquet``, ``josh_kto.parquet``, ``josh_eval.parquet``
 (``askflow sql`` names them by their stem) and the metrics ``reports/josh.json``; wall
@@ -48,7 +51,7 @@ from pipelines.josh.evaluate import play_toolwoz, toolwoz_intervals, toolwoz_sco
 from pipelines.josh.goals import evaluation_goals
 from pipelines.josh.tables import SPECS, eval_table, harvest_metrics, josh_tables
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, publish, publish_empty, read_params, write_json_atomic, write_timings
 
 
 def josh_config(params: Mapping[str, Any]) -> JoshConfig:
@@ -114,20 +117,27 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     metrics["llm"] = workspace.llm_accounting()  # this process's calls (fan-out workers keep their own)
     metrics["training_data"] = tables["josh_sft"].num_rows > 0
     if not metrics["training_data"]:
-        # Nothing to train M' on: the trees and the test episodes are published and the report
-        # says so; the SFT / KTO tables of an earlier harvest are removed, so that no training
-        # stage trains on another harvester's trees; the stage then fails.
-        publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in ("josh_trees", "josh_eval")})
-        for name in ("josh_sft", "josh_kto"):
-            (output / f"{name}.parquet").unlink(missing_ok=True)
+        # Nothing to train M' on: the report says so with the counts and M's test scores. The
+        # SFT / KTO tables are published empty (zero rows, their usual schema), so that no
+        # training stage trains on an earlier harvester's trees and train.josh_* (allow_empty)
+        # report "not trained"; with josh.require_training_data the stage fails instead.
         reason = (f"no tree of the {len(trees)} goals harvested by {harvester} has a clean golden path with reward >= "
                   f"{config.min_reward}: {metrics['successful_nodes']} nodes that met a goal API, {metrics['golden_paths']} golden paths, "
                   f"0 SFT rows, 0 KTO rows (average tree reward {metrics['avg_reward']:.3f}); there is nothing to train M' on")
         metrics["no_training_data"] = reason
-        write_json_atomic(Path(config.metrics), metrics)
-        raise DataError(str(workspace.checkpoints), f"{reason}; {config.metrics} has the counts and M's test scores, "
-                        f"the trees are kept there, so a lower josh.min_reward re-uses them")
-    publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
+        if config.require_training_data:
+            publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in ("josh_trees", "josh_eval")})
+            for name in ("josh_sft", "josh_kto"):
+                (output / f"{name}.parquet").unlink(missing_ok=True)
+            write_json_atomic(Path(config.metrics), metrics)
+            raise DataError(str(workspace.checkpoints), f"{reason}; {config.metrics} has the counts and M's test scores, "
+                            f"the trees are kept there, so a lower josh.min_reward re-uses them (josh.require_training_data: true)")
+        print(f"josh: {reason}; the SFT / KTO tables are published empty (josh.require_training_data: false)")
+        publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in ("josh_trees", "josh_eval")})
+        for name in ("josh_sft", "josh_kto"):
+            publish_empty(output / f"{name}.parquet", tables[name], SPECS[name])
+    else:
+        publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
     write_json_atomic(Path(config.metrics), metrics)
     nodes_fresh = sum(len(t.nodes) for t in fresh)
     write_timings("josh", {

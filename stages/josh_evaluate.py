@@ -102,8 +102,24 @@ def harvest_round(config: ToolWozEvalConfig) -> tuple[dict[str, Any] | None, dic
     return report, not_trained
 
 
+def unmarked_models(config: ToolWozEvalConfig, known: Mapping[str, str]) -> dict[str, str]:
+    """Models whose directory holds only a training stage's NOT_TRAINED.json (sources without
+    rows): not played, reported "not trained" with the note's reason (name -> why); models
+    already in ``known`` keep their reason."""
+    from catalog.io import read_json
+    from pipelines.training.not_trained import NOT_TRAINED
+
+    found = {}
+    for name, entry in config.models:
+        marker = Path(entry.path) / NOT_TRAINED if entry.path else None
+        if name not in known and marker is not None and marker.is_file():
+            note = read_json(marker)
+            found[name] = f"not trained: {note.get('reason', 'no reason given') if isinstance(note, dict) else 'no reason given'}"
+    return found
+
+
 def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequence[int],
-             round_report: Mapping[str, Any] | None = None) -> str:
+             round_report: Mapping[str, Any] | None = None, not_trained: Mapping[str, str] | None = None) -> str:
     """The table: one row per model (the rules row labelled as the template reference), the
     paper's two scores with their 95 % bootstrap intervals over goals; with a round, its
     harvest's counts and a row for each M' that had nothing to train on."""
@@ -128,6 +144,8 @@ def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequen
                      f"{r['malformed_per_episode']:.2f} | {r['rejected_calls_per_episode']:.2f} |")
     for name, why in ((round_report or {}).get("not_trained") or {}).items():
         lines.append(f"| {name} (M') | {why} | | | | |")
+    for name, why in (not_trained or {}).items():  # without a round
+        lines.append(f"| {name} | {why} | | | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -144,6 +162,7 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     from catalog.multiwoz_dir import load_multiwoz
 
     round_report, not_trained = harvest_round(config)
+    not_trained.update(unmarked_models(config, not_trained))  # train.josh_*'s NOT_TRAINED.json directories
     specs = [PolicySpec(name, entry.path, entry.hub_id, entry.revision, entry.prompt or config.prompt) for name, entry in config.models
              if name not in not_trained]
     for spec in specs:
@@ -184,8 +203,10 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
               "models": results, "labels": {"rules": RULES_LABEL} if "rules" in results else {}}
     if round_report is not None:
         report["round"] = {**round_report, "not_trained": not_trained}
+    elif not_trained:
+        report["not_trained"] = not_trained
     write_json_atomic(Path(config.output.metrics), report)
-    write_text_atomic(Path(config.output.markdown), markdown(results, len(goals), config.seeds, report.get("round")))
+    write_text_atomic(Path(config.output.markdown), markdown(results, len(goals), config.seeds, report.get("round"), report.get("not_trained")))
     write_timings("josh_evaluate", {"wall_s": timings})
     return report
 

@@ -22,7 +22,13 @@ params.yaml ``train``:
   ``use_vllm``, ``vllm_mode``), ``eval``, ``objective`` (the method's settings: e.g. GRPO's
   ``num_generations``, ``beta``, ``rewards: {format: 1.0, clarify_verifiable: 1.0}``) and
   ``output: {model_dir, metrics, curve}``. Field names and defaults are those of
-  :mod:`pipelines.training.config`; an unknown key is an error.
+  :mod:`pipelines.training.config`; an unknown key is an error. ``allow_empty`` (default
+  false) and ``source_report``: sources with no rows at all are an error, or with
+  ``allow_empty: true`` (JOSH's sections: a harvest may have no golden path) the run ends
+  before anything loads, with exit 0: ``<model_dir>/NOT_TRAINED.json`` alone (the reason,
+  the rows, ``source_report``: the report of the stage that wrote the sources, whose
+  ``no_training_data`` joins the reason), the metrics with ``trained: false`` and a
+  header-only curve (:mod:`pipelines.training.not_trained`).
 
 A bad configuration (unknown method or key, missing dataset column, missing model
 directory, bf16 on a CPU-only machine, ...) or a bad row in a dataset (checked by its
@@ -41,11 +47,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, DataError
 from pipelines.training.config import (
     OBJECTIVES,
     DataSpec,
@@ -57,12 +64,15 @@ from pipelines.training.config import (
     TrainConfig,
 )
 from pipelines.training.inputs import check_schema_name
-from pipelines.training.preflight import check_method, preflight
+from pipelines.training.not_trained import EMPTY_CURVE, NOT_TRAINED, check_start_model, no_rows_reason, not_trained_records, source_rows
+from pipelines.training.preflight import check_data, check_method, check_numbers, preflight
 from stages.common import apply_policy, configure_prefect, configure_threads, judge_backend
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params
+from catalog.io import from_params, read_json, read_params, write_json_atomic, write_text_atomic
 
 _SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
+#: A section's switches for sources without rows (not TrainConfig's: the run ends before it trains).
+_EMPTY_KEYS = {"allow_empty", "source_report"}
 
 
 def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
@@ -80,9 +90,9 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
         raise ConfigError(f"params.yaml train.{name}: missing (or not a mapping)")
     if policy:
         section = apply_policy(section, method, policy)
-    unknown = sorted(set(section) - _SECTIONS)
+    unknown = sorted(set(section) - _SECTIONS - _EMPTY_KEYS)
     if unknown:
-        raise ConfigError(f"params.yaml train.{name}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS)}")
+        raise ConfigError(f"params.yaml train.{name}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS | _EMPTY_KEYS)}")
     where = f"params.yaml train.{name}"
     data = dict(section.get("data") or {})
     if "holdout" in data:
@@ -113,6 +123,10 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
 def run(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
         policy: Mapping[str, Any] | None = None, section_name: str | None = None) -> dict[str, Any]:
     config = train_config(method, params, llm=llm, policy=policy, section_name=section_name)
+    name = section_name or method
+    if (empty := _no_rows(config, params[name], name)) is not None:
+        return empty
+    check_start_model(config)  # a start model that was not trained says so
     preflight(config)  # fail fast, before a flow run exists
     configure_prefect(Path.cwd())
     from flows.local_api import local_prefect_api
@@ -125,6 +139,38 @@ def run(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None
     after = report["eval"].get("after", {})
     print(f"train_{section_name or method}: {report['train']['steps']} steps ({report['train']['stopped_by']}) -> {config.output.model_dir}; "
           f"held-out after: {after}")
+    return report
+
+
+def _no_rows(config: TrainConfig, section: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """Sources with no rows at all, before the start model, Prefect or the tokenizer are
+    touched: with the section's ``allow_empty: true``, the declared outputs say nothing was
+    trained (the model directory holds only NOT_TRAINED.json) and the report is returned;
+    without it, an error naming the files. None when there are rows to train on."""
+    allow_empty, source_report = section.get("allow_empty", False), section.get("source_report")
+    if not isinstance(allow_empty, bool):
+        raise ConfigError(f"params.yaml train.{name}.allow_empty: expected true or false, got {allow_empty!r}")
+    if not all(Path(source.path).is_file() for source in config.data.sources):
+        return None  # preflight names the missing file
+    rows = source_rows(config)
+    if sum(rows.values()):
+        return None  # preflight's checks, in their order
+    check_numbers(config)
+    check_data(config)  # the empty tables have their columns
+    report_data = read_json(source_report) if source_report and Path(source_report).is_file() else None
+    reason = no_rows_reason(rows, source_report, report_data)
+    if not allow_empty:
+        raise DataError(", ".join(rows), f"{reason}: nothing to train {name} on (params.yaml train.{name}.allow_empty: "
+                        f"true reports it as not trained instead)")
+    note, report = not_trained_records(config, rows, reason, section=name, source_report=source_report)
+    model_dir = Path(config.output.model_dir)
+    if model_dir.is_dir():  # never leave an earlier run's model there as if trained on this data
+        shutil.rmtree(model_dir)
+    model_dir.mkdir(parents=True)
+    write_json_atomic(model_dir / NOT_TRAINED, note)
+    write_json_atomic(Path(config.output.metrics), report)
+    write_text_atomic(Path(config.output.curve), EMPTY_CURVE)
+    print(f"train_{name}: not trained: {reason}; {model_dir / NOT_TRAINED} and {config.output.metrics} say so")
     return report
 
 

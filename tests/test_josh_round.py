@@ -43,7 +43,8 @@ def test_params_yaml_harvests_with_the_model_josh_fine_tunes_and_evaluates_as_m(
 
 @pytest.fixture(scope="module")
 def no_data_round(small_corpus_dir, tiny_model_dir, tmp_path_factory):
-    """Stage josh with the tiny model as M: it writes no ReAct, so no golden path."""
+    """Stage josh with the tiny model as M: it writes no ReAct, so no golden path; with
+    require_training_data the stage fails (the default reports it: tests/test_josh_empty_round.py)."""
     from stages.josh import run
 
     tmp = tmp_path_factory.mktemp("round")
@@ -55,9 +56,10 @@ def no_data_round(small_corpus_dir, tiny_model_dir, tmp_path_factory):
     params = {
         "source": str(small_corpus_dir), "output": str(out), "metrics": str(tmp / "josh.json"), "work_dir": str(tmp / "ck"),
         "max_goals": 2, "agent": {"model_path": str(tiny_model_dir), "sampling": {"max_tokens": 12}},
-        "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 2}, "test": {"max_goals": 2},
+        "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 2}, "test": {"max_goals": 2}, "require_training_data": True,
     }
-    with pytest.raises(DataError, match=r"no tree of the 2 goals harvested by .* 0 SFT rows, 0 KTO rows.*nothing to train M' on") as error:
+    with pytest.raises(DataError, match=r"no tree of the 2 goals harvested by .* 0 SFT rows, 0 KTO rows.*nothing to train M' on"
+                                        r".*require_training_data: true") as error:
         run(params)
     return tmp, params, str(error.value)
 

@@ -118,6 +118,9 @@ class JoshConfig:
     max_llm_failure_rate: float = 0.05
     test: TestSpec = field(default_factory=TestSpec)
     fan_out: FanOutSpec = field(default_factory=FanOutSpec)
+    # A harvest without training rows: false publishes empty SFT / KTO tables and the report
+    # (training_data: false) and exits 0; true fails the stage instead.
+    require_training_data: bool = False
 
     def __post_init__(self) -> None:
         if self.agent.backend not in BACKENDS:
