@@ -5,6 +5,7 @@ params.yaml refuses duplicate keys; JSON inputs refuse NaN, Infinity and deep ne
 from __future__ import annotations
 
 import copy
+import sys
 import re
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def _stage_error(monkeypatch, capsys, tmp_path: Path, stage: str, section: dict 
     import importlib
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [f"stages/{stage}.py"])  # the stage's own arguments, not pytest's
     if text is None:
         params = copy.deepcopy(BASE)
         params[stage] = section

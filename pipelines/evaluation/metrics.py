@@ -14,6 +14,13 @@ question could usefully ask for. A question scores 1 when it asks about one of t
 about nothing already said. It is lexical, like the judge: a user who said "two people"
 where the goal says 2 leaves ``people`` unknown.
 
+Both are read per domain: a question belongs to the domain of the agent's latest tool call
+(``query_hotel`` -> hotel), and only that domain's constraints count, said in the user turns
+since the one before the domain's first tool call (the turn that asked for it). Read over the
+whole goal, a hotel's area was "known" as soon as the user had named the same area for an
+attraction (13 % of SpeakER's training questions, issue 26). Before the agent's first tool
+call every domain counts, over everything said.
+
 Over-asking: a question is *needless* when, at the moment it is asked, either it asks about
 a goal constraint the user has already stated (the judge's ``asks_known_slot``), or the user
 has already stated every constraint of the goal (nothing was left to ask; "don't care"
@@ -73,12 +80,13 @@ class EpisodeScore:
     n_over_asking: int = 0
 
 
-def goal_slot_values(goal: Goal) -> dict[str, list[str]]:
+def goal_slot_values(goal: Goal, domain: str | None = None) -> dict[str, list[str]]:
     """Every constraint the goal can make the user say: slot -> values (``info``,
-    ``fail_info``, ``book``, ``fail_book`` of every domain; "don't care" left out)."""
+    ``fail_info``, ``book``, ``fail_book`` of every domain, or of ``domain`` only; "don't
+    care" left out)."""
     values: dict[str, list[str]] = defaultdict(list)
-    for domain in goal.domains:
-        for part in (domain.info, domain.fail_info, domain.book, domain.fail_book):
+    for part_of in (d for d in goal.domains if domain is None or d.domain == domain):
+        for part in (part_of.info, part_of.fail_info, part_of.book, part_of.fail_book):
             for slot, value in part.items():
                 if not is_dont_care(value) and str(value) not in values[slot]:
                     values[slot].append(str(value))
@@ -105,13 +113,22 @@ NOTHING_OPEN = "nothing_open"
 def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
     """Every clarification question of the episode, in order, scored and checked for
     over-asking from what the user had said before it (module docstring)."""
-    slots = goal_slot_values(goal)
-    said = " "
+    domains = {d.domain for d in goal.domains}
+    turns: list[str] = []  # the user's turns so far, normalised
+    opened: dict[str, int] = {}  # domain -> index in turns of the turn that asked for it
+    current: str | None = None
     checks = []
     for event in episode.events:
         if event.kind == "user" and event.text:
-            said += f"{words(event.text)} "
+            turns.append(words(event.text))
+        elif event.kind == "tool_call" and event.tool_name:
+            domain = _tool_domain(event.tool_name, domains)
+            if domain is not None:
+                opened.setdefault(domain, max(len(turns) - 1, 0))
+                current = domain
         elif event.kind == "clarify":
+            slots = goal_slot_values(goal, current)
+            said = " " + " ".join(turns[opened[current] :] if current is not None else turns) + " "
             known = sorted(s for s, values in slots.items() if any(_said(v, said) for v in values))
             open_slots = sorted(s for s in slots if s not in known)
             verdict = _JUDGE.verdict(event.text or "", {"discriminating_slots": open_slots, "known_slots": known})
@@ -120,6 +137,15 @@ def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
             else:
                 checks.append(QuestionCheck(verdict.score, verdict.reason == ASKS_KNOWN, verdict.reason))
     return checks
+
+
+def _tool_domain(tool: str, domains: Iterable[str]) -> str | None:
+    """The goal domain a tool serves (``query_hotel`` -> ``hotel``), or None.
+
+    >>> _tool_domain("book_train", {"train", "hotel"}), _tool_domain("query_police", {"hotel"})
+    ('train', None)
+    """
+    return next((d for d in domains if tool.endswith(f"_{d}")), None)
 
 
 def clarification_verdicts(episode: Episode, goal: Goal) -> list[float]:

@@ -28,10 +28,11 @@ the evaluation reads an episode, so the audit holds for any synthesizer:
     clarify row read as the evaluation reads a played episode's question
     (:func:`pipelines.evaluation.metrics.clarification_checks`): the goal constraints whose
     values the user has said in the prompt (whole words; tool results are not the user's
-    words) are *known*, the others *open*. ``asks_known_slot``: questions about a slot the
-    user has already stated, for any domain (a hotel's "centre" makes the attraction's area
-    known when the goal wants the centre for both); ``nothing_open``: questions asked when every
-    constraint was stated; the two together are the over-asking the evaluation counts.
+    words) are *known*, the others *open*, both read for the domain of the latest tool call
+    and over what the user said since the turn that asked for it (an area said for an
+    attraction does not answer the hotel's). ``asks_known_slot``: questions about a slot the
+    user has already stated; ``nothing_open``: questions asked when every constraint of the
+    domain was stated; the two together are the over-asking the evaluation counts.
 ``after_search``
     Every row whose prompt's last tool call is a search that returned several candidates,
     before anything was recommended: does the agent ``ask`` (clarify) or ``act``, split by
@@ -150,20 +151,40 @@ def _said(value: str, said: str) -> bool:
     return bool(needle) and f" {needle} " in said
 
 
-def question_check(question: str, prompt: Sequence[Mapping[str, Any]], goal_slots: Mapping[str, Iterable[str]]) -> str:
+def question_check(question: str, prompt: Sequence[Mapping[str, Any]], goal: Mapping[str, Any]) -> str:
     """The evaluation's verdict on a question asked after ``prompt`` (module docstring):
     ``asks_known_slot``, ``nothing_open``, ``targets_discriminating_slot`` or ``irrelevant``.
+    Read per domain, as :func:`pipelines.evaluation.metrics.clarification_checks` reads a
+    played episode: the domain of the latest tool call, what the user said since the turn that
+    asked for it.
 
-    >>> slots = {"area": {"centre"}, "type": {"swimmingpool"}, "pricerange": {"cheap"}}
-    >>> said = [{"role": "user", "content": "A swimmingpool in the centre, please."}]
-    >>> question_check("Which part of town would you prefer: the east or the centre?", said, slots)
+    >>> goal = {"hotel": {"info": {"area": "centre", "pricerange": "cheap"}},
+    ...         "attraction": {"info": {"area": "centre", "type": "museum"}}}
+    >>> said = [{"role": "user", "content": "A hotel in the centre, please."},
+    ...         {"role": "assistant", "content": '<tool_call>{"name": "query_hotel", "arguments": {}}</tool_call>'}]
+    >>> question_check("Which part of town would you prefer: the east or the centre?", said, goal)
     'asks_known_slot'
-    >>> question_check("What price range do you have in mind?", said, slots)
+    >>> more = said + [{"role": "user", "content": "I also want to see a museum."},
+    ...                {"role": "assistant", "content": '<tool_call>{"name": "query_attraction", "arguments": {}}</tool_call>'}]
+    >>> question_check("Which part of town would you prefer: the east or the centre?", more, goal)
     'targets_discriminating_slot'
     """
-    said = user_words(prompt)
-    known = sorted(s for s, values in goal_slots.items() if any(_said(v, said) for v in values))
-    open_slots = sorted(s for s in goal_slots if s not in known)
+    turns: list[str] = []
+    opened: dict[str, int] = {}
+    current: str | None = None
+    for message in prompt:
+        if message["role"] == "user" and not _is_observation(message):
+            turns.append(words(message["content"]))
+        elif message["role"] == "assistant":
+            call = _call(message["content"])
+            domain = next((d for d in goal if call is not None and call[0].endswith(f"_{d}")), None)
+            if domain is not None:
+                opened.setdefault(domain, max(len(turns) - 1, 0))
+                current = domain
+    slots = goal_constraints({current: goal[current]} if current is not None else goal)
+    said = " " + " ".join(turns[opened[current] :] if current is not None else turns) + " "
+    known = sorted(s for s, values in slots.items() if any(_said(v, said) for v in values))
+    open_slots = sorted(s for s in slots if s not in known)
     if not open_slots:
         return NOTHING_OPEN
     return _JUDGE.verdict(question, {"discriminating_slots": open_slots, "known_slots": known}).reason
@@ -326,7 +347,7 @@ def audit_sft(rows: Iterable[Mapping[str, Any]], goals: Mapping[str, Any] | None
                     questions["unread"] += 1
                 elif not asked & set(constraints):
                     questions["absent_from_goal"] += 1
-                checks[question_check(_question(completion), prompt, constraints)] += 1
+                checks[question_check(_question(completion), prompt, goal)] += 1
                 if asks_stated_slot(_question(completion), prompt):
                     stated_questions += 1
             situation = search_situation(prompt)

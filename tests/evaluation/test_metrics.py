@@ -168,3 +168,35 @@ def test_paired_comparisons_find_a_real_difference_and_not_a_null_one():
     assert over[("strong", "twin")]["significant"] and over[("strong", "twin")]["difference"] == 1.0
     with pytest.raises(ValueError, match="same goals"):
         bootstrap_summary({"weak": weak, "fewer": weak[:-3]})
+
+
+def test_questions_are_read_against_the_domain_of_the_latest_search(gold_episodes):
+    # An area the user gave for one domain does not answer the next domain's area (issue 26:
+    # 13 % of SpeakER's questions were "needless" read over the whole goal).
+    episodes, goals = gold_episodes
+    episode, first, second = next(
+        (e, a.domain, b.domain)
+        for e in episodes
+        for a in goals[e.dialogue_id].domains
+        for b in goals[e.dialogue_id].domains
+        if a.domain != b.domain and "area" in a.info and "area" in b.info
+    )
+    goal = goals[episode.dialogue_id]
+    area = goal.get(first).info["area"]
+
+    def event(i: int, kind: str, text: str | None = None, tool: str | None = None) -> EpisodeEvent:
+        return EpisodeEvent(episode.episode_id, i, i, kind, "user" if kind == "user" else "agent", text=text, tool_name=tool)
+
+    from dataclasses import replace
+
+    def checks(*events):
+        played = replace(episode, events=tuple(event(i, *e) for i, e in enumerate(events)))
+        return [(c.needless, c.reason) for c in clarification_checks(played, goal)]
+
+    question = "Which part of town do you prefer?"
+    opened = (("user", f"Something in the {area} please."), ("tool_call", None, f"query_{first}"))
+    assert checks(*opened, ("clarify", question)) == [(True, "asks_known_slot")]  # the swimming-pool failure
+    assert checks(*opened, ("user", f"I also need a {second}."), ("tool_call", None, f"query_{second}"),
+                  ("clarify", question)) == [(False, "targets_discriminating_slot")]
+    # Before any search every domain counts, over everything said (the whole-goal reading).
+    assert checks(("user", f"Something in the {area} please."), ("clarify", question)) == [(True, "asks_known_slot")]
