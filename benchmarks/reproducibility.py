@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -76,9 +77,13 @@ def compare(a: dict[str, dict[str, str]], b: dict[str, dict[str, str]], stages: 
     return result
 
 
-#: Math-kernel settings, read when torch loads its libraries: (name, environment).
+#: Math-kernel settings, read when torch loads its libraries (so they are set in a fresh process).
+#: An AVX2-only x86 machine, simulated here: ATen's, oneDNN's and MKL's kernels capped at AVX2.
 AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "MKL_CBWR": "AVX2"}
+#: The portable pin: ATen's generic (non-vectorised dispatch) kernels, oneDNN at SSE4.1 (which
+#: every x86-64 machine of the last 15 years has), MKL's conditional numerical reproducibility.
 PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE,STRICT"}
+KERNEL_VARIABLES = (*AVX2_MACHINE, *PORTABLE)
 ISA_RUNS = (
     ("this machine", {}),
     ("this machine, again", {}),
@@ -88,39 +93,76 @@ ISA_RUNS = (
 )
 
 
+@dataclass(frozen=True)
+class BootstrapRun:
+    """One bootstrap training in a fresh process: the model file's md5, the stage's training
+    seconds (``train_s`` of its timings) and the whole process's seconds."""
+
+    md5: str
+    train_s: float
+    wall_s: float
+
+
+def small_params(params: dict, steps: int, windows: int = 8, prompts: int = 2, max_new_tokens: int = 8) -> dict:
+    """params.yaml ``bootstrap`` cut to ``steps`` training steps and a token evaluation.
+
+    >>> p = small_params({"train": {"steps": 400, "warmup_steps": 40}, "eval": {"windows": 128}}, 30)
+    >>> p["train"], p["eval"]
+    ({'steps': 30, 'warmup_steps': 3}, {'windows': 8, 'prompts': 2, 'max_new_tokens': 8})
+    """
+    params = {**params, "train": dict(params["train"]), "eval": dict(params["eval"])}
+    params["train"].update(steps=steps, warmup_steps=min(params["train"]["warmup_steps"], steps // 10))
+    params["eval"].update(windows=windows, prompts=prompts, max_new_tokens=max_new_tokens)
+    return params
+
+
+def run_bootstrap(repo: Path, params: dict, settings: dict[str, str], workdir: Path) -> BootstrapRun:
+    """``python -m stages.bootstrap`` of ``repo`` in a fresh process in ``workdir`` (its own
+    params.yaml, model and metrics there; relative paths in ``params`` resolve against
+    ``workdir``), under the math-kernel ``settings`` and none of the caller's."""
+    import hashlib
+    import json
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    params = {**params, "output": str(workdir / "model"), "metrics": str(workdir / "metrics.json")}
+    (workdir / "params.yaml").write_text(yaml.safe_dump({"bootstrap": params}))
+    env = {key: value for key, value in os.environ.items() if key not in KERNEL_VARIABLES}
+    env.update(settings, PYTHONPATH=str(repo), OMP_WAIT_POLICY="PASSIVE")
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "stages.bootstrap"], cwd=workdir, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"bootstrap failed in {workdir} under {settings or '(defaults)'}: {result.stderr[-2000:]}")
+    md5 = hashlib.md5((workdir / "model" / "model.safetensors").read_bytes()).hexdigest()
+    timings = json.loads((workdir / "reports" / "timings" / "bootstrap.json").read_text())
+    return BootstrapRun(md5=md5, train_s=timings["train_s"], wall_s=round(took, 2))
+
+
 def isa_check(repo: Path, steps: int) -> int:
     """The bootstrap training under each of :data:`ISA_RUNS`; exit 1 when the portable runs differ."""
-    import hashlib
+    import shutil
 
     params = yaml.safe_load((repo / "params.yaml").read_text())["bootstrap"]
     if not (repo / params["source"]).is_dir():
         raise SystemExit(f"{params['source']} does not exist: run `dvc repro corpus` (or make run) first")
-    params["train"].update(steps=steps, warmup_steps=min(params["train"]["warmup_steps"], steps // 10))
-    params["eval"].update(windows=8, prompts=2, max_new_tokens=8)
+    params = small_params({**params, "source": str(repo / params["source"])}, steps)
     root = Path(tempfile.mkdtemp(prefix="askflow-isa-"))
-    (root / "data").symlink_to(repo / "data")
-    hashes = {}
-    for name, settings in ISA_RUNS:
-        run = root / f"run{len(hashes)}"
-        run.mkdir()
-        (run / "data").symlink_to(repo / "data")
-        (run / "params.yaml").write_text(yaml.safe_dump({"bootstrap": {**params, "output": str(run / "model"), "metrics": str(run / "metrics.json")}}))
-        env = {key: value for key, value in os.environ.items() if key not in (*AVX2_MACHINE, *PORTABLE)}
-        env.update(settings, PYTHONPATH=str(repo), OMP_WAIT_POLICY="PASSIVE")
-        started = time.perf_counter()
-        result = subprocess.run([sys.executable, "-m", "stages.bootstrap"], cwd=run, env=env, capture_output=True, text=True)
-        took = time.perf_counter() - started
-        if result.returncode != 0:
-            raise SystemExit(f"bootstrap failed under {name}: {result.stderr[-2000:]}")
-        hashes[name] = hashlib.md5((run / "model" / "model.safetensors").read_bytes()).hexdigest()
-        print(f"  {name:<34} model {hashes[name][:12]}  {took:6.1f} s  {' '.join(f'{k}={v}' for k, v in settings.items()) or '(defaults)'}")
-    import shutil
-
-    shutil.rmtree(root, ignore_errors=True)
-    portable = {hashes["portable pin"], hashes["portable pin on the AVX2 machine"]}
-    print(f"bootstrap, {steps} steps: this machine twice {'same' if hashes['this machine'] == hashes['this machine, again'] else 'DIFFERENT'}; "
-          f"AVX2 machine {'same as' if hashes['AVX2 machine'] == hashes['this machine'] else 'differs from'} this one; "
-          f"portable pin {'same' if len(portable) == 1 else 'DIFFERENT'} on both")
+    runs: dict[str, BootstrapRun] = {}
+    try:
+        for index, (name, settings) in enumerate(ISA_RUNS):
+            runs[name] = run = run_bootstrap(repo, params, settings, root / f"run{index}")
+            print(f"  {name:<34} model {run.md5[:12]}  train {run.train_s:6.1f} s  process {run.wall_s:6.1f} s  "
+                  f"{' '.join(f'{k}={v}' for k, v in settings.items()) or '(defaults)'}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    portable = {runs["portable pin"].md5, runs["portable pin on the AVX2 machine"].md5}
+    same = runs["this machine"].md5 == runs["this machine, again"].md5
+    unpinned = (runs["this machine"].train_s + runs["this machine, again"].train_s) / 2
+    print(f"bootstrap, {steps} steps, {params['threads']} threads: this machine twice {'same' if same else 'DIFFERENT'}; "
+          f"AVX2 machine {'same as' if runs['AVX2 machine'].md5 == runs['this machine'].md5 else 'differs from'} this one; "
+          f"portable pin {'same' if len(portable) == 1 else 'DIFFERENT'} on both; "
+          f"training time with the pin / without: {runs['portable pin'].train_s / unpinned:.2f}x on this machine, "
+          f"{runs['portable pin on the AVX2 machine'].train_s / runs['AVX2 machine'].train_s:.2f}x on the AVX2 one")
     return 0 if len(portable) == 1 else 1
 
 

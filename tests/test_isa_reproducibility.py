@@ -1,0 +1,69 @@
+"""Bit-identical CPU training across x86 instruction sets under the portable pin (issue 28).
+
+The bootstrap stage (``python -m stages.bootstrap``, 4 training steps on a 120-dialogue corpus,
+2 threads from params) runs in fresh processes under two math-kernel settings: this machine
+as it is, and an AVX2-only machine (ATen, oneDNN and MKL capped at AVX2), both with the
+portable pin of ``benchmarks/reproducibility.py`` (ATen's generic kernels, oneDNN at SSE4.1,
+MKL's ``MKL_CBWR=COMPATIBLE,STRICT``). The saved model files must be the same bytes. Without
+the pin the two differ on a CPU with AVX-512 (this one: the default kernels use it), which is
+what the pin is for; on a CPU without AVX-512 the AVX2 cap changes nothing and that half only
+records. ``python benchmarks/reproducibility.py --isa`` is the longer measurement (30 steps,
+the real corpus, the cost of the pin).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def benchmark():
+    spec = importlib.util.spec_from_file_location("askflow_reproducibility_benchmark", ROOT / "benchmarks" / "reproducibility.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bootstrap_is_bit_identical_across_isas_under_the_pin(small_corpus_dir, tmp_path):
+    bench = benchmark()
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["bootstrap"]
+    params = bench.small_params(
+        {**params, "source": str(small_corpus_dir), "vocab_size": 1024, "max_length": 256}, steps=4, windows=2, prompts=1, max_new_tokens=2
+    )
+    avx2_pinned = {**bench.AVX2_MACHINE, **bench.PORTABLE, "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    runs = {
+        name: bench.run_bootstrap(ROOT, params, settings, tmp_path / name)
+        for name, settings in (
+            ("pinned", bench.PORTABLE),
+            ("pinned_avx2", avx2_pinned),
+            ("unpinned", {}),
+            ("unpinned_avx2", bench.AVX2_MACHINE),
+        )
+    }
+    for name, run in runs.items():
+        print(f"{name:<14} model {run.md5}  train {run.train_s} s  process {run.wall_s} s")
+    assert runs["pinned"].md5 == runs["pinned_avx2"].md5, (
+        f"under the portable pin the bootstrap model differs between this machine's kernels and AVX2's: {runs}"
+    )
+    if "avx512f" in cpu_flags():
+        assert runs["unpinned"].md5 != runs["unpinned_avx2"].md5, (
+            "without the pin, this AVX-512 machine's kernels and AVX2's gave the same model: the libraries "
+            f"agree by themselves now (README's reliability section says they do not): {runs}"
+        )
