@@ -39,7 +39,7 @@ lock:
 	mv requirements.lock.new requirements.lock
 
 # Stage commands run `python -m stages.<name>`: put the venv first on PATH. catalog.repro runs
-# `dvc repro`, leaving out (and naming) the τ-bench stages when ../shared/data/taubench is absent.
+# `dvc repro` of every stage: all their inputs are in the repository (vendor/ holds τ-bench and the real MultiWOZ val data).
 run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m catalog.repro
 

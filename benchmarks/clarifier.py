@@ -1,7 +1,7 @@
 """The τ-bench Clarifier, offline: the clarification budget against pass@1 and steps (the
 paper's Figure 4 axes) for the informed agent, and episodes per second.
 
-    python benchmarks/clarifier.py [--root ../shared/data/taubench] [--budgets 0 1 2 3 5] [--patience 2]
+    python benchmarks/clarifier.py [--root vendor/taubench] [--budgets 0 1 2 3 5] [--patience 2]
 
 For each domain's test tasks and each budget, the rules Clarifier plays with the informed
 agent and the rules user; prints pass@1 (with the do-nothing floor), mean agent steps
@@ -13,7 +13,6 @@ pipelines/clarifier/agent.py), so these are not model results.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from time import perf_counter
@@ -27,7 +26,7 @@ from pipelines.episodes.taubench import tau_runner_config, tau_specs
 from pipelines.simulators.taubench import TauRulesUser
 from catalog.taubench_dir import load_taubench_domain
 
-DEFAULT_ROOT = Path(os.environ.get("ASKFLOW_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "taubench"
+DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "vendor" / "taubench"  # in the repository (xz-compressed JSON)
 
 
 def main(argv: list[str] | None = None) -> int:

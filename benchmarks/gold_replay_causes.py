@@ -1,10 +1,9 @@
 """Gold replay on a MultiWOZ directory, with every failing episode classified by cause.
 
-    python benchmarks/gold_replay_causes.py /tmp/multiwoz_val --db-dir ../shared/data/multiwoz_db [--list]
+    python benchmarks/gold_replay_causes.py vendor/multiwoz_val --db-dir vendor/multiwoz_db [--list]
 
-The directory holds ``data.json`` (for the real validation split: unzip
-``../shared/data/multiwoz_val/val.json.zip`` to a temporary directory and name the file
-``data.json``). Replays every dialogue exactly as the ``gold_replay`` stage does (replay
+The directory holds ``data.json`` or ``data.json.xz`` (the real validation split is in the
+repository: ``vendor/multiwoz_val``, its database ``vendor/multiwoz_db``). Replays every dialogue exactly as the ``gold_replay`` stage does (replay
 agent, agenda simulator with params.yaml's ``gold_replay.simulator`` settings, goal checker), prints the success rate, then one row per cause
 with its count and share of the episodes, then what the human dialogues failed at (the
 problem each ``human_failure`` rests on, by kind and slot) and how many failing dialogues

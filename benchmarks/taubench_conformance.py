@@ -1,6 +1,6 @@
 """Conformance of askflow's τ-bench tools with τ-bench's own (ground_truth_replay.json).
 
-    python benchmarks/taubench_conformance.py [--root ../shared/data/taubench]
+    python benchmarks/taubench_conformance.py [--root vendor/taubench]
 
 Prints, per domain, tasks / calls / changed records reproduced, and the time taken; then,
 through the dialogue runner with the offline rules user, the pass count of the ground-truth
@@ -11,7 +11,6 @@ replay agent (every task should pass) and of an agent that does nothing (τ-benc
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from time import perf_counter
@@ -23,7 +22,7 @@ from pipelines.episodes.taubench import TauReplayAgent, tau_runner_config, tau_s
 from pipelines.simulators.taubench import TauRulesUser
 from catalog.taubench_dir import load_ground_truth_replay, load_taubench_domain
 
-DEFAULT_ROOT = Path(os.environ.get("ASKFLOW_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "taubench"
+DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "vendor" / "taubench"  # in the repository (xz-compressed JSON)
 
 
 class _DoNothing:

@@ -8,7 +8,10 @@ Layout read (MultiWOZ 2.1-2.4 releases)::
     <dir>/valListFile.json          other names releases and ConvLab use: testListFile.txt,
                                     testListFile; valListFile.txt, valListFile, devListFile.*)
 
-The embedded corpus is written in exactly this layout and read back by the same code.
+``data.json`` and the ``<domain>_db.json`` files may be stored compressed (``data.json.xz``,
+``restaurant_db.json.xz``, as in ``vendor/multiwoz_val`` and ``vendor/multiwoz_db``):
+:mod:`catalog.packed` reads both. The embedded corpus is written in exactly this layout
+(uncompressed) and read back by the same code.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pipelines.multiwoz.ontology import DB_DOMAINS
 from pipelines.multiwoz.parse import parse_database, parse_dialogues, parse_split_list, unknown_split_ids
 from pipelines.records import SPLITS, TEST, TRAIN, VAL, Corpus, Entity
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
-from catalog.io import read_json, read_text
+from catalog.io import read_text
+from catalog.packed import exists, logical_glob, read_json
 
 TASK_DB_DOMAINS = ("restaurant", "hotel", "attraction", "train", "taxi")
 SPLIT_FILES = ((TEST, "testListFile.json"), (VAL, "valListFile.json"))
@@ -65,7 +69,7 @@ SHOW_IDS = 5  # how many unknown split ids a message names
 
 def find_db_dir(root: Path) -> Path:
     for candidate in (root / "db", root):
-        if (candidate / "restaurant_db.json").exists():
+        if exists(candidate / "restaurant_db.json"):
             return candidate
     raise DataError(str(root), "no database found: expected db/<domain>_db.json or <domain>_db.json files")
 
@@ -75,7 +79,7 @@ def load_database(db_dir: Path) -> tuple[dict[str, list[Entity]], dict[str, tupl
     a domain MultiWOZ does not have is an error, not something to skip silently."""
     entities: dict[str, list[Entity]] = {}
     taxi_options: dict[str, tuple[str, ...]] = {}
-    for path in sorted(db_dir.glob("*_db.json")):
+    for path in logical_glob(db_dir, "*_db.json"):
         domain = path.name[: -len("_db.json")]
         if domain not in DB_DOMAINS:
             raise DataError(str(path), f"unknown domain {domain!r} (known: {', '.join(DB_DOMAINS)})")
@@ -145,7 +149,7 @@ def _require_every_split(dialogues: list[Any], data_path: Path, split_ids: dict[
 def read_raw_database(db_dir: Path | str) -> dict[str, list[dict[str, Any]]]:
     """The raw JSON records of a database directory (for generating goals against it)."""
     db_dir = Path(db_dir)
-    return {path.name[: -len("_db.json")]: read_json(path) for path in sorted(db_dir.glob("*_db.json"))}
+    return {path.name[: -len("_db.json")]: read_json(path) for path in logical_glob(db_dir, "*_db.json")}
 
 
 def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:

@@ -1,14 +1,16 @@
-"""``dvc repro`` less the stages whose inputs outside the repository this machine lacks.
+"""``dvc repro`` of the whole pipeline: what ``make run`` runs, every stage of ``dvc.yaml``.
 
-τ-bench (params.yaml ``clarifier.data.taubench``) is read in place from ``../shared``, which
-not every machine has. There ``make run`` and the retrain flow reproduce every other stage
-and say which they left out and why, instead of failing on a missing dependency.
+Every stage's inputs are in the repository (issue 30: τ-bench and the real MultiWOZ val
+dialogues and database are vendored under ``vendor/``), so no stage is left out on a machine
+without ``../shared``; :func:`outside_dependencies` lists any dependency that is not
+(``tests/test_vendored_data.py`` checks there is none). A dependency that is missing fails
+the run with DVC's message naming it.
 
     python -m catalog.repro [dvc repro options]   # what `make run` runs
 
 At the end it prints a summary: the total wall time, each stage that ran with its wall time
 (each stage prints ``[stage <name>] start`` / ``done in ...`` itself, see ``stages.entry``),
-the stages left out, and the headline rows of every results table under ``reports/`` with the
+and the headline rows of every results table under ``reports/`` with the
 report's path. The times are printed only, never written into a report.
 
 A stage that fails, or a run stopped with Ctrl-C or SIGTERM, leaves the last good outputs:
@@ -34,43 +36,22 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pipelines.errors import ConfigError
 
 
-def plan(root: Path) -> tuple[list[str], dict[str, str]]:
-    """Every stage that can run here, and stage -> why it cannot: a dependency outside the
-    repository that does not exist, or an upstream stage with one."""
-    import networkx as nx
+def outside_dependencies(root: Path) -> dict[str, list[str]]:
+    """Stage -> its dependencies outside the repository (params interpolated), for every stage
+    that has one: none in askflow's own pipeline, which needs nothing beside the project."""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
-        graph = repo.index.graph  # an edge goes from a stage to the stage it depends on
-        why: dict[str, str] = {}
-        for stage in graph:
-            missing = [dep.def_path for dep in stage.deps if not dep.is_in_repo and not dep.exists]
-            if missing:
-                why[_name(stage, root)] = f"{', '.join(missing)} does not exist"
-                for downstream in nx.ancestors(graph, stage):
-                    why.setdefault(_name(downstream, root), f"it needs {_name(stage, root)}")
-        runnable = sorted(n for n in (_name(s, root) for s in repo.index.stages) if n not in why)
-    return runnable, dict(sorted(why.items()))
+        found = {_name(stage, root): [dep.def_path for dep in stage.deps if not dep.is_in_repo] for stage in repo.index.stages}
+    return {stage: deps for stage, deps in sorted(found.items()) if deps}
 
 
 def _name(stage, root: Path) -> str:
     """The stage's name for ``dvc repro`` run in ``root`` (DVC's own is relative to the cwd)."""
     dvcfile = os.path.relpath(stage.path, root)
     return stage.name if dvcfile == "dvc.yaml" else f"{dvcfile}:{stage.name}"
-
-
-def targets_here(root: Path, warn: Callable[[str], None]) -> list[str]:
-    """``dvc repro``'s targets for "the whole pipeline" here: none (everything) when every stage
-    can run, else the runnable ones; ``warn`` gets one line per stage left out."""
-    runnable, skipped = plan(root)
-    for stage, reason in skipped.items():
-        warn(f"leaving out {stage}: {reason}")
-    if skipped and not runnable:
-        raise ConfigError(f"{root}: no stage can run here ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
-    return runnable if skipped else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,19 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stages.entry import RUN_LOG_ENV
 
     clean_up_killed_runs()  # a killed stage's Prefect server and /tmp staging, before anything starts
-    chosen: list[str] = []
-    left_out: list[str] = []
-    if all(a.startswith("-") for a in argv):  # no targets given: the whole pipeline that can run
-        try:
-            chosen = targets_here(root, lambda line: (left_out.append(line), print(line, file=sys.stderr)))
-        except ConfigError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
     with tempfile.TemporaryDirectory(prefix="askflow-run-") as tmp:
         log = Path(tmp) / "stages.jsonl"  # one line per stage that ran (stages.entry)
-        result = repro_keeping_outputs(root, [*argv, *chosen], env={RUN_LOG_ENV: str(log)})
+        result = repro_keeping_outputs(root, argv, env={RUN_LOG_ENV: str(log)})
         runs = read_run_log(log)
-    print(summary(root, runs, [*left_out, *result.notes], time.monotonic() - started, result.returncode), flush=True)
+    print(summary(root, runs, result.notes, time.monotonic() - started, result.returncode), flush=True)
     return result.returncode
 
 
@@ -374,9 +347,10 @@ def report_paths(root: Path) -> list[str]:
     return [r for r in REPORTS if (root / r).is_file()] + others
 
 
-def summary(root: Path, runs: Sequence[dict[str, Any]], left_out: Sequence[str], wall_s: float, returncode: int) -> str:
+def summary(root: Path, runs: Sequence[dict[str, Any]], notes: Sequence[str], wall_s: float, returncode: int) -> str:
     """What ``make run`` prints at the end: the total time, the stages that ran (with their
-    wall time) or that nothing did, the stages left out, and each report's headline rows."""
+    wall time) or that nothing did, ``notes`` (outputs restored after a failure), and each
+    report's headline rows."""
     from pipelines.progress import format_duration
 
     outcome = "done" if returncode == 0 else f"failed (exit {returncode})"
@@ -386,7 +360,7 @@ def summary(root: Path, runs: Sequence[dict[str, Any]], left_out: Sequence[str],
         lines += textwrap.wrap(f"{len(runs)} stage(s) ran: {ran}", MAX_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
     elif returncode == 0:
         lines.append("no stage ran: every output was up to date")
-    lines += left_out
+    lines += notes
     reports = report_paths(root)
     if reports:
         lines.append("results (`dvc metrics show` lists every number):")

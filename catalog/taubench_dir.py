@@ -1,4 +1,4 @@
-"""Read a τ-bench data directory (``../shared/data/taubench`` layout, see its SOURCE.md)::
+"""Read a τ-bench data directory (``vendor/taubench`` layout, see its SOURCE.md)::
 
     <root>/<domain>/tools.json                tool schemas (OpenAI style)
     <root>/<domain>/wiki.md                   the policy
@@ -7,6 +7,8 @@
     <root>/<domain>/tasks_<split>.json        train/dev/test (retail), test (airline)
     <root>/<domain>/ground_truth_replay.json  τ-bench's own outputs for the ground truth
 
+Each JSON file may be stored compressed (``tasks_test.json.xz``, as in ``vendor/taubench``,
+the default; ``../shared/data/taubench`` holds them plain): :mod:`catalog.packed` reads both.
 Read in place, never copied. Every problem is a DataError naming file, record and field.
 """
 
@@ -26,10 +28,10 @@ from pipelines.env.taubench.data import (
     parse_tool_schemas,
 )
 from pipelines.errors import DataError
-from catalog.io import read_json, read_text
+from catalog.packed import exists, read_json, read_text, require
 
 REPLAY_FILE = "ground_truth_replay.json"
-DEFAULT_TAUBENCH = "../shared/data/taubench"
+DEFAULT_TAUBENCH = "vendor/taubench"  # in the repository (issue 30)
 
 
 def taubench_root(params: Mapping[str, Any], where: str) -> Path:
@@ -53,9 +55,8 @@ def domain_dir(root: Path | str, domain: str) -> Path:
 
 
 def _require(path: Path) -> Path:
-    if not path.is_file():
-        raise DataError(str(path), "file not found")
-    return path
+    """``path``, stored plain or compressed; DataError "file not found" when neither is."""
+    return require(path)
 
 
 def load_taubench_domain(root: Path | str, domain: str, splits: tuple[str, ...] | None = None) -> TauDomain:
@@ -66,7 +67,7 @@ def load_taubench_domain(root: Path | str, domain: str, splits: tuple[str, ...] 
     sources = {table: str(_require(folder / f"{table}.json")) for table in TABLES[domain]}
     base = parse_database({table: read_json(path) for table, path in sources.items()}, sources, domain)
     rules_path = folder / "rules.json"
-    rules = parse_rules(read_json(rules_path), str(rules_path)) if rules_path.exists() else ()
+    rules = parse_rules(read_json(rules_path), str(rules_path)) if exists(rules_path) else ()
     wiki = read_text(_require(folder / "wiki.md"))
     wanted = SPLITS[domain] if splits is None else splits
     tasks = {}

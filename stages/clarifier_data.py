@@ -4,7 +4,7 @@ the held-out ``val`` split).
 
 params.yaml ``clarifier.data``:
 
-* ``taubench``: the τ-bench directory (default ``../shared/data/taubench``, read in place);
+* ``taubench``: the τ-bench directory (default ``vendor/taubench``, in the repository, read in place);
   absent: the stage stops with an error naming it;
 * ``splits``: split label -> retail split (``{train: train, val: dev}``);
 * ``seed``, ``budget`` (Clarifier questions per episode), ``patience`` (the informed agent's
@@ -22,7 +22,7 @@ params.yaml ``clarifier.data``:
   neither form is counted (``sft.teacher_malformed``) and never becomes an SFT example.
 
 The stage is in the pipeline only when ``clarifier.enable`` lists ``taubench`` (dvc.yaml
-``foreach``): the default ``dvc repro`` works on a machine without ``../shared``.
+``foreach``); its data is in the repository, so it runs on every machine.
 """
 
 from __future__ import annotations

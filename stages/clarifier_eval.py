@@ -4,7 +4,7 @@ own steps and the Clarifier's questions per episode (the paper's Table 1 layout)
 
 params.yaml ``clarifier.eval``:
 
-* ``taubench`` (default ``../shared/data/taubench``; absent: an error naming it), ``domains``
+* ``taubench`` (default ``vendor/taubench``, in the repository; absent: an error naming it), ``domains``
   (domain -> split), ``seeds`` (every task is played once per seed; ``seed``: one seed),
   ``budget`` (Clarifier questions per episode), ``max_tasks`` (the first N tasks of each
   split; null: all);

@@ -1,4 +1,7 @@
-"""DVC stage ``gold_replay``: play every gold dialogue through the dialogue runner.
+"""DVC stages ``gold_replay`` (the embedded corpus) and ``gold_replay_real`` (the real MultiWOZ
+val dialogues and database in ``vendor/``): play every gold dialogue through the dialogue runner.
+
+    python -m stages.gold_replay [--section gold_replay_real] [--params params.yaml]
 
 The replay agent speaks the dataset's system side (its tool calls, then its words) and the
 user simulator named in params answers from the hidden goal; the goal checker grades each
@@ -13,17 +16,18 @@ and inform rates, which are over the verifiable episodes only (null when there a
 
 params.yaml ``gold_replay``: source (MultiWOZ directory), db_dir (optional), strict (as in
 ``seeds``), agent_format, simulator (agenda settings), max_exchanges, seed, output, report,
-metrics. An unknown key or a
-value of the wrong type stops the stage with ``error: params.yaml gold_replay.<key>: ...``.
+metrics; ``gold_replay_real`` has the same keys. An unknown key or a value of the wrong type
+stops the stage with ``error: params.yaml <section>.<key>: ...``.
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pipelines.env.replay import has_annotations
 from pipelines.env.tools import Database
@@ -79,10 +83,10 @@ class GoldReplayParams:
     metrics: str | None = None
 
 
-def gold_replay_params(params: Mapping[str, Any]) -> GoldReplayParams:
-    """The ``gold_replay`` section, checked: declared keys and types only, a known agent
-    format and simulator kind, at least one exchange."""
-    where = "params.yaml gold_replay"
+def gold_replay_params(params: Mapping[str, Any], section: str = "gold_replay") -> GoldReplayParams:
+    """The ``gold_replay`` section (or ``section``), checked: declared keys and types only, a
+    known agent format and simulator kind, at least one exchange."""
+    where = f"params.yaml {section}"
     config = from_params(GoldReplayParams, params, where)
     if config.simulator.kind != "agenda":
         raise ConfigError(f"{where}.simulator.kind: only 'agenda' replays gold dialogues offline, got {config.simulator.kind!r}")
@@ -93,8 +97,8 @@ def gold_replay_params(params: Mapping[str, Any]) -> GoldReplayParams:
     return config
 
 
-def run(params: Mapping[str, Any]) -> dict:
-    config = gold_replay_params(params)
+def run(params: Mapping[str, Any], section: str = "gold_replay") -> dict:
+    config = gold_replay_params(params, section)
     source, output = Path(config.source), Path(config.output)
     corpus = load_multiwoz(source, config.db_dir, strict=config.strict)
     unverifiable = frozenset(d.dialogue_id for d in corpus.dialogues if not has_annotations(d))
@@ -115,19 +119,23 @@ def run(params: Mapping[str, Any]) -> dict:
     if config.metrics:
         write_json_atomic(Path(config.metrics), metrics)
     speed = len(episodes) / wall_s if wall_s else 0.0
-    write_timings("gold_replay", {"episodes": len(episodes), "wall_s": round(wall_s, 2), "episodes_per_second": round(speed, 2)})
+    write_timings(section, {"episodes": len(episodes), "wall_s": round(wall_s, 2), "episodes_per_second": round(speed, 2)})
     rate = "n/a" if metrics["success_rate"] is None else f"{metrics['success_rate']:.4f}"
-    print(f"gold_replay: {metrics['episodes']} episodes, unverifiable: {metrics['unverifiable']}, "
+    print(f"{section}: {metrics['episodes']} episodes, unverifiable: {metrics['unverifiable']}, "
           f"success {rate} over {metrics['verifiable']} verifiable, {speed:.1f} episodes/s")
     if unverifiable:
-        print(f"gold_replay: {len(unverifiable)} reference dialogue(s) have no belief-state annotations, so their "
+        print(f"{section}: {len(unverifiable)} reference dialogue(s) have no belief-state annotations, so their "
               "episodes verify nothing; they are left out of the success and inform rates")
     return metrics
 
 
 @main_wrapper
-def main() -> None:
-    run(read_params("gold_replay"))
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.gold_replay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--section", default="gold_replay", help="params.yaml section (default gold_replay; gold_replay_real)")
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    run(read_params(args.section, args.params), args.section)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 
 from pipelines.env.taubench.data import TOOL_FUNCTIONS
-from tests.conftest import SHARED
+from tests.conftest import REPO, SHARED
 
-TAUBENCH = SHARED / "data" / "taubench"
+#: τ-bench in the repository (xz-compressed JSON, issue 30): the tests read it on every machine.
+TAUBENCH = REPO / "vendor" / "taubench"
+#: The uncompressed original beside the project, where there is one (tests/test_vendored_data.py).
+SHARED_TAUBENCH = SHARED / "data" / "taubench"
 
 
 @pytest.fixture(scope="session")
 def taubench_root() -> Path:
-    if not (TAUBENCH / "retail" / "ground_truth_replay.json").exists():
-        pytest.skip(f"τ-bench data not present at {TAUBENCH}")
     return TAUBENCH
 
 

@@ -2,7 +2,7 @@
 the backends, the datasets with their judge, the evaluation and the goal-aware GRPO reward.
 
 Offline tests use the hand-made retail domain (tests/taubench/conftest.py); the real-data
-ones skip without ../shared/data/taubench (set ASKFLOW_SHARED)."""
+ones read τ-bench from the repository (vendor/taubench)."""
 
 from __future__ import annotations
 

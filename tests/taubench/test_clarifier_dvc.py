@@ -1,5 +1,6 @@
 """The Clarifier stages under real DVC: built, validated and idempotent (on the hand-made retail
-domain), left out by `make run` where τ-bench is absent, dropped by `enable: []`."""
+domain), in the pipeline on every machine (τ-bench is read from vendor/taubench, in the
+repository), dropped by `enable: []`."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import sys
 
 import pytest
 
-from catalog.repro import plan
+from catalog.repro import outside_dependencies
 from tests.taubench.conftest import write_mini_retail
 from tests.test_dvc_pipeline import _run, pipeline_project
 
 pytestmark = pytest.mark.slow
 
 
-def test_clarifier_stages_build_once_and_are_left_out_where_taubench_is_absent(tmp_path):
+def test_clarifier_stages_build_once_and_need_nothing_outside_the_project(tmp_path):
     data = write_mini_retail(tmp_path / "taubench")
 
     def edit(params):
@@ -47,16 +48,13 @@ def test_clarifier_stages_build_once_and_are_left_out_where_taubench_is_absent(t
     # Off: the stages are not in the pipeline at all.
     off = pipeline_project(tmp_path / "off", lambda params: params["clarifier"].update(enable=[]))
     assert "clarifier" not in _run([sys.executable, "-m", "dvc", "stage", "list"], off).stdout
-    # On (the default) without the data: `make run` leaves out the five stages and names why;
-    # the stage itself says where it looked.
-    missing = pipeline_project(tmp_path / "missing", lambda params: None)
-    (missing / "params.yaml").write_text((missing / "params.yaml").read_text().replace("../shared/data/taubench", str(tmp_path / "absent")))
-    runnable, skipped = plan(missing)
-    assert sorted(skipped) == ["clarifier_data@taubench", "clarifier_eval@taubench", "train_clarifier_dpo@taubench",
-                               "train_clarifier_grpo@taubench", "train_clarifier_sft@taubench"]
-    assert skipped["clarifier_data@taubench"] == f"{tmp_path / 'absent'}/retail does not exist"
-    assert skipped["train_clarifier_sft@taubench"] == "it needs clarifier_data@taubench"
-    assert {"corpus", "train_grpo", "evaluate"} <= set(runnable) and not any("clarifier" in s for s in runnable)
-    assert plan(project) == (sorted(_run([sys.executable, "-m", "dvc", "stage", "list", "--name-only"], project).stdout.split()), {})
+    # On (the default): τ-bench is read from vendor/taubench, inside the project, so no stage
+    # has a dependency outside it and `make run` runs them all. Pointed at an absent directory,
+    # the stage says where it looked.
+    default = pipeline_project(tmp_path / "default", lambda params: None)
+    assert outside_dependencies(default) == {}
+    assert {"clarifier_data@taubench", "clarifier_eval@taubench", "gold_replay_real"} <= set(
+        _run([sys.executable, "-m", "dvc", "stage", "list", "--name-only"], default).stdout.split())
+    missing = pipeline_project(tmp_path / "missing", lambda params: params["clarifier"]["data"].update(taubench=str(tmp_path / "absent")))
     failed = _run([sys.executable, "-m", "stages.clarifier_data"], missing, check=False)
     assert failed.returncode == 1 and "τ-bench data not found (params.yaml clarifier.data.taubench)" in failed.stderr
