@@ -35,7 +35,7 @@ def test_readme_speaker_section_matches_the_committed_audit():
         f"{contrast['sft_rows']:,} SFT rows ({report['rows']['speaker_sft']:,} in all)",
         f"{over['asks_stated_slot']} of {audit['questions']['total']:,} questions ask about a slot the user stated",
         f"asks in {after['open']['ask']:,} of {opened:,} rows where a slot is open and in {after['stated']['ask']} of {stated:,} where every slot is stated",
-        f"flags {over['asks_known_slot']:,} questions as asking a known slot and {over['nothing_open']:,} as asked with nothing open ({100 * over['share']:.1f} %)",
+        f"flag {over['asks_known_slot']:,} questions as asking a known slot and {over['nothing_open']:,} as asked with nothing open ({100 * over['share']:.1f} %)",
     ]
     section = _section()
     missing = [figure for figure in expected if figure not in section]
