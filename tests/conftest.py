@@ -1,8 +1,7 @@
-"""Shared fixtures: repository paths, the real MultiWOZ database when present, small corpora."""
+"""Shared fixtures: repository paths, the real MultiWOZ database (vendor/), small corpora."""
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from pathlib import Path
@@ -12,7 +11,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ASKFLOW_SHARED", REPO.parent / "shared"))
-REAL_DB = SHARED / "data" / "multiwoz_db"
+#: The real MultiWOZ database and val dialogues, in the repository (issue 30; xz-compressed JSON).
+REAL_DB = REPO / "vendor" / "multiwoz_db"
+REAL_VAL_DIR = REPO / "vendor" / "multiwoz_val"
 TOOLWOZ = SHARED / "data" / "toolwoz"
 
 
@@ -51,14 +52,14 @@ def canary_api_key(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def real_db_dir() -> Path:
-    if not (REAL_DB / "restaurant_db.json").exists():
-        pytest.skip(f"real MultiWOZ database not present at {REAL_DB}")
     return REAL_DB
 
 
 @pytest.fixture(scope="session")
 def real_raw_db(real_db_dir) -> dict:
-    return {p.name[: -len("_db.json")]: json.loads(p.read_text(encoding="utf-8")) for p in sorted(real_db_dir.glob("*_db.json"))}
+    from catalog.multiwoz_dir import read_raw_database
+
+    return read_raw_database(real_db_dir)
 
 
 @pytest.fixture(scope="session")

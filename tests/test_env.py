@@ -80,7 +80,7 @@ def small_db() -> Database:
 
 
 @pytest.fixture(scope="module")
-def real_db(real_raw_db) -> Database:  # real_raw_db (conftest) skips when the data is absent
+def real_db(real_raw_db) -> Database:  # real_raw_db (conftest): vendor/multiwoz_db
     missing = [d for d in DB_FILES if d not in real_raw_db]
     if missing:
         pytest.skip(f"MultiWOZ database lacks {', '.join(missing)}")

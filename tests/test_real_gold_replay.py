@@ -4,7 +4,6 @@ fixed, and the full check on the 999 real validation dialogues when they are pre
 
 from __future__ import annotations
 
-import zipfile
 
 import pytest
 
@@ -17,9 +16,7 @@ from pipelines.multiwoz.ontology import norm_value
 from pipelines.multiwoz.parse import parse_database, parse_dialogue
 from pipelines.simulators.agenda import AgendaSimulator
 from pipelines.simulators.goals import pursuit_order, reference_order
-from tests.conftest import SHARED
-
-REAL_VAL = SHARED / "data" / "multiwoz_val" / "val.json.zip"
+from tests.conftest import REAL_VAL_DIR
 
 # -- an invented database in the official layout ---------------------------------------
 
@@ -737,13 +734,8 @@ def test_classification_what_the_human_system_got_wrong(database):
 
 
 @pytest.fixture(scope="module")
-def real_val_dir(tmp_path_factory, real_db_dir):
-    if not REAL_VAL.exists():
-        pytest.skip(f"real MultiWOZ validation dialogues not present at {REAL_VAL}")
-    target = tmp_path_factory.mktemp("multiwoz_val")
-    with zipfile.ZipFile(REAL_VAL) as archive:
-        (target / "data.json").write_bytes(archive.read("val.json"))
-    return target
+def real_val_dir(real_db_dir):
+    return REAL_VAL_DIR  # data.json.xz, in the repository
 
 
 def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir):

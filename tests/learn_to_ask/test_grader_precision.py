@@ -7,14 +7,11 @@ hits an item of I*_t on nearly every CONTINUE sample (coverage alone gave it WA-
 
 from __future__ import annotations
 
-import zipfile
 from statistics import fmean
 
 import pytest
 
-from tests.conftest import SHARED
-
-REAL_VAL = SHARED / "data" / "multiwoz_val" / "val.json.zip"
+from tests.conftest import REAL_VAL_DIR
 
 
 def _samples(source, db_dir=None):
@@ -61,13 +58,8 @@ def test_the_catch_all_question_scores_below_the_expert_on_the_embedded_corpus(s
 
 
 @pytest.fixture(scope="module")
-def real_val_dir(tmp_path_factory):
-    if not REAL_VAL.exists():
-        pytest.skip(f"real MultiWOZ validation dialogues not present at {REAL_VAL}")
-    target = tmp_path_factory.mktemp("multiwoz_val")
-    with zipfile.ZipFile(REAL_VAL) as archive:
-        (target / "data.json").write_bytes(archive.read("val.json"))
-    return target
+def real_val_dir():
+    return REAL_VAL_DIR  # data.json.xz, in the repository
 
 
 def test_the_catch_all_question_scores_below_the_human_expert_on_real_multiwoz(real_val_dir, real_db_dir):

@@ -10,12 +10,10 @@ from typing import Any
 import pytest
 
 from pipelines.env.taubench.data import TOOL_FUNCTIONS
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO
 
 #: τ-bench in the repository (xz-compressed JSON, issue 30): the tests read it on every machine.
 TAUBENCH = REPO / "vendor" / "taubench"
-#: The uncompressed original beside the project, where there is one (tests/test_vendored_data.py).
-SHARED_TAUBENCH = SHARED / "data" / "taubench"
 
 
 @pytest.fixture(scope="session")
