@@ -67,3 +67,10 @@ def test_bootstrap_is_bit_identical_across_isas_under_the_pin(small_corpus_dir, 
             "without the pin, this AVX-512 machine's kernels and AVX2's gave the same model: the libraries "
             f"agree by themselves now (README's reliability section says they do not): {runs}"
         )
+
+
+def test_benchmark_docstring_examples():
+    import doctest
+
+    result = doctest.testmod(benchmark())
+    assert result.attempted >= 2 and result.failed == 0
