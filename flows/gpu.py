@@ -249,10 +249,12 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
     device = preflight(config, validate_inputs=False)
     tokenizer = load_tokenizer(config.model)
     count = TokenCounter(tokenizer)
+    prepare_started = time.perf_counter()
     prepared = [_load_source(config, source, tokenizer, count) for source in config.data.sources]
     objective = config.resolved_objective()
     dataset = build_train_dataset(config.method, prepared, seed=config.data.seed, tokenizer=tokenizer,
                                   loss_mask=getattr(objective, "loss_mask", None))
+    prepare_s = time.perf_counter() - prepare_started
     if epochs is not None:
         steps = steps_for_epochs(epochs, len(dataset), config.optim.batch_size, config.optim.gradient_accumulation_steps)
         config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, max_steps=steps))
@@ -272,8 +274,10 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
     columns = tuple(dict.fromkeys((*columns, *extra)))
     workdir = Path(tempfile.mkdtemp(prefix=f"askflow-gpu-{config.method}-"))
     try:
+        built = time.perf_counter()
         trainer = build_trainer(config, device, model, tokenizer, dataset, peft_config(config.model.lora), str(workdir),
                                 [LoggingCallback(log, config.method, [c for c in columns if c.startswith("rewards/")])])
+        trainer_init_s = time.perf_counter() - built  # TRL tokenizes the dataset here
         if sampler is not None:
             # The sampler is built when training starts: length-grouped batches pad little.
             if not hasattr(trainer.args, "train_sampling_strategy"):
@@ -298,6 +302,9 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
         tokens = getattr(trainer, "_total_train_tokens", None) or _logged_tokens(state.log_history)
         machine = describe()
         throughput: dict[str, Any] = {
+            "prepare_s": round(prepare_s, 2),
+            "data_workers": device.data_workers,
+            "trainer_init_s": round(trainer_init_s, 2),
             "train_s": round(train_s, 2),
             "steps_per_s": round(summary.steps / train_s, 4) if train_s else None,
             "tokens": int(tokens) if tokens else None,

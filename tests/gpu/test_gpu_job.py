@@ -123,6 +123,7 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert summary["generation_limit"]["tokens"] >= summary["generation_limit"]["longest"] > 0
     sft = json.loads((results / "sft.json").read_text())
     assert sft["train"]["steps"] == 2 and sft["throughput"]["tokens_per_s"] > 0
+    assert sft["throughput"]["data_workers"] == 2 and sft["throughput"]["prepare_s"] > 0 and sft["throughput"]["trainer_init_s"] > 0
     assert sft["throughput"]["mfu"] is None  # a CPU has no peak in the table: no guessed MFU
     grpo = json.loads((results / "grpo.json").read_text())
     assert 0 < grpo["throughput"]["generate_share"] <= 1
