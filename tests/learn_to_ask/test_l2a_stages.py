@@ -197,6 +197,8 @@ def test_dvc_repro_l2a_eval_trains_both_policies_and_is_idempotent(tmp_path):
     assert (project / "models/l2a_grpo/config.json").is_file()
     report = json.loads((project / "reports/l2a.json").read_text())
     assert set(report["models"]) == {"base", "l2a_sft", "l2a_grpo"} and report["split"] == "test"
-    assert read_artifact(project / "data/processed/l2a/l2a_eval.parquet").num_rows == 3 * (report["samples"] - report["dropped_too_long"])
+    assert set(report["references"]) == {"expert", "catch_all"}  # scored beside the models, on the same samples
+    rows = (len(report["models"]) + len(report["references"])) * (report["samples"] - report["dropped_too_long"])
+    assert read_artifact(project / "data/processed/l2a/l2a_eval.parquet").num_rows == rows
     second = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project)
     assert "Running stage" not in second.stdout and "Data and pipelines are up to date" in second.stdout
