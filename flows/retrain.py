@@ -49,7 +49,7 @@ from pipelines.retrain import (
     stages_run,
 )
 from catalog.io import read_json, write_json_atomic
-from catalog.repro import repro_keeping_outputs, targets_here
+from catalog.repro import repro_keeping_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACT_KEY = "askflow-retrain"
@@ -180,9 +180,7 @@ def retrain(project_dir: str | None = None, targets: list[str] | None = None, me
         raise ConfigError(f"{root}: no dvc.yaml; project_dir must be an askflow project directory")
     started = datetime.now(timezone.utc)
     before = record_versions(root)
-    if not targets:  # the whole pipeline, less the stages whose data outside the project is absent
-        targets = targets_here(root, get_run_logger().warning)
-    lines = dvc_repro(root, list(targets))
+    lines = dvc_repro(root, list(targets or []))  # none: the whole pipeline
     after = collect_results(root, metrics)
     finished = datetime.now(timezone.utc)
     run = {
