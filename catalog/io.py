@@ -43,28 +43,36 @@ T = TypeVar("T")
 
 def read_text(path: Path | str) -> str:
     """The file's text, decoded as strict UTF-8."""
-    data = _read_bytes(path)
+    return decode_text(_read_bytes(path), str(path))
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """``data`` decoded as strict UTF-8; DataError naming ``source`` and the line otherwise."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(str(path), f"not valid UTF-8: {error.reason} at byte {error.start} (line {line})") from None
+        raise DataError(source, f"not valid UTF-8: {error.reason} at byte {error.start} (line {line})") from None
 
 
 def read_json(path: Path | str) -> Any:
     """The decoded JSON document; DataError for anything that is not strict JSON (also
     NaN, Infinity, a repeated key, or nesting deeper than the parser's recursion limit)."""
-    text = read_text(path)
+    return parse_json(read_text(path), str(path))
+
+
+def parse_json(text: str, source: str) -> Any:
+    """``text`` as strict JSON (:func:`read_json`); the errors name ``source``."""
     try:
         return json.loads(
             text,
-            object_pairs_hook=functools.partial(_object_without_duplicates, str(path)),
-            parse_constant=functools.partial(_not_json, str(path)),
+            object_pairs_hook=functools.partial(_object_without_duplicates, source),
+            parse_constant=functools.partial(_not_json, source),
         )
     except json.JSONDecodeError as error:
-        raise DataError(str(path), f"invalid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+        raise DataError(source, f"invalid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
     except RecursionError:
-        raise DataError(str(path), "invalid JSON: nested too deeply") from None
+        raise DataError(source, "invalid JSON: nested too deeply") from None
 
 
 def _not_json(source: str, constant: str) -> Any:

@@ -9,15 +9,13 @@ name the file as asked for, and the strictness is :func:`catalog.io.read_json`'s
 
 from __future__ import annotations
 
-import functools
 import gzip
-import json
 import lzma
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import DataError
-from catalog.io import _not_json, _object_without_duplicates, read_text as _read_plain_text
+from catalog.io import decode_text, parse_json, read_text as _read_plain_text
 
 COMPRESSED = (".xz", ".gz")
 
@@ -74,26 +72,10 @@ def read_text(path: Path | str) -> str:
     assert actual is not None
     if actual.suffix not in COMPRESSED:
         return _read_plain_text(actual)
-    data = read_bytes(actual)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(str(actual), f"not valid UTF-8: {error.reason} at byte {error.start} (line {line})") from None
+    return decode_text(read_bytes(actual), str(actual))
 
 
 def read_json(path: Path | str) -> Any:
     """The decoded JSON document of ``path`` or its compressed form (strict, as :func:`catalog.io.read_json`)."""
     actual = resolve(require(path))
-    source = str(actual)
-    text = read_text(actual)
-    try:
-        return json.loads(
-            text,
-            object_pairs_hook=functools.partial(_object_without_duplicates, source),
-            parse_constant=functools.partial(_not_json, source),
-        )
-    except json.JSONDecodeError as error:
-        raise DataError(source, f"invalid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
-    except RecursionError:
-        raise DataError(source, "invalid JSON: nested too deeply") from None
+    return parse_json(read_text(actual), str(actual))
