@@ -45,7 +45,6 @@ def main() -> None:
     from pipelines.evaluation.play import held_out_goals, play_policy
     from pipelines.evaluation.policy import load_policy
     from pipelines.gpu.hardware import describe
-    from pipelines.simulators.agenda import AgendaConfig
     from pipelines.simulators.factory import simulator_from_config
 
     gpu = torch.cuda.is_available()
@@ -61,9 +60,7 @@ def main() -> None:
     corpus = load_multiwoz(Path(config.source), config.db_dir)
     goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
     database = Database(corpus.entities, corpus.taxi_options)
-    spec = config.simulator
-    simulator = simulator_from_config("agenda", database=database, client=None, agenda=AgendaConfig(
-        verbosity=spec.verbosity, noise=spec.noise, max_stalled_turns=spec.max_stalled_turns))
+    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator.agenda())
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
     plan = config.plan()
     _synchronize()

@@ -61,12 +61,9 @@ def load_goals(config: EvalConfig) -> tuple[Any, list[Any]]:
 
 
 def build_simulator(config: EvalConfig, database: Any, client: Any = None) -> Any:
-    from pipelines.simulators.agenda import AgendaConfig
     from pipelines.simulators.factory import simulator_from_config
 
-    spec = config.simulator
-    agenda = AgendaConfig(verbosity=spec.verbosity, noise=spec.noise, max_stalled_turns=spec.max_stalled_turns)
-    return simulator_from_config(spec.kind, database=database, client=client, agenda=agenda)
+    return simulator_from_config(config.simulator.kind, database=database, client=client, agenda=config.simulator.agenda())
 
 
 @task(name="load-policy", **_TASK, **_RETRY)

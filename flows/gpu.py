@@ -351,7 +351,6 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     from pipelines.evaluation.play import held_out_goals, play_policy
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
-    from pipelines.simulators.agenda import AgendaConfig
     from pipelines.simulators.factory import simulator_from_config
 
     params = {**section, "models": {name: {"path": path} for name, path in models.items()}}
@@ -363,9 +362,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     if not goals:
         raise ConfigError(f"gpu evaluate: no {config.split!r} goals with tool domains in {config.source}")
     database = Database(corpus.entities, corpus.taxi_options)
-    spec = config.simulator
-    simulator = simulator_from_config("agenda", database=database, client=None, agenda=AgendaConfig(
-        verbosity=spec.verbosity, noise=spec.noise, max_stalled_turns=spec.max_stalled_turns))
+    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator.agenda())
     by_id = {d.dialogue_id: d.goal for d in goals}
     scores: dict[str, list[Any]] = {}
     speeds: dict[str, dict[str, Any]] = {}
@@ -467,14 +464,12 @@ def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> l
     """``policy``'s episodes on ``goals``, the goals split between the pool's processes;
     in :func:`~pipelines.evaluation.play.play_policy`'s order."""
     from pipelines.evaluation.play import in_play_order, shards
-    from pipelines.simulators.agenda import AgendaConfig
 
-    spec = config.simulator
-    agenda = AgendaConfig(verbosity=spec.verbosity, noise=spec.noise, max_stalled_turns=spec.max_stalled_turns)
-    tasks = [ShardTask(policy, config.agent_format, config.generation, agenda, config.plan(), config.source, config.db_dir,
+    plan = config.plan()
+    tasks = [ShardTask(policy, config.agent_format, config.generation, config.simulator.agenda(), plan, config.source, config.db_dir,
                        tuple(d.dialogue_id for d in part)) for part in shards(goals, config.workers)]
     played = [episode for part in pool.map(play_shard, tasks) for episode in part]
-    return in_play_order(played, goals, config.plan().seeds, prefix=f"{policy.name}/")
+    return in_play_order(played, goals, plan.seeds, prefix=f"{policy.name}/")
 
 
 # --- The job ----------------------------------------------------------------------------------

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.play import EvalPlan
 from pipelines.evaluation.policy import GenerationSpec, PolicySpec
+
+if TYPE_CHECKING:
+    from pipelines.simulators.agenda import AgendaConfig
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,12 @@ class SimulatorSpec:
     verbosity: str = "normal"
     noise: float = 0.0
     max_stalled_turns: int = 4
+
+    def agenda(self) -> "AgendaConfig":
+        """The agenda simulator's settings (the LLM simulators' fallback too)."""
+        from pipelines.simulators.agenda import AgendaConfig
+
+        return AgendaConfig(verbosity=self.verbosity, noise=self.noise, max_stalled_turns=self.max_stalled_turns)
 
 
 @dataclass(frozen=True)
