@@ -40,8 +40,10 @@ lock:
 
 # Stage commands run `python -m stages.<name>`: put the venv first on PATH. catalog.repro runs
 # `dvc repro` of every stage: all their inputs are in the repository (vendor/ holds τ-bench and the real MultiWOZ val data).
+# PROFILE=full first writes profiles/full.yaml's values (the long tables) into params.yaml.
+PROFILE ?=
 run: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m catalog.repro
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m catalog.repro $(if $(PROFILE),--profile $(PROFILE))
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest

@@ -58,6 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     root = Path.cwd()
     started = time.monotonic()
+    profile, argv = _profile_argument(argv)
+    if profile is not None:
+        from catalog.profiles import apply_profile
+        from pipelines.errors import ConfigError
+
+        try:
+            changed = apply_profile(root, profile)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        print(f"profile {profile}: {len(changed)} value(s) of params.yaml set from profiles/{profile}.yaml"
+              + (" (git diff params.yaml shows them; git checkout params.yaml returns to the default)" if changed else " (already set)"),
+              flush=True)
     from flows.local_api import clean_up_killed_runs
     from stages.entry import RUN_LOG_ENV
 
@@ -68,6 +81,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = read_run_log(log)
     print(summary(root, runs, result.notes, time.monotonic() - started, result.returncode), flush=True)
     return result.returncode
+
+
+def _profile_argument(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--profile NAME`` (or ``--profile=NAME``) out of the arguments; the rest go to dvc repro.
+    An empty name (``make run PROFILE=``) is the default profile: params.yaml as it is."""
+    rest: list[str] = []
+    profile: str | None = None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--profile":
+            profile = next(args, "")
+        elif arg.startswith("--profile="):
+            profile = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return (profile or None), rest
 
 
 # --- dvc repro that keeps the last good outputs ------------------------------------------------
