@@ -54,6 +54,10 @@ def summary(episodes, unverifiable: frozenset[str] = frozenset()) -> dict:
         "unverifiable": n - v,
         "success_rate": sum(e.success for e in verifiable) / v if v else None,
         "inform_rate": sum(e.inform for e in verifiable) / v if v else None,
+        # The same episodes graded by the field's standard evaluator's definitions
+        # (pipelines.env.standard); success_rate / inform_rate above are the strict grade.
+        "standard_success_rate": sum(bool(e.standard_success) for e in verifiable) / v if v else None,
+        "standard_inform_rate": sum(bool(e.standard_inform) for e in verifiable) / v if v else None,
         "avg_turns": sum(e.n_turns for e in episodes) / n if n else 0.0,
         "ended_by": dict(sorted(ended.items())),
         "tool_calls": sum(e.n_tool_calls for e in episodes),
@@ -120,9 +124,9 @@ def run(params: Mapping[str, Any], section: str = "gold_replay") -> dict:
         write_json_atomic(Path(config.metrics), metrics)
     speed = len(episodes) / wall_s if wall_s else 0.0
     write_timings(section, {"episodes": len(episodes), "wall_s": round(wall_s, 2), "episodes_per_second": round(speed, 2)})
-    rate = "n/a" if metrics["success_rate"] is None else f"{metrics['success_rate']:.4f}"
+    rate, standard = ("n/a" if metrics[key] is None else f"{metrics[key]:.4f}" for key in ("success_rate", "standard_success_rate"))
     print(f"{section}: {metrics['episodes']} episodes, unverifiable: {metrics['unverifiable']}, "
-          f"success {rate} over {metrics['verifiable']} verifiable, {speed:.1f} episodes/s")
+          f"success {rate} over {metrics['verifiable']} verifiable (strict; standard: {standard}), {speed:.1f} episodes/s")
     if unverifiable:
         print(f"{section}: {len(unverifiable)} reference dialogue(s) have no belief-state annotations, so their "
               "episodes verify nothing; they are left out of the success and inform rates")

@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from pipelines.env.standard import StandardResult, check_standard
 from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
 from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, is_dont_care, norm_value, parse_time, same_value, twelve_hours_apart, values_match
 from pipelines.multiwoz.text import UNKNOWN_VALUES, TextView, answers, states, words
@@ -122,8 +123,13 @@ class DomainResult:
 
 @dataclass(frozen=True)
 class GoalResult:
+    """The ``strict`` grade (this module's; ``success``, ``inform``) and, for MultiWOZ
+    episodes, the ``standard`` one (:mod:`pipelines.env.standard`: the field's evaluator's
+    definitions) of the same episode."""
+
     dialogue_id: str
     domains: tuple[DomainResult, ...]
+    standard: StandardResult | None = None
 
     @property
     def success(self) -> bool:
@@ -144,6 +150,14 @@ class GoalResult:
 
     def domain(self, name: str) -> DomainResult | None:
         return next((d for d in self.domains if d.domain == name), None)
+
+    @property
+    def standard_success(self) -> bool | None:
+        return None if self.standard is None else self.standard.success
+
+    @property
+    def standard_inform(self) -> bool | None:
+        return None if self.standard is None else self.standard.inform
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -245,6 +259,7 @@ def check_goal(
     system turn that then opens with a yes or a no; one the database does not know, by a
     system turn that then says it is not known.
     """
+    system_texts = list(system_texts)
     transcript = _Transcript(system_texts, user_texts)
     acts = tuple(system_acts or ())
     results = []
@@ -255,7 +270,7 @@ def check_goal(
             results.append(_check_static(domain_goal, state, transcript, acts))
         else:
             results.append(_check_venue(domain_goal, state, transcript, acts))
-    return GoalResult(goal.dialogue_id, tuple(results))
+    return GoalResult(goal.dialogue_id, tuple(results), check_standard(goal, state, system_texts))
 
 
 def _constraints(values: Mapping[str, str]) -> dict[str, str]:

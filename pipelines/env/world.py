@@ -150,4 +150,4 @@ class TauBenchWorld:
             request=None,
             reasons=reward.reasons(),
         )
-        return TauGoalResult(goal.task_id, (result,), reward)
+        return TauGoalResult(goal.task_id, (result,), reward=reward)

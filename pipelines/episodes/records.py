@@ -100,6 +100,15 @@ class Episode:
         return self.result.inform
 
     @property
+    def standard_success(self) -> bool | None:
+        """The standard evaluator's Success (:mod:`pipelines.env.standard`); None when the world has no such grade."""
+        return self.result.standard_success
+
+    @property
+    def standard_inform(self) -> bool | None:
+        return self.result.standard_inform
+
+    @property
     def n_truncated(self) -> int:
         """Outputs cut by the generation limit before their end (``truncated`` events): a
         limit too low for the policy's turns, not malformed text (``n_malformed``)."""
