@@ -71,13 +71,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"profile {profile}: {len(changed)} value(s) of params.yaml set from profiles/{profile}.yaml"
               + (" (git diff params.yaml shows them; git checkout params.yaml returns to the default)" if changed else " (already set)"),
               flush=True)
-    from flows.local_api import clean_up_killed_runs
+    from flows.local_api import clean_up_killed_runs, shared_prefect_api
+    from stages.common import configure_prefect
     from stages.entry import RUN_LOG_ENV
 
+    configure_prefect(root)
     clean_up_killed_runs()  # a killed stage's Prefect server and /tmp staging, before anything starts
-    with tempfile.TemporaryDirectory(prefix="askflow-run-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="askflow-run-") as tmp, shared_prefect_api(os.environ["PREFECT_HOME"]) as prefect_env:
         log = Path(tmp) / "stages.jsonl"  # one line per stage that ran (stages.entry)
-        result = repro_keeping_outputs(root, argv, env={RUN_LOG_ENV: str(log)})
+        result = repro_keeping_outputs(root, argv, env={RUN_LOG_ENV: str(log), **prefect_env})
         runs = read_run_log(log)
     print(summary(root, runs, result.notes, time.monotonic() - started, result.returncode), flush=True)
     return result.returncode
@@ -390,14 +392,20 @@ def summary(root: Path, runs: Sequence[dict[str, Any]], notes: Sequence[str], wa
     elif returncode == 0:
         lines.append("no stage ran: every output was up to date")
     lines += notes
+    lines += results_lines(root)
+    return "\n".join(lines)
+
+
+def results_lines(root: Path) -> list[str]:
+    """The summary's results part: each report's title and headline rows (also the README's
+    "What the run produces" block, ``catalog/readme.py``)."""
     reports = report_paths(root)
-    if reports:
-        lines.append("results (`dvc metrics show` lists every number):")
+    lines = ["results (`dvc metrics show` lists every number):"] if reports else []
     for path in reports:
         title, rows = first_table((root / path).read_text(encoding="utf-8"))
         lines.append(f"- {path}" + (f": {title}" if title else ""))
         lines += [f"    {line}" for line in table_lines(rows)] if rows else []
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

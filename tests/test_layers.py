@@ -25,9 +25,11 @@ STAGE_SHARED = {"stages.entry", "stages.common"}  # what a stage may import from
 # its import goes (a stale entry is harmless but says something untrue).
 KNOWN = {
     # `make run`'s entry point (runs dvc repro) lives in catalog/: it cleans up a killed run's
-    # Prefect server first and reads the stages' run log; it belongs above the catalog
-    # (issue 31, not moved yet).
+    # Prefect server first, runs one Prefect server for all stages with the stages' Prefect
+    # settings, and reads the stages' run log; it belongs above the catalog (issue 31, not
+    # moved yet).
     ("catalog/repro.py", "flows.local_api"),
+    ("catalog/repro.py", "stages.common"),
     ("catalog/repro.py", "stages.entry"),
 }
 

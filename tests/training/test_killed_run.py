@@ -160,3 +160,42 @@ def test_a_training_stage_cleans_up_after_a_killed_one_and_leaves_nothing_behind
     assert not list((tmp_path / ".prefect" / "askflow-runs").glob("*.json"))
     with sqlite3.connect(tmp_path / ".prefect" / "prefect.db") as db:
         assert db.execute("select state_type from flow_run").fetchall() == [("COMPLETED",)]
+
+
+def test_with_make_runs_shared_server_a_killed_stage_is_crashed_by_the_next_and_the_server_goes_on(tmp_path, monkeypatch):
+    """make run starts one Prefect server for every stage (flows.local_api.shared_prefect_api);
+    a stage killed on it leaves a record without a server; the next stage marks its flow run
+    Crashed on the same server, which keeps serving."""
+    from flows.local_api import shared_prefect_api
+
+    home, marker = tmp_path / ".prefect", tmp_path / "running"
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    with shared_prefect_api(home) as shared:
+        assert set(shared) == {"PREFECT_HOME", "PREFECT_API_URL", "ASKFLOW_SHARED_PREFECT_API"}
+        (own,) = (home / "askflow-runs").glob("*.json")  # make run's own record, with its server
+        server_pid = json.loads(own.read_text())["server_pid"]
+        env = {**_env(home), **shared}
+        killed = subprocess.Popen([sys.executable, "-c", KILLED, str(marker)], env=env, cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 240
+            while not marker.exists():
+                assert killed.poll() is None, killed.stdout.read().decode(errors="replace")[-3000:]
+                assert time.monotonic() < deadline, "the flow did not start"
+                time.sleep(0.5)
+            record = json.loads((home / "askflow-runs" / f"{killed.pid}.json").read_text())
+            assert record["server_pid"] is None  # the stage started no server of its own
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(30)
+            proc = subprocess.run([sys.executable, "-c", NEXT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+            states = json.loads(proc.stdout.split("STATES ", 1)[1].splitlines()[0])
+            assert [(t, name) for t, name, _ in states] == [("CRASHED", "Crashed")], states
+            assert any(tag.startswith(f"askflow-owner:{killed.pid}-") for tag in states[0][2])
+            assert [p.name for p in (home / "askflow-runs").glob("*.json")] == [own.name]
+            assert _alive(server_pid), "make run's server serves the next stages"
+        finally:
+            if killed.poll() is None:
+                killed.kill()
+    assert not _alive(server_pid) and not list((home / "askflow-runs").glob("*.json"))
