@@ -171,3 +171,18 @@ def write_multiwoz(corpus: dict[str, Any], target: Path | str) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def held_out_world(source: str | Path, db_dir: str | Path | None, split: str, max_goals: int | None, where: str) -> tuple[Any, list[Any]]:
+    """The database and the held-out goals a policy is evaluated on (the ``evaluate`` stage's
+    flow and the GPU job's evaluation read them alike); ``where`` names the params section in
+    the error when the split has no goal with tool domains."""
+    from pipelines.env.tools import Database
+    from pipelines.errors import ConfigError
+    from pipelines.evaluation.play import held_out_goals
+
+    corpus = load_multiwoz(Path(source), db_dir)
+    goals = held_out_goals(corpus.dialogues, split, max_goals)
+    if not goals:
+        raise ConfigError(f"{where}: no dialogues of split {split!r} with tool domains in {source}")
+    return Database(corpus.entities, corpus.taxi_options), goals

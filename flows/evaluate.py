@@ -24,7 +24,6 @@ from flows.train import retry_on_transient
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
 from pipelines.evaluation.metrics import avg_at_k, bootstrap_summary, fault_counts, score_episode
-from pipelines.evaluation.play import held_out_goals
 from pipelines.evaluation.policy import PolicySpec, check_policy
 from pipelines.evaluation.report import pattern_notes, plot_rows, report_markdown
 
@@ -49,15 +48,11 @@ def check_config(config: EvalConfig) -> None:
 
 @task(name="load-goals", **_TASK, **_RETRY)
 def load_goals(config: EvalConfig) -> tuple[Any, list[Any]]:
-    from pipelines.env.tools import Database
-    from catalog.multiwoz_dir import load_multiwoz
+    from catalog.multiwoz_dir import held_out_world
 
-    corpus = load_multiwoz(Path(config.source), config.db_dir)
-    goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
-    if not goals:
-        raise ConfigError(f"evaluate.split: no dialogues of split {config.split!r} with tool domains in {config.source}")
+    database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, "evaluate.split")
     get_run_logger().info("%d held-out goals (%s split) x %d seeds", len(goals), config.split, len(config.seeds))
-    return Database(corpus.entities, corpus.taxi_options), goals
+    return database, goals
 
 
 def build_simulator(config: EvalConfig, database: Any, client: Any = None) -> Any:

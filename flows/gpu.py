@@ -200,16 +200,14 @@ def _load_source(config: Any, source: Any, tokenizer: Any, count: Any) -> Any:
     import pyarrow.parquet as pq
 
     from pipelines.training.card import file_md5
-    from pipelines.training.data import JOIN_COLUMN, prepare_source
+    from pipelines.training.data import JOIN_COLUMN, joining_prompts, prepare_source
 
     table = pq.read_table(source.path)
     records = table.to_pylist()
     prompt_rows = None
     if source.prompts_from is not None:
         key = config.data.holdout.key
-        wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
-        prompts = pq.read_table(source.prompts_from, columns=[key, JOIN_COLUMN, "prompt"]).to_pylist()
-        prompt_rows = [r for r in prompts if (r[key], r[JOIN_COLUMN]) in wanted]
+        prompt_rows = joining_prompts(pq.read_table(source.prompts_from, columns=[key, JOIN_COLUMN, "prompt"]), key, records)
     reserve = getattr(config.resolved_objective(), "max_completion_length", 0)
     rows = prepare_source(
         records, table.column_names, source, config.method, config.data, count, config.optim.max_length,
@@ -343,12 +341,11 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     the report as the CPU ``evaluate`` stage writes it, plus ``dialogues_per_s`` per model."""
     import pyarrow.parquet as pq
 
-    from catalog.multiwoz_dir import load_multiwoz
-    from pipelines.env.tools import Database
+    from catalog.multiwoz_dir import held_out_world
     from pipelines.episodes import episode_tables, get_format
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.metrics import bootstrap_summary, score_episode
-    from pipelines.evaluation.play import held_out_goals, play_policy
+    from pipelines.evaluation.play import play_policy
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
     from pipelines.simulators.factory import simulator_from_config
@@ -357,11 +354,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     config = from_params(EvalConfig, params, "params.yaml gpu evaluate")
     if config.simulator.kind != "agenda":
         raise ConfigError("gpu evaluate: the job runs offline; simulator.kind must be agenda")
-    corpus = load_multiwoz(Path(config.source), config.db_dir)
-    goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
-    if not goals:
-        raise ConfigError(f"gpu evaluate: no {config.split!r} goals with tool domains in {config.source}")
-    database = Database(corpus.entities, corpus.taxi_options)
+    database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, "gpu evaluate")
     simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator.agenda())
     by_id = {d.dialogue_id: d.goal for d in goals}
     scores: dict[str, list[Any]] = {}

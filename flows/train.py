@@ -57,7 +57,7 @@ from prefect.cache_policies import NO_CACHE
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.files import staging_directory
 from pipelines.training.config import METHODS, TrainConfig
-from pipelines.training.data import JOIN_COLUMN, SourceRows, TokenCounter, build_train_dataset, prepare_source
+from pipelines.training.data import SourceRows, TokenCounter, build_train_dataset, joining_prompts, prepare_source
 from pipelines.training.device import DeviceSettings
 from pipelines.training.preflight import preflight
 from pipelines.training.report import TrainSummary, curve_csv, training_report
@@ -120,7 +120,7 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
         versions = {"path": source.path, "md5": file_md5(source.path)}
         prompt_rows = None
         if source.prompts_from is not None:
-            prompt_rows = _joining_prompts(read_prompts(config, source.prompts_from), config.data.holdout.key, records)
+            prompt_rows = joining_prompts(read_prompts(config, source.prompts_from), config.data.holdout.key, records)
             versions.update(prompts_from=source.prompts_from, prompts_md5=file_md5(source.prompts_from))
         rows = prepare_source(
             records, table.column_names, source, config.method, config.data, count, config.optim.max_length,
@@ -130,15 +130,6 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
         logger.info("%s: %s", source.name, rows.stats)
         prepared.append(rows)
     return prepared
-
-
-def _joining_prompts(table: Any, key: str, records: list[dict]) -> list[dict]:
-    """The (key, step, prompt) rows of ``table`` (validated) that join ``records``, and only
-    those: a table of chat prompts is hundreds of MB as Python objects."""
-    wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
-    pairs = zip(table[key].to_pylist(), table[JOIN_COLUMN].to_pylist())
-    take = [i for i, pair in enumerate(pairs) if pair in wanted]
-    return table.select([key, JOIN_COLUMN, "prompt"]).take(take).to_pylist()
 
 
 @task(name="build-dataset", **_TASK)

@@ -50,7 +50,7 @@ import json
 import random
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.records import TEST
@@ -442,6 +442,15 @@ def _prepare_windows(
         windows = windows[: source.max_rows]
     stats.update(train_targets=covered, train_targets_dropped_too_long=targets - covered)
     return windows
+
+
+def joining_prompts(table: Any, key: str, records: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """The (key, step, prompt) rows of the Arrow ``table`` that join ``records``, and only
+    those: a table of chat prompts is hundreds of MB as Python objects."""
+    wanted = {(r[key], r[JOIN_COLUMN]) for r in records}
+    pairs = zip(table[key].to_pylist(), table[JOIN_COLUMN].to_pylist())
+    take = [i for i, pair in enumerate(pairs) if pair in wanted]
+    return table.select([key, JOIN_COLUMN, "prompt"]).take(take).to_pylist()
 
 
 def prepare_source(
