@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.env.standard import StandardResult, check_standard
 from pipelines.env.tools import BookingRecord, EnvState, name_key, same_name
-from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, is_dont_care, norm_value, parse_time, same_value, twelve_hours_apart, values_match
+from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, canonical_value, is_dont_care, norm_value, parse_time, same_value, twelve_hours_apart, values_match
 from pipelines.multiwoz.text import UNKNOWN_VALUES, TextView, answers, states, words
 from pipelines.records import DialogAct, DomainGoal, Entity, Goal
 
@@ -198,6 +198,8 @@ class _Transcript:
     """The system's texts, searchable for whole-word phrases, times and compact values."""
 
     def __init__(self, system_texts: Iterable[str | tuple[int, str]], user_texts: Iterable[tuple[int, str]] = ()):
+        user_texts = [(int(turn), str(text)) for turn, text in user_texts]
+        self._user = tuple((TextView.of(text), "?" in text) for _, text in user_texts)  # (view, is a question)
         utterances, raw = [], []
         for position, item in enumerate(system_texts):
             turn, text = (position, item) if isinstance(item, str) else item
@@ -228,6 +230,11 @@ class _Transcript:
         needle = _words(value).replace(" ", "")
         turns = [u.turn for u in self._utterances if (since is None or u.turn >= since) and needle and needle in u.text.compact]
         return max(turns) if turns else None
+
+    def user_states(self, slot: str, value: str | None, questions: bool = True) -> bool:
+        """Some user utterance (not a question, unless ``questions``) states ``value`` for
+        ``slot`` ("I'd like to visit a park")."""
+        return value is not None and any(states(view, slot, value) for view, question in self._user if questions or not question)
 
     def states(self, slot: str, value: str | None) -> bool:
         """Some utterance gives attribute ``slot`` of true value ``value`` (:func:`states`),
@@ -398,7 +405,10 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
                 # id said ("TR0035 leaves at 07:19") beats a shown train's time said in passing.
                 named = _latest_named(state.database.search(domain, query.constraints), transcript, query.turn, info)
             if named is None and domain == "train":
-                named = _train_by_time(query.results, transcript, query.turn, info)
+                # By a time said: among every match too, as for ids ("the latest arrival I
+                # have is 12:15" of a train beyond the five shown).
+                every = state.database.search(domain, query.constraints) if query.count > len(query.results) else query.results
+                named = _train_by_time(query.results, transcript, query.turn, info) or _train_by_time(every, transcript, query.turn, info)
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.
@@ -540,11 +550,45 @@ def _request_problems(
     for slot in reqt:
         value = value_of(slot)
         stated = transcript.states(slot, value) or any(transcript.states(slot, other) for other in (also or {}).get(slot, ()))
-        if not (_act_gives(domain, slot, acts) or stated):
+        if not (_act_gives(domain, slot, acts) or stated or _derivable(domain, slot, value, value_of, transcript)):
             known = value if value and norm_value(value) not in UNKNOWN_VALUES else None
             text = f"requested {slot}{f' ({known})' if known else ''} was never given"
             problems.append(Reason("request_not_given", domain, text, slot, got=known, entity=entity))
     return problems
+
+
+# Attributes a user knows once offered a venue that has the value they asked for ("a park":
+# the botanic gardens offered is a park). Only attributes whose values belong to one domain
+# (a food, a venue type, hotel stars, internet, parking): an area or price range the user
+# said may have been another domain's. Yes/no attributes only when the answer is yes.
+_ASKED_FOR_SLOTS = frozenset({"food", "type", "stars", "internet", "parking"})
+
+
+def _derivable(domain: str, slot: str, value: str | None, value_of: Callable[[str], str | None], transcript: _Transcript) -> bool:
+    """Whether a careful reader knows ``slot`` from what was said without it being said:
+
+    * a train's duration from its departure and arrival times, both stated;
+    * a venue's area from its street address, stated (the database places that address in
+      that area);
+    * an attribute of one domain's vocabulary (:data:`_ASKED_FOR_SLOTS`) the user asked for
+      in their own words ("a park") that the offered venue has: being offered it tells the
+      user the venue has it.
+    """
+    if value is None or norm_value(value) in UNKNOWN_VALUES:
+        return False
+    if slot == "duration" and domain == "train":
+        leave, arrive = value_of("leaveAt"), value_of("arriveBy")
+        return bool(leave and arrive) and transcript.mentions_time(leave) and transcript.mentions_time(arrive)
+    if slot == "area" and domain != "train":
+        address = value_of("address")
+        if address and norm_value(address) not in UNKNOWN_VALUES and transcript.states("address", address):
+            return True
+    if slot in _ASKED_FOR_SLOTS and domain != "train":
+        if slot in ("internet", "parking"):
+            # "I need free parking" asks for it; "do they have free parking?" does not.
+            return canonical_value(slot, value) == "yes" and transcript.user_states(slot, value, questions=False)
+        return transcript.user_states(slot, value)
+    return False
 
 
 def _act_gives(domain: str, slot: str, acts: Sequence[DialogAct]) -> bool:

@@ -221,13 +221,21 @@ def _short_name(key: str) -> str:
     return " ".join(parts)
 
 
+def _spelling_key(key: str) -> str:
+    """A name key read past spelling variants: without spaces ("fenditton" is "fen ditton")
+    and without a word-final possessive or plural s ("christ college" is "christ's
+    college", "churchills college" "churchill college")."""
+    return "".join(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in key.split())
+
+
 def same_name(a: object, b: object, shortened: bool = False) -> bool:
-    """Do two spellings name the same place? Equal name keys, or equal without generic
+    """Do two spellings name the same place? Equal name keys (also past spelling variants:
+    :func:`_spelling_key`), or equal without generic
     words ("ask" and "ask restaurant"). ``shortened``: also one the other's beginning
     ("good luck" for "the good luck chinese food takeaway"), for places said in free text
     such as a taxi's; never for venues, where "pizza express" is not "pizza express fen ditton"."""
     ka, kb = name_key(a), name_key(b)
-    if ka == kb:
+    if ka == kb or (ka and _spelling_key(ka) == _spelling_key(kb)):
         return True
     sa, sb = _short_name(ka), _short_name(kb)
     if not sa or not sb:

@@ -25,6 +25,10 @@ whatever askflow does (in the order ``human_failure``, ``annotation_error``, ``d
   user gave as "after 22:30" recorded as ``arriveBy``; a hotel day said "starting thurs"
   and recorded "none"): the replayed call is wrong, the human dialogue may well have
   succeeded, and nothing but reading the text could tell;
+* ``goal_inconsistent``: the goal contradicts itself: a value that refers to another
+  domain's ("the same day as the restaurant booking", ``DomainGoal.references``) differs
+  from that domain's own value in the goal, and the dialogue followed the reference (the
+  value graded as wrong is the referred domain's);
 * ``human_failure``: the human system never offered, booked or told what the goal asks
   (a taxi booked without a pickup place or time nobody gave, a rebooked taxi's number
   never told, one venue's area with another's phone), booked something else than it
@@ -41,7 +45,7 @@ from pipelines.env.replay import BOOKING_TOOLS, ReplayResult, gold_tool_calls, r
 from pipelines.env.tools import TOOLS, Database, ToolEnvironment, name_key
 from pipelines.episodes.records import Episode
 from pipelines.multiwoz.ontology import ACT_SLOT, TIME_SLOTS, canonical_value, is_dont_care, norm_value, parse_time, twelve_hours_apart
-from pipelines.records import Dialogue
+from pipelines.records import Dialogue, Goal
 
 CAUSES: tuple[str, ...] = (
     "simulator_ended_early",
@@ -53,11 +57,14 @@ CAUSES: tuple[str, ...] = (
     "db_mismatch",
     "replay_agent_limits",
     "annotation_error",
+    "goal_inconsistent",
     "human_failure",
 )
 # Causes that make the dialogue fail whatever askflow does, strongest first.
-_DECISIVE: tuple[str, ...] = ("human_failure", "annotation_error", "db_mismatch")
+_DECISIVE: tuple[str, ...] = ("human_failure", "goal_inconsistent", "annotation_error", "db_mismatch")
 
+# Attributes whose values differ between MultiWOZ database versions (contact details).
+_DATABASE_VERSIONED = frozenset({"phone", "postcode", "address", "price", "entrance fee", "openhours", "duration"})
 _SEMI_SLOTS = frozenset({"day", "departure", "destination", "leaveAt", "arriveBy", "area", "pricerange", "food", "type", "stars", "internet", "parking"})
 _TAXI_WORDS = re.compile(r"\b(?:taxi|cab|car)\b", re.I)
 # How a user says which of a taxi's times a clock time is.
@@ -89,9 +96,9 @@ def offline_result(dialogue: Dialogue, database: Database, replayed: ReplayResul
     return check_goal(dialogue.goal, result.state, result.system_texts, None, user_texts)
 
 
-def triage(dialogue: Dialogue, database: Database) -> tuple[tuple[Reason, str], ...]:
+def triage(dialogue: Dialogue, database: Database, replayed: ReplayResult | None = None) -> tuple[tuple[Reason, str], ...]:
     """Every problem of the dialogue's offline grade with its cause (none when it succeeds)."""
-    replayed = replay_offline(dialogue, database)
+    replayed = replayed or replay_offline(dialogue, database)
     offline = offline_result(dialogue, database, replayed)
     return tuple((problem, classify_problem(problem, dialogue, database, replayed)) for problem in offline.problems)
 
@@ -119,6 +126,8 @@ def classify_problem(problem: Reason, dialogue: Dialogue, database: Database, re
     """The cause of one problem the checker found in the offline grade."""
     case = _Case(dialogue, database, replayed or replay_offline(dialogue, database))
     kind, domain = problem.kind, problem.domain
+    if kind in ("info_mismatch", "booked_info_mismatch", "booking_value", "taxi_value") and _follows_inconsistent_reference(problem, case):
+        return "goal_inconsistent"
     if kind == "request_not_given":
         return _classify_request(domain, problem.slot or "", problem.got, case, problem.entity)
     if kind in ("not_offered", "request_without_offer") and domain != "taxi":
@@ -143,6 +152,37 @@ def classify_problem(problem: Reason, dialogue: Dialogue, database: Database, re
     if kind in ("info_mismatch", "booked_info_mismatch"):
         return _classify_mismatch(problem, case)
     return "db_mismatch"  # static_unknown, static_not_named: the police or hospital database differs
+
+
+def goal_inconsistency(goal: Goal, domain: str, slot: str) -> tuple[str, str, str, str] | None:
+    """``(own value, referred domain, its value, text)`` when the domain's ``slot`` refers to
+    another domain's value ("the same day as the restaurant booking") and the goal gives the
+    two different values; None otherwise."""
+    domain_goal = goal.get(domain)
+    if domain_goal is None or slot not in domain_goal.references:
+        return None
+    other, other_slot = domain_goal.references[slot]
+    referred = goal.get(other)
+    own = domain_goal.info.get(slot) or domain_goal.book.get(slot)
+    theirs = (referred.book.get(other_slot) or referred.info.get(other_slot)) if referred else None
+    if not own or not theirs or is_dont_care(own) or is_dont_care(theirs):
+        return None
+    if parse_time(own) is not None and parse_time(own) == parse_time(theirs) or canonical_value(slot, own) == canonical_value(other_slot, theirs):
+        return None
+    text = f"the goal's {domain} {slot} is {own}, but it should be the same as the {other} {other_slot}, which the goal gives as {theirs}"
+    return own, other, theirs, text
+
+
+def _follows_inconsistent_reference(problem: Reason, case: _Case) -> bool:
+    """The problem is on a value the goal contradicts itself about (:func:`goal_inconsistency`),
+    and the dialogue has the referred domain's value (or what was booked there) instead."""
+    found = goal_inconsistency(case.dialogue.goal, problem.domain, problem.slot or "")
+    if found is None or problem.got is None:
+        return False
+    _, other, theirs, _ = found
+    other_slot = case.dialogue.goal.get(problem.domain).references[problem.slot or ""][1]
+    booked = [b.arguments.get(other_slot) for b in case.replayed.state.successful_bookings(other)]
+    return any(v and norm_value(v) == norm_value(problem.got) for v in (theirs, *booked))
 
 
 def _classify_mismatch(problem: Reason, case: _Case) -> str:
@@ -269,6 +309,11 @@ def _classify_request(domain: str, slot: str, value: str | None, case: _Case, en
             return "human_failure"  # it told one train's id and booked another: graded on what it booked
         return "multi_entity_offers"  # the human told a fitting venue's value; the checker graded another
     others = {norm_value(e.get(slot)) for e in database.entities(domain) if e.get(slot)}
+    if slot not in _DATABASE_VERSIONED:
+        # A category or a timetable time no venue or train has ("an exhibit" for a museum, an
+        # arrival at the departure time): database versions differ in contact details, not in
+        # these, so the human told a wrong value.
+        return "human_failure"
     return "human_failure" if any(norm_value(t) in others for t in told) else "db_mismatch"
 
 
@@ -407,3 +452,49 @@ def _belief_held(dialogue: Dialogue, domain: str, slot: str, wanted: str) -> boo
         belief.domain == domain and canonical_value(slot, belief.semi.get(slot, "")) == canonical_value(slot, wanted)
         for turn in dialogue.turns for belief in turn.belief_state or ()
     )
+
+
+# --------------------------------------------------------------------------------------
+# Evidence: what settles a verdict
+# --------------------------------------------------------------------------------------
+
+
+def evidence(problem: Reason, cause: str, dialogue: Dialogue, replayed: ReplayResult | None = None) -> dict[str, object]:
+    """What settles ``problem``'s verdict, for a reviewer: the dialogue turn (index and text)
+    where the wrong value was booked, named or told, or where the user asked for what never
+    came; and ``missing``, the fact the dialogue lacks (the checker's reason, which names the
+    value expected: "requested duration (79 minutes) was never given"). Every verdict has
+    ``missing``; ``turn`` is None when no single turn settles it (nothing was ever offered)."""
+    found: dict[str, object] = {"domain": problem.domain, "kind": problem.kind, "slot": problem.slot, "cause": cause,
+                                "missing": problem.text, "turn": None, "text": None}
+    if cause == "goal_inconsistent":
+        inconsistency = goal_inconsistency(dialogue.goal, problem.domain, problem.slot or "")
+        if inconsistency:
+            found["missing"] = inconsistency[3]
+    turn = _settling_turn(problem, dialogue, replayed)
+    if turn is not None:
+        found["turn"], found["text"] = turn.index, turn.text
+    return found
+
+
+def _settling_turn(problem: Reason, dialogue: Dialogue, replayed: ReplayResult | None):
+    turns = {t.index: t for t in dialogue.turns}
+    system = [t for t in dialogue.turns if t.speaker == "system"]
+    if problem.kind in ("booking_value", "booked_info_mismatch", "taxi_value", "reference_not_given") and replayed is not None:
+        # The system turn of the booking graded.
+        for booking in reversed(replayed.state.bookings):
+            if booking.domain == problem.domain and booking.success and (problem.entity in (None, booking.name, booking.reference)
+                                                                        or problem.domain == "train"):
+                return turns.get(booking.turn)
+    if problem.kind == "info_mismatch" and problem.entity:
+        key = name_key(problem.entity)
+        named = [t for t in system if f" {key} " in f" {name_key(t.text)} "]
+        if named:
+            return named[-1]
+    if problem.kind == "request_not_given" and problem.slot:
+        from pipelines.multiwoz.text import asks_about
+
+        asked = [t for t in dialogue.turns if t.speaker == "user" and asks_about(t.text, problem.slot)]
+        if asked:
+            return asked[-1]  # the user's question that no system turn answered
+    return None

@@ -173,7 +173,8 @@ def values_match(slot: str, wanted: object, actual: object) -> bool:
     """Does ``actual`` satisfy the constraint ``slot = wanted``?
 
     ``leaveAt`` means "leave at or after", ``arriveBy`` "arrive at or before"; ``time``
-    (a reservation time) must be the same time. Other slots compare normalised strings.
+    (a reservation time) must be the same time. Other slots compare normalised strings; a
+    food is also met by the same food qualified ("modern european" for european).
     """
     if is_dont_care(wanted):
         return True
@@ -188,7 +189,10 @@ def values_match(slot: str, wanted: object, actual: object) -> bool:
         if slot == "arriveBy":
             return have <= want
         return have == want
-    return canonical_value(slot, wanted) == canonical_value(slot, actual)
+    want, have = canonical_value(slot, wanted), canonical_value(slot, actual)
+    if slot == "food" and want and have.endswith(f" {want}"):
+        return True  # a qualified cuisine is one of its kind: "modern european" food is european
+    return want == have
 
 
 def same_value(slot: str, a: object, b: object) -> bool:

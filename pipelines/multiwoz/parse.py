@@ -107,6 +107,34 @@ _MESSAGE_REFERENCES: tuple[tuple[re.Pattern[str], str, str, str, str], ...] = (
     (re.compile(r"arrives? (?:at )?the restaurant by the booked time", re.I), "taxi", "arriveBy", "restaurant", "time"),
 )
 _TAG = re.compile(r"<[^>]*>")
+# "The train should be on the same day as the hotel booking"; "book a table ... on the same
+# day" (as the domain the message took up before). The message sentence's domain is the one
+# it (or the sentence before it) names.
+_SAME_DAY = re.compile(r"\bsame day(?: as (?:the |your )?(restaurant|hotel|train|attraction))?", re.I)
+_SENTENCE_DOMAIN = re.compile(r"\b(train|restaurant|hotel|place to stay|places? to dine|taxi|attraction|places? to go)\b", re.I)
+_DOMAIN_WORDS = {"place to stay": "hotel", "place to dine": "restaurant", "places to dine": "restaurant",
+                 "places to go": "attraction", "place to go": "attraction"}
+
+
+def _day_references(domains: list[DomainGoal], message: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """{domain: (referred domain, "day")} for the message's "same day" phrases."""
+    present = {d.domain for d in domains}
+    order: list[str] = []  # the domains in the order the message takes them up
+    found: dict[str, tuple[str, str]] = {}
+    for sentence in message:
+        text = _TAG.sub("", sentence)
+        same = _SAME_DAY.search(text)
+        named = [_DOMAIN_WORDS.get(m.group(1).lower(), m.group(1).lower()) for m in _SENTENCE_DOMAIN.finditer(text[: same.start()] if same else text)]
+        for domain in named:
+            if domain in present and domain not in order:
+                order.append(domain)
+        current = named[-1] if named and named[-1] in present else (order[-1] if order else None)
+        if same is None or current is None:
+            continue
+        other = same.group(1).lower() if same.group(1) else next((d for d in reversed(order) if d != current), None)
+        if other and other != current and other in present:
+            found[current] = (other, "day")
+    return found
 
 
 def _with_references(domains: list[DomainGoal], message: tuple[str, ...]) -> list[DomainGoal]:
@@ -116,6 +144,9 @@ def _with_references(domains: list[DomainGoal], message: tuple[str, ...]) -> lis
     for pattern, domain, slot, other, other_slot in _MESSAGE_REFERENCES:
         if domain in present and other in present and pattern.search(text):
             references.setdefault(domain, {})[slot] = (other, other_slot)
+    for domain, (other, slot) in _day_references(domains, message).items():
+        if domain != "taxi":
+            references.setdefault(domain, {}).setdefault("day", (other, slot))
     return [replace(d, references=frozen_dict(references[d.domain])) if d.domain in references else d for d in domains]
 
 
