@@ -18,7 +18,9 @@ whatever askflow does (in the order ``human_failure``, ``annotation_error``, ``d
 * ``cross_domain_refs``: a taxi between places other than the goal's (often the venue of
   another domain, annotated by another name);
 * ``multi_entity_offers``: the entity graded as offered is not the one that fits the goal;
-* ``db_mismatch``: no database entity fits the goal, or the one named is not in the database;
+* ``db_mismatch``: no database entity fits the goal, or the one named is not in the database
+  (a train id the timetable has on another route only is the human's booking of another
+  train: ``human_failure``);
 * ``replay_agent_limits``: the annotations imply no tool call where the dialogue plainly
   made one (a taxi booked without a belief-state record);
 * ``annotation_error``: the belief state contradicts the user's own words (a taxi time the
@@ -370,6 +372,8 @@ def _classify_no_booking(domain: str, case: _Case) -> str:
     attempts = [call for _, call in case.replayed.calls if call.name == BOOKING_TOOLS.get(domain)]
     if any(call.observation.get("unavailable") for call in attempts):
         return "booking_semantics"
+    if attempts and _booked_another_route(domain, attempts, case):
+        return "human_failure"
     if attempts:
         return "db_mismatch"
     annotated = any(belief.domain == domain and belief.booked for turn in case.dialogue.turns for belief in turn.belief_state or ())
@@ -377,6 +381,17 @@ def _classify_no_booking(domain: str, case: _Case) -> str:
     if annotated and unannotated:
         return _classify_unannotated(case.dialogue, domain, unannotated)
     return "replay_agent_limits" if annotated else "human_failure"
+
+
+def _booked_another_route(domain: str, attempts, case: _Case) -> bool:
+    """Every refused train booking names a train the timetable has, only on another day or
+    route ("TR9809" of cambridge-ely for ely-cambridge), and none of the route leaves at its
+    time (the replay repairs those): the human system booked another train than the one
+    wanted, which the database does not contradict."""
+    if domain != "train":
+        return False
+    errors = [call for call in attempts if "error" in call.observation]
+    return bool(errors) and all(case.database.named("train", call.arguments.get("trainID", "")) for call in errors)
 
 
 def _unannotated_booking(dialogue: Dialogue, domain: str) -> set[str]:
@@ -436,8 +451,11 @@ def _classify_not_offered(domain: str, case: _Case) -> str:
         # never took the domain up (the human user left it out).
         stated = any(b.domain == domain and (_stated_values(b.semi) or b.booked) for t in case.dialogue.turns for b in t.belief_state or ())
         return "replay_agent_limits" if stated else "human_failure"
-    if any(call.name == BOOKING_TOOLS.get(domain) and "error" in call.observation and not call.observation.get("unavailable")
-           for _, call in case.replayed.calls):
+    refused = [call for _, call in case.replayed.calls
+               if call.name == BOOKING_TOOLS.get(domain) and "error" in call.observation and not call.observation.get("unavailable")]
+    if refused and _booked_another_route(domain, refused, case):
+        return "human_failure"
+    if refused:
         return "db_mismatch"  # the annotated booking names a venue or train this database lacks
     return "human_failure"
 
@@ -486,6 +504,10 @@ def _settling_turn(problem: Reason, dialogue: Dialogue, replayed: ReplayResult |
             if booking.domain == problem.domain and booking.success and (problem.entity in (None, booking.name, booking.reference)
                                                                         or problem.domain == "train"):
                 return turns.get(booking.turn)
+    if problem.kind in ("no_booking", "not_offered") and replayed is not None:
+        refused = [t for t, call in replayed.calls if call.name == BOOKING_TOOLS.get(problem.domain) and call.observation and "error" in call.observation]
+        if refused:
+            return turns.get(refused[-1])  # the booking the annotations record, which this database refuses
     if problem.kind == "info_mismatch" and problem.entity:
         key = name_key(problem.entity)
         named = [t for t in system if f" {key} " in f" {name_key(t.text)} "]

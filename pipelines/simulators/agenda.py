@@ -62,6 +62,9 @@ _TIME_GROUP = frozenset({"leaveAt", "arriveBy"})
 # A party size an agent states with its booking: "for 1 person", "6 tickets", "a table for two".
 _COUNTS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _PARTY = re.compile(r"\b(\d{1,2}|" + "|".join(_COUNTS) + r") (?:people|persons?|guests|adults|tickets?|seats?)\b")
+_PRICE = re.compile(r"\d+(?:\.\d+)?")
+# A price said per unit: "14.08 pounds each", "per ticket", "a ticket costs".
+_PER_UNIT = re.compile(r"\b(?:each|per|apiece|a ticket|one ticket)\b")
 # Attributes whose value, said by the agent, shows it is talking about a venue.
 _DESCRIBING: tuple[str, ...] = ("address", "phone", "postcode", "area", "type", "food", "pricerange", "stars")
 
@@ -402,8 +405,20 @@ class AgendaSession:
             said = {int(n) if n.isdigit() else _COUNTS.index(n) for n in _PARTY.findall(reading.padded)}
             if people.isdigit() and said and int(people) not in said:
                 return "wrong_party"
+            if people.isdigit() and int(people) > 1 and not said and self._one_ticket_cost(d, reading):
+                return "wrong_party"
             d.reference = reading.references[0]
         return "failed" if not d.booked and d.booking_requested and reading.no_book else None
+
+    @staticmethod
+    def _one_ticket_cost(d: _DomainState, reading: Reading) -> bool:
+        """A train booking whose stated cost is one ticket's price, not said to be per ticket
+        ("the cost for the ticket is 14.08 GBP" for a party of five): booked for one person."""
+        if d.domain != "train" or d.entity is None:
+            return False
+        price = _PRICE.search(d.entity.get("price") or "")
+        return (price is not None and float(price.group(0)) in reading.view.numbers
+                and not _PER_UNIT.search(reading.padded))
 
     def _take_attributes(self, d: _DomainState, reading: Reading) -> None:
         if d.entity is None and not d.is_static and not d.booked:
