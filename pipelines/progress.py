@@ -102,7 +102,8 @@ class Progress:
         if not self.total:
             return f"{self.label}: {self.done}{unit}, {format_duration(elapsed)} elapsed"
         share = 100 * self.done / self.total
-        head = f"{self.label}: {self.done}/{self.total}{unit} ({share:.0f} %), {format_duration(elapsed)} elapsed"
+        done = f"{self.done:.1f}" if isinstance(self.done, float) else str(self.done)  # a share of units in play
+        head = f"{self.label}: {done}/{self.total}{unit} ({share:.0f} %), {format_duration(elapsed)} elapsed"
         if self.done <= 0:
             return f"{head}, remaining time not known yet"
         remaining = elapsed / self.done * max(0, self.total - self.done)

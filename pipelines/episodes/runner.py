@@ -451,22 +451,24 @@ async def play(
 
     ``clarifier`` (:class:`pipelines.clarifier.Clarifier`): consulted, batched, after every
     agent output with a tool call that did not end the turn, until the episode has asked
-    ``clarify_budget`` questions (None: no limit). ``progress(finished, total)`` is called
-    whenever a round finished episodes, the last time with ``(total, total)``."""
+    ``clarify_budget`` questions (None: no limit). ``progress(done, total)`` is called
+    after every round, the last time with ``(total, total)``: ``done`` counts a finished
+    episode as 1 and one still playing as the share of its ``max_exchanges`` turns it has had
+    (batched episodes mostly end together: finished ones alone say nothing until the end)."""
     for state in states:
         if state.format.name != agent.format.name:
             raise ValueError(
                 f"episode {state.spec.episode_id!r} was started for format {state.format.name!r}, "
                 f"the agent writes {agent.format.name!r}"
             )
-    reported = -1
+    reported = -1.0
 
     def report() -> None:
         nonlocal reported
-        finished = sum(s.phase == DONE for s in states)
-        if progress is not None and finished != reported:
-            reported = finished
-            progress(finished, len(states))
+        done = round(sum(1.0 if s.phase == DONE else min(1.0, s.exchange / s.config.max_exchanges) for s in states), 2)
+        if progress is not None and done != reported:
+            reported = done
+            progress(int(done) if done == int(done) else done, len(states))
 
     while True:
         users = [s for s in states if s.phase == WAITS_FOR_USER]

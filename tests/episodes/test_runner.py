@@ -414,7 +414,7 @@ def test_an_output_cut_by_the_generation_limit_is_reported_as_truncated_not_malf
     assert episode.n_truncated == 1 and episode.n_malformed == 1 and episode.n_agent_fallbacks == 0
 
 
-def test_progress_reports_the_finished_episodes_after_every_round(dialogues, database):
+def test_progress_reports_finished_and_partly_played_episodes_after_every_round(dialogues, database):
     lengths = iter([1, 3, 2])  # the user says goodbye in their first, third and second turn
 
     def script(goal, reference):
@@ -427,5 +427,6 @@ def test_progress_reports_the_finished_episodes_after_every_round(dialogues, dat
     episodes = run_episodes_sync(specs, agent, ScriptedSimulator(script), database,
                                  progress=lambda done, total: calls.append((done, total)))
     assert [e.ended_by for e in episodes] == ["user_end"] * 3
-    # one call per round that finished an episode: the first, then the third, then the second
-    assert calls == [(1, 3), (2, 3), (3, 3)], calls
+    # after each round: the finished episodes, plus each playing one's share of its 20 turns
+    # (round 1: one done, two at 1/20; round 2: two done, one at 2/20; round 3: all done)
+    assert calls == [(1.1, 3), (2.1, 3), (3, 3)], calls
