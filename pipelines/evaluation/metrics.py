@@ -78,6 +78,10 @@ class EpisodeScore:
     n_malformed: int
     n_agent_fallbacks: int
     n_over_asking: int = 0
+    # The standard MultiWOZ evaluator's grade of the same episode (pipelines.env.standard);
+    # None where the world has none (τ-bench). ``success`` / ``inform`` are the strict grade.
+    standard_success: bool | None = None
+    standard_inform: bool | None = None
 
 
 def goal_slot_values(goal: Goal, domain: str | None = None) -> dict[str, list[str]]:
@@ -177,6 +181,8 @@ def score_episode(episode: Episode, goal: Goal) -> EpisodeScore:
         n_malformed=episode.n_malformed,
         n_agent_fallbacks=episode.n_agent_fallbacks,
         n_over_asking=sum(c.needless for c in checks),
+        standard_success=episode.standard_success,
+        standard_inform=episode.standard_inform,
     )
 
 
@@ -201,6 +207,9 @@ RATE_PARTS: Mapping[str, Any] = {
     "over_asking_share": lambda s: (s.n_over_asking, s.n_clarifications),
     "malformed_per_dialogue": lambda s: (s.n_malformed, 1),
     "fallbacks_per_dialogue": lambda s: (s.n_agent_fallbacks, 1),
+    # The standard evaluator's Success and Inform (the field's papers' numbers), per dialogue.
+    "standard_success": lambda s: (0, 0) if s.standard_success is None else (int(s.standard_success), 1),
+    "standard_inform_rate": lambda s: (0, 0) if s.standard_inform is None else (int(s.standard_inform), 1),
 }
 
 def _pooled(pairs: Iterable[tuple[int, int]]) -> float | None:
