@@ -19,10 +19,9 @@ COMMITTED = REPO / "reports" / "gold_replay_causes.jsonl"
 # regenerate the report (module docstring of benchmarks/gold_replay_causes.py) and say why.
 PINNED = {
     "simulator_ended_early": 1,
-    "multi_entity_offers": 1,
     "db_mismatch": 1,
     "annotation_error": 3,
-    "human_failure": 110,
+    "human_failure": 111,
 }
 
 
@@ -43,8 +42,8 @@ def test_counts_per_cause_are_pinned(rows):
     assert len(rows) == 999
     assert counts == PINNED
     assert set(counts) <= set(CAUSES)
-    # Acceptance of issue 29: failures that are not the human dialogues' stay few (target 5, 0.5 %).
-    assert sum(counts.values()) - counts.get("human_failure", 0) <= 6
+    # Acceptance of issue 29: failures that are not the human dialogues' at most 5 (0.5 %).
+    assert sum(counts.values()) - counts.get("human_failure", 0) <= 5
 
 
 def test_the_committed_report_is_what_the_code_gives(rows):

@@ -129,3 +129,18 @@ def test_goal_inconsistent_same_day_as_another_booking(database):
         cause = classify_problem(problem, dialogue, database)
         assert cause == "goal_inconsistent"
         assert "same as the restaurant day" in evidence(problem, cause, dialogue)["missing"]
+
+
+def test_strict_a_train_offered_before_a_search_for_another_route_is_withdrawn(database):
+    """"No, from ely to cambridge": the cambridge-ely train named before the new search is
+    no longer the offer, and a time no train of the new route has offers none."""
+    goal = {"train": {"info": {"departure": "ely", "destination": "cambridge", "day": "monday", "leaveAt": "10:00"}, "reqt": ["trainID"]}}
+    dialogue = _with_message("WITHDRAWN01.json", goal, [], [
+        ("A train to ely on monday after 10:00 ?", {}, {}),
+        ("TR1002 leaves at 10:05 .", _belief(train=({"destination": "ely", "day": "monday", "leaveAt": "10:00"}, {})), {}),
+        ("No , from ely to cambridge .", {}, {}),
+        ("The only one leaves at 12:00 .", _belief(train=({"departure": "ely", "destination": "cambridge", "day": "monday", "leaveAt": "10:00"}, {})), {}),
+    ])
+    result = _grade(dialogue, database)
+    assert result.domain("train").offered is None
+    assert [p.kind for p in result.problems][:1] == ["not_offered"]

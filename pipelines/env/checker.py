@@ -387,8 +387,13 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
     booked = state.successful_bookings(domain)
     if booked:
         return booked[-1].entity
+    # A train offered before the system searched again for another day or route (the user
+    # corrected it: "no, it should leave on sunday") was withdrawn by that search.
+    route: dict[str, str] = {}
     for query in reversed(state.queries):
         if query.domain == domain:
+            if domain == "train" and not route:
+                route = {slot: value for slot, value in query.constraints.items() if slot in _ROUTE_SLOTS and not is_dont_care(value)}
             named = _latest_named(query.results, transcript, query.turn, info)
             if named is None and "name" in query.constraints and query.count == 1:
                 # The user named the venue and the system looked it up: what it says next
@@ -409,6 +414,8 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
                 # have is 12:15" of a train beyond the five shown).
                 every = state.database.search(domain, query.constraints) if query.count > len(query.results) else query.results
                 named = _train_by_time(query.results, transcript, query.turn, info) or _train_by_time(every, transcript, query.turn, info)
+            if named is not None and route and not all(values_match(slot, value, named.get(slot)) for slot, value in route.items()):
+                continue
             if named is not None:
                 # A name inside a longer name the system said ("wheel restaurant" inside
                 # "cedar wheel restaurant") is not an offer of its own.
@@ -416,7 +423,13 @@ def _offered(domain: str, state: EnvState, transcript: _Transcript, info: Mappin
                 if broader is not None and broader is not named and name_key(named.name) in name_key(broader.name):
                     return broader
                 return named
-    return _latest_named(state.database.entities(domain), transcript, None, info)
+    last = _latest_named(state.database.entities(domain), transcript, None, info)
+    if last is not None and route and not all(values_match(slot, value, last.get(slot)) for slot, value in route.items()):
+        return None
+    return last
+
+
+_ROUTE_SLOTS = ("day", "departure", "destination")
 
 
 def _latest_named(entities: Iterable[Entity], transcript: _Transcript, since: int | None, info: Mapping[str, str]) -> Entity | None:
