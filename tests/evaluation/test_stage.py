@@ -224,6 +224,12 @@ def test_the_embedded_params_parse():
 
     from tests.conftest import REPO
 
-    config = eval_config(yaml.safe_load((REPO / "params.yaml").read_text())["evaluate"])
+    from catalog.profiles import merge
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    config = eval_config(params["evaluate"])  # the default profile
     assert [name for name, _ in config.models] == ["base", "sft", "dpo", "kto", "grpo"]
-    assert config.seeds == (0, 1, 2, 3, 4) and config.max_exchanges == 20 and config.split == "test"
+    assert config.seeds == (0,) and config.max_exchanges == 20 and config.split == "test"
+    merge(params, yaml.safe_load((REPO / "profiles/full.yaml").read_text()), "", "full.yaml")
+    full = eval_config(params["evaluate"])  # make run PROFILE=full: Avg@5 over 100 goals
+    assert full.seeds == (0, 1, 2, 3, 4) and full.max_goals == 100
