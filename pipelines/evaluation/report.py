@@ -30,6 +30,8 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
     ("over_asking_per_dialogue", "Needless questions / dialogue", 2, False),
     ("discriminating_share", "Discriminating (%)", 1, True),
     ("malformed_per_dialogue", "Malformed / dialogue", 2, False),
+    ("standard_success", "Standard success (%)", 1, True),
+    ("standard_inform_rate", "Standard inform (%)", 1, True),
 )
 
 
@@ -99,7 +101,11 @@ def report_markdown(
         "Questions: clarification questions (the clarify rate). Needless questions (over-asking): questions that "
         "ask about a goal constraint the user has already stated, or asked when the user had already stated every "
         "constraint of the goal (nothing was left to ask). Discriminating: questions the verifiable judge rates as "
-        "asking for a goal constraint the user has not stated yet (and nothing already stated).",
+        "asking for a goal constraint the user has not stated yet (and nothing already stated). "
+        "Standard success / inform: the MultiWOZ standard evaluator's definitions (pipelines/env/standard.py: "
+        "the standard requestables, every offered venue fitting the goal in the database; taxi, police and hospital "
+        "goals count as informed whatever was said, as in that evaluator), the figures the field's papers report; "
+        "Success is askflow's strict checker.",
         "",
         "## Success per domain (%)",
         "",

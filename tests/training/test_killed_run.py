@@ -166,12 +166,15 @@ def test_with_make_runs_shared_server_a_killed_stage_is_crashed_by_the_next_and_
     """make run starts one Prefect server for every stage (flows.local_api.shared_prefect_api);
     a stage killed on it leaves a record without a server; the next stage marks its flow run
     Crashed on the same server, which keeps serving."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     from flows.local_api import shared_prefect_api
 
     home, marker = tmp_path / ".prefect", tmp_path / "running"
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(home))
-    with shared_prefect_api(home) as shared:
+    # as in make run's own process: no API configured (the session's test harness sets one)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}), shared_prefect_api(home) as shared:
         assert set(shared) == {"PREFECT_HOME", "PREFECT_API_URL", "ASKFLOW_SHARED_PREFECT_API"}
         (own,) = (home / "askflow-runs").glob("*.json")  # make run's own record, with its server
         server_pid = json.loads(own.read_text())["server_pid"]
