@@ -65,17 +65,22 @@ def _alive(pid: int) -> bool:
     return process_alive(pid)
 
 
+def _wait_for_flow(killed: subprocess.Popen, marker: Path, timeout_s: float = 240) -> None:
+    """Until the stage in miniature's flow runs (it writes ``marker``); fails if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while not marker.exists():
+        assert killed.poll() is None, killed.stdout.read().decode(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "the flow did not start"
+        time.sleep(0.5)
+
+
 def test_next_run_stops_the_killed_runs_server_and_crashes_its_flow_run(tmp_path):
     home, marker = tmp_path / ".prefect", tmp_path / "running"
     killed = subprocess.Popen([sys.executable, "-c", KILLED, str(marker)], env=_env(home), cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     server_pid = None
     try:
-        deadline = time.monotonic() + 240
-        while not marker.exists():
-            assert killed.poll() is None, killed.stdout.read().decode(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the flow did not start"
-            time.sleep(0.5)
+        _wait_for_flow(killed, marker)
         (record_path,) = (home / "askflow-runs").glob("*.json")
         record = json.loads(record_path.read_text())
         assert record["pid"] == killed.pid
@@ -182,11 +187,7 @@ def test_with_make_runs_shared_server_a_killed_stage_is_crashed_by_the_next_and_
         killed = subprocess.Popen([sys.executable, "-c", KILLED, str(marker)], env=env, cwd=tmp_path,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 240
-            while not marker.exists():
-                assert killed.poll() is None, killed.stdout.read().decode(errors="replace")[-3000:]
-                assert time.monotonic() < deadline, "the flow did not start"
-                time.sleep(0.5)
+            _wait_for_flow(killed, marker)
             record = json.loads((home / "askflow-runs" / f"{killed.pid}.json").read_text())
             assert record["server_pid"] is None  # the stage started no server of its own
             killed.send_signal(signal.SIGKILL)
