@@ -35,6 +35,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pipelines.kernels import PORTABLE_KERNELS  # noqa: E402
+
 
 def clone(repo: Path, rev: str, target: Path) -> None:
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(repo), str(target)], check=True)
@@ -80,9 +83,8 @@ def compare(a: dict[str, dict[str, str]], b: dict[str, dict[str, str]], stages: 
 #: Math-kernel settings, read when torch loads its libraries (so they are set in a fresh process).
 #: An AVX2-only x86 machine, simulated here: ATen's, oneDNN's and MKL's kernels capped at AVX2.
 AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "MKL_CBWR": "AVX2"}
-#: The portable pin: ATen's generic (non-vectorised dispatch) kernels, oneDNN at SSE4.1 (which
-#: every x86-64 machine of the last 15 years has), MKL's conditional numerical reproducibility.
-PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE,STRICT"}
+#: The portable pin (params.yaml ``kernels: portable``): pipelines.kernels.PORTABLE_KERNELS.
+PORTABLE = dict(PORTABLE_KERNELS)
 KERNEL_VARIABLES = (*AVX2_MACHINE, *PORTABLE)
 ISA_RUNS = (
     ("this machine", {}),
@@ -116,16 +118,17 @@ def small_params(params: dict, steps: int, windows: int = 8, prompts: int = 2, m
     return params
 
 
-def run_bootstrap(repo: Path, params: dict, settings: dict[str, str], workdir: Path) -> BootstrapRun:
+def run_bootstrap(repo: Path, params: dict, settings: dict[str, str], workdir: Path, kernels: str = "default") -> BootstrapRun:
     """``python -m stages.bootstrap`` of ``repo`` in a fresh process in ``workdir`` (its own
     params.yaml, model and metrics there; relative paths in ``params`` resolve against
-    ``workdir``), under the math-kernel ``settings`` and none of the caller's."""
+    ``workdir``), under the math-kernel ``settings`` and none of the caller's; ``kernels`` is
+    the params.yaml switch (``portable`` sets the pin over ``settings``)."""
     import hashlib
     import json
 
     workdir.mkdir(parents=True, exist_ok=True)
     params = {**params, "output": str(workdir / "model"), "metrics": str(workdir / "metrics.json")}
-    (workdir / "params.yaml").write_text(yaml.safe_dump({"bootstrap": params}))
+    (workdir / "params.yaml").write_text(yaml.safe_dump({"kernels": kernels, "bootstrap": params}))
     env = {key: value for key, value in os.environ.items() if key not in KERNEL_VARIABLES}
     env.update(settings, PYTHONPATH=str(repo), OMP_WAIT_POLICY="PASSIVE")
     started = time.perf_counter()

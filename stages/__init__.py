@@ -1,0 +1,38 @@
+"""DVC stages (``python -m stages.<name>``).
+
+Before any stage module loads torch, the CPU math kernels that params.yaml's top-level
+``kernels`` names are set in the environment, where ATen, oneDNN and MKL read them
+(:mod:`pipelines.kernels`; issue 28): ``default`` leaves the machine's fastest kernels,
+``portable`` gives the same model bytes on any x86 machine at 2-5x the training time. Every
+stage lists ``kernels`` among its DVC params, so switching re-runs what it changes.
+"""
+
+from __future__ import annotations
+
+
+def _set_kernels() -> None:
+    import os
+    import sys
+    from pathlib import Path
+
+    path = Path("params.yaml")
+    if not path.is_file():
+        return
+    import yaml
+
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return  # the stage's own reading of params.yaml reports it, with the file and line
+    if not isinstance(document, dict):
+        return
+    from pipelines.kernels import kernel_environment
+
+    try:
+        os.environ.update(kernel_environment(document.get("kernels", "default")))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+_set_kernels()

@@ -76,6 +76,9 @@ TRACK_PARTS = {
     "rollout": (corpus_rollout_cases, None, as_policy_example, rollout_score, SEED_POLICY_PROMPT, POLICY_REWORDINGS, POLICY_EXTRA_RULES),
 }
 POLICY_KEYS = {"model_path", "samples", "batch_size", "sampling"}
+# Where corpus-built anchors get their labels: never from the model or prompt under calibration.
+ANCHORS_FROM = {"extract": "corpus annotations (belief states)", "grader": "corpus annotations (dialog acts)",
+                "rollout": "none (scored by the fixed rules grader)"}
 
 
 def policy_sampler(section: Any) -> tuple[Any, str]:
@@ -204,7 +207,8 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
             history += runs
             winners[track] = (best, runs[0].score)
             metrics[track] = {
-                "backend": kind, "anchors": len(anchors), "pool": len(pool), "iterations": iterations, "k": k,
+                "backend": kind, "anchors": len(anchors), "anchors_from": ANCHORS_FROM[track] if anchor_files.get(track) is None else str(anchor_files[track]),
+                "pool": len(pool), "iterations": iterations, "k": k,
                 "candidates": len({c.prompt_id for c in runs}), "score": SCORE_NAMES[track],
                 "seed_score": round(runs[0].score, 4), "calibrated_score": round(best.score, 4), "winner": best.prompt_id,
                 "lineage": [c.mutation for c in runs if c.selected and c.mutation != "kept"],
@@ -222,7 +226,8 @@ def readme_block(metrics: Mapping[str, Any]) -> str:
     """README's Auto-Prompt figures, generated from ``reports/calibrate.json`` (a test compares them)."""
     names = {"f1": "F1", "negative_mse": "-MSE", "mean_reward": "mean reward"}
     parts = [f"{track} {names.get(m['score'], m['score'])} {m['seed_score']:g} -> {m['calibrated_score']:g} "
-             f"({m['backend']}, {m['anchors']} anchors, {m['candidates']} prompts, winner by {' + '.join(m['lineage'])})"
+             f"({m['backend']}, {m['anchors']} anchors" + (f" labelled by {m['anchors_from']}" if track != "rollout" and m.get("anchors_from") else "")
+             + f", {m['candidates']} prompts, winner by {' + '.join(m['lineage'])})"
              for track, m in metrics.items()]
     return "Auto-Prompt, `reports/calibrate.json`: " + "; ".join(parts) + "."
 

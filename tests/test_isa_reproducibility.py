@@ -57,8 +57,12 @@ def test_bootstrap_is_bit_identical_across_isas_under_the_pin(small_corpus_dir, 
             ("unpinned_avx2", bench.AVX2_MACHINE),
         )
     }
+    # The user's switch, params.yaml `kernels: portable`, on the AVX2 stand-in: stages/__init__.py
+    # sets the pin before torch computes, over the machine's own settings.
+    runs["pinned_by_params_avx2"] = bench.run_bootstrap(ROOT, params, bench.AVX2_MACHINE, tmp_path / "by_params", kernels="portable")
     for name, run in runs.items():
         print(f"{name:<14} model {run.md5}  train {run.train_s} s  process {run.wall_s} s")
+    assert runs["pinned_by_params_avx2"].md5 == runs["pinned"].md5, f"params.yaml kernels: portable did not pin the kernels: {runs}"
     assert runs["pinned"].md5 == runs["pinned_avx2"].md5, (
         f"under the portable pin the bootstrap model differs between this machine's kernels and AVX2's: {runs}"
     )

@@ -24,6 +24,7 @@ anchors' (:func:`pipelines.learn_to_ask.autoprompt.extraction_f1`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from pipelines.errors import DataError
 from pipelines.learn_to_ask.autoprompt import MUTATIONS, TRACKS, Candidate, Prompt, extraction_f1, negative_mse
 from pipelines.learn_to_ask.hindsight import CONTINUE, STOP, Info, LLMExtractor, Point, annotated_targets, case_text, decide, points
 from pipelines.learn_to_ask.logs import Session, parse_chat_log
+from pipelines.multiwoz.ontology import ACT_SLOT
 from pipelines.rewards.learn_to_ask import (
     GRADER_FORMAT,
     GRADER_INSTRUCTION,
@@ -234,11 +236,53 @@ def grader_anchor_from_record(raw: Any, source: str, position: str) -> GraderAnc
     return GraderAnchor(anchor.point, question, anchor.info, float(grade))
 
 
+def _act_slot(field: str) -> tuple[str, str, bool]:
+    """(domain, dialog-act slot code, is a booking slot) of an I*_t field such as
+    ``hotel-pricerange`` or ``hotel-book-people`` (the hindsight extractor's belief slots)."""
+    domain, *middle, slot = field.split("-")
+    return domain, ACT_SLOT.get(slot, slot).lower(), "book" in middle
+
+
+def annotated_grade(requests: Sequence[tuple[str, str]] | None, info: Info) -> float | None:
+    """Appendix G's content score of an assistant message, read from the annotators' dialog
+    acts (the message's ``requests``), never from a grader: 1.0 when it requests an item of
+    I*_t (``info``), 0.5 when it requests something else of a domain I*_t is about ("highly
+    relevant"), 0.0 when its requests concern other domains only or it asks for nothing in
+    particular (``general-reqmore``, "Anything else?"); None (no grade) when the message has no
+    request annotation or I*_t is empty.
+
+    >>> annotated_grade([("hotel", "Price")], (("hotel-pricerange", "cheap"),))
+    1.0
+    >>> annotated_grade([("booking", "People")], (("hotel-book-people", "4"),))
+    1.0
+    >>> annotated_grade([("hotel", "Area")], (("hotel-pricerange", "cheap"),))
+    0.5
+    >>> annotated_grade([("general", "reqmore")], (("train-day", "monday"),))
+    0.0
+    >>> annotated_grade([], (("train-day", "monday"),)) is None
+    True
+    """
+    if not requests or not info:
+        return None
+    items = [_act_slot(field) for field, _ in info]
+    wanted = {(domain, code) for domain, code, _ in items}
+    for domain, code in requests:
+        code = code.lower()
+        if (domain, code) in wanted or (domain == "booking" and any(c == code and book for _, c, book in items)):
+            return 1.0
+    domains = {domain for domain, _, _ in items}
+    booking = any(book for _, _, book in items)
+    if any(domain in domains or (domain == "booking" and booking) for domain, _ in requests):
+        return 0.5
+    return 0.0
+
+
 def corpus_grader_anchors(sessions: Sequence[Session], n_anchors: int, n_pool: int, seed: int = 0) -> tuple[list[GraderAnchor], list[GraderAnchor]]:
-    """(anchors, pool): the expert's own turns at points with something to collect, graded by
-    the rules grader against the annotated I*_t, as evenly over the grades 0, 0.5 and 1 as
-    the sessions allow; one point per session, anchors and pool from different sessions."""
-    grader = RulesGrader()
+    """(anchors, pool): the expert's own turns at points with something to collect, graded
+    from the corpus's annotations (:func:`annotated_grade`: the dialog acts of the turn against
+    the annotated I*_t), so no grader, and in particular not the one being calibrated, decides
+    an anchor's grade; as evenly over the grades 0, 0.5 and 1 as the sessions allow; one point
+    per session, anchors and pool from different sessions."""
     rng = random.Random(seed)
     by_grade: dict[float, list[GraderAnchor]] = {0.0: [], 0.5: [], 1.0: []}
     for session in sorted(sessions, key=lambda s: s.session_id):
@@ -246,21 +290,20 @@ def corpus_grader_anchors(sessions: Sequence[Session], n_anchors: int, n_pool: i
         rng.shuffle(eligible)
         for point in eligible:
             info = annotated_targets(point)
-            grade = grader.grade(point.future[0].content, info).score if info else None
+            grade = annotated_grade(point.future[0].requests, info)
             if grade is not None:
                 by_grade[grade].append(GraderAnchor(point, point.future[0].content, info, grade))
                 break
-    order = [a for trio in zip(*by_grade.values()) for a in trio]  # 0, 0.5, 1, 0, 0.5, 1, ...
-    rest = [a for grade in by_grade.values() for a in grade if a not in order]
-    chosen = (order + rest)[: n_anchors + n_pool]
+    # 0, 0.5, 1, 0, 0.5, 1, ... over the grades that occur (a corpus may lack one)
+    chosen = [a for turn in itertools.zip_longest(*by_grade.values()) for a in turn if a is not None][: n_anchors + n_pool]
     if len(chosen) < n_anchors + n_pool:
-        raise DataError("calibrate", f"{len(chosen)} gradable points; {n_anchors} anchors and {n_pool} pool examples need {n_anchors + n_pool}")
+        raise DataError("calibrate", f"{len(chosen)} points with annotated requests; {n_anchors} anchors and {n_pool} pool examples need {n_anchors + n_pool}")
     anchors = sorted(chosen[:n_anchors], key=lambda a: a.point.session.session_id)
     return anchors, chosen[n_anchors:]
 
 
 def as_grader_example(anchor: GraderAnchor) -> tuple[str, str]:
-    return anchor.case, f"<think>as graded by a person</think><content_score>{anchor.grade}</content_score>"
+    return anchor.case, f"<think>the reference grade of this message</think><content_score>{anchor.grade}</content_score>"
 
 
 def grader_score(prompt: Prompt, anchors: Sequence[GraderAnchor], complete: Callable[[list[list[dict[str, str]]]], list[Any]],

@@ -44,6 +44,10 @@ class Message:
     role: str
     content: str
     info: tuple[tuple[str, str], ...] | None = None
+    #: An assistant message's requests as its source's annotators marked them, (domain, slot)
+    #: pairs (MultiWOZ dialog acts ``Hotel-Request: [["Price", "?"]]`` -> ("hotel", "Price"),
+    #: ``general-reqmore`` -> ("general", "reqmore")); None when the source has no acts.
+    requests: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,10 @@ def session_from_dialogue(dialogue: Dialogue) -> Session:
     turns = dialogue.turns
     for i, turn in enumerate(turns):
         if turn.speaker == "system":
-            messages.append(Message(ASSISTANT, turn.text))
+            requests = None if turn.dialog_acts is None else tuple(
+                (act.domain, act.slot if act.intent == "request" else act.intent)
+                for act in turn.dialog_acts if act.intent in ("request", "reqmore"))
+            messages.append(Message(ASSISTANT, turn.text, requests=requests))
             continue
         following = turns[i + 1] if i + 1 < len(turns) else None
         info: tuple[tuple[str, str], ...] | None = None

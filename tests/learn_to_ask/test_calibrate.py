@@ -107,7 +107,7 @@ def test_grader_anchors_mix_the_grades_and_curated_ones_are_validated(small_corp
 
     sessions = [session_from_dialogue(d) for d in small_corpus.dialogues]
     anchors, pool = corpus_grader_anchors(sessions, 6, 3)
-    assert {a.grade for a in anchors} == {0.0, 0.5, 1.0}
+    assert {a.grade for a in anchors} == {0.0, 1.0}  # the small corpus's acts request no other slot of a target's domain
     assert not {a.point.session.session_id for a in anchors} & {p.point.session.session_id for p in pool}
     path = tmp_path / "grades.jsonl"
     path.write_text(json.dumps({**ANCHOR, "question": "Any fever?", "grade": 1}) + "\n")
@@ -136,3 +136,29 @@ def test_rollout_score_is_the_mean_l2a_reward_of_the_samples(small_corpus):
     assert seen[0][0] == {"role": "system", "content": SEED_POLICY_PROMPT.render()}
     assert seen[0][1:] == [{"role": m.role, "content": m.content} for m in cases[0].point.context]
 
+
+
+def test_grader_anchors_are_graded_by_the_annotators_acts_not_by_a_grader(monkeypatch):
+    """Issue 27: the GRADER track's anchors must not be graded by a grader (the rules grader
+    was both the anchors' judge and the reward). On the real MultiWOZ val dialogues (vendored)
+    the grades come from the system turns' Request acts against I*_t, with every grade present,
+    and they differ from the rules grader's where the wording and the acts disagree."""
+    from catalog.learn_to_ask import load_sessions
+    from pipelines.learn_to_ask.calibration import annotated_grade, corpus_grader_anchors
+    from pipelines.rewards import learn_to_ask as rewards
+
+    root = Path(__file__).resolve().parents[2]
+    sessions = load_sessions({"source": str(root / "vendor/multiwoz_val"), "format": "multiwoz", "db_dir": str(root / "vendor/multiwoz_db")})
+
+    def no_grader(*args, **kwargs):
+        raise AssertionError("an anchor was graded by the rules grader")
+
+    monkeypatch.setattr(rewards.RulesGrader, "grade", no_grader)
+    anchors, pool = corpus_grader_anchors(sessions, 12, 3)
+    monkeypatch.undo()
+    assert {a.grade for a in anchors} == {0.0, 0.5, 1.0}
+    for anchor in anchors + pool:
+        assert anchor.grade == annotated_grade(anchor.point.future[0].requests, anchor.info)
+        assert anchor.question == anchor.point.future[0].content
+    rules = [rewards.RulesGrader().grade(a.question, a.info).score for a in anchors]
+    assert rules != [a.grade for a in anchors]
