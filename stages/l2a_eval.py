@@ -44,7 +44,7 @@ from typing import Any, Mapping
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.metrics import (
-    METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
+    METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_seeds, bootstrap_seeds_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
 )
 from pipelines.learn_to_ask.tables import L2A_EVAL, SPECS as L2A_SPECS, eval_table
 from pipelines.rewards.learn_to_ask import BETA, CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
@@ -74,6 +74,12 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     models = params["models"]
     if not isinstance(models, Mapping) or not models:
         raise ConfigError("params.yaml l2a.eval.models: expected a mapping of name -> model directory")
+    for name, dirs in models.items():
+        # a list: the same policy trained under several seeds (train --seed), one directory each
+        if isinstance(dirs, list) and (not dirs or len(set(map(str, dirs))) != len(dirs) or not all(isinstance(d, str) for d in dirs)):
+            raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of distinct ones (one per training seed), got {dirs!r}")
+        if not isinstance(dirs, (str, list)):
+            raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of them, got {dirs!r}")
     output = params["output"]
     if not isinstance(output, Mapping) or sorted(output) != ["generations", "markdown", "metrics"]:
         raise ConfigError("params.yaml l2a.eval.output: expected {generations, metrics, markdown}")
@@ -95,7 +101,7 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
         "samples": Path(params["samples"]),
         "split": params.get("split", "test"),
         "max_samples": _positive_int(params.get("max_samples"), "l2a.eval.max_samples", allow_none=True),
-        "models": {str(k): Path(v) for k, v in models.items()},
+        "models": {str(k): [Path(d) for d in (v if isinstance(v, list) else [v])] for k, v in models.items()},
         "max_prompt_tokens": _positive_int(params.get("max_prompt_tokens", 512), "l2a.eval.max_prompt_tokens"),
         "max_new_tokens": _positive_int(generation.get("max_new_tokens", 48), "l2a.eval.generation.max_new_tokens"),
         "batch_size": _positive_int(generation.get("batch_size", 16), "l2a.eval.generation.batch_size"),
@@ -179,6 +185,23 @@ def _result(values: list[Any], stats: Mapping[str, Any], **extra: Any) -> dict[s
     }
 
 
+def _seeds_result(per_seed: list[list[Any]], paths: list[Path], stats: Mapping[str, Any]) -> dict[str, Any]:
+    """A model row: one training seed as before; several: the metrics over the seeds' outputs
+    pooled, intervals resampling seeds and samples, and every seed's own metrics."""
+    if len(per_seed) == 1:
+        return _result(per_seed[0], stats, path=str(paths[0]))
+    pooled = [s for values in per_seed for s in values]
+    return {
+        "path": [str(p) for p in paths],
+        "seeds": len(per_seed),
+        "metrics": metrics_of(pooled),
+        "ci": bootstrap_seeds(per_seed, stats["resamples"], stats["alpha"], stats["seed"]),
+        "per_seed": [metrics_of(values) for values in per_seed],
+        "counts": counts_of(pooled),
+        "reasons": dict(sorted(Counter(s.reason for s in pooled).items())),
+    }
+
+
 def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from catalog.learn_to_ask import grader_prompt, policy_prompt
 
@@ -191,16 +214,17 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, l
         raise DataError(str(settings["samples"]), f"no usable sample in split {settings['split']!r}")
     prompts = policy_prompts(samples, policy_prompt((hindsight or {}).get("prompts")).render())
     grader = QuestionGrader(RulesGrader())
-    answers: dict[str, list[str | None]] = {}
+    answers: dict[str, list[list[str | None]]] = {}  # name -> one list per training seed
     timings: dict[str, float] = {}
-    for name, model_dir in settings["models"].items():
+    for name, model_dirs in settings["models"].items():
         begun = time.perf_counter()
-        answers[name], _ = answer(model_dir, prompts, settings)
+        answers[name] = [answer(model_dir, prompts, settings)[0] for model_dir in model_dirs]
         timings[f"{name}_s"] = round(time.perf_counter() - begun, 2)
     # Every model is scored on the samples all of them answered: paired comparisons; the
     # reference rows (the expert's own turn, the catch-all question) on the same samples.
-    kept = [i for i in range(len(samples)) if all(answers[name][i] is not None for name in answers)]
-    outputs: dict[str, list[str]] = {name: [answers[name][i] for i in kept] for name in answers}  # type: ignore[misc]
+    kept = [i for i in range(len(samples)) if all(seed[i] is not None for name in answers for seed in answers[name])]
+    seed_outputs: dict[str, list[list[str]]] = {name: [[seed[i] for i in kept] for seed in answers[name]] for name in answers}  # type: ignore[misc]
+    outputs = {name: texts[0] for name, texts in seed_outputs.items()}  # the first seed's: the model grader's sample
     references = reference_outputs([samples[i] for i in kept])
     stats = settings["stats"]
 
@@ -208,14 +232,15 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, l
         return [score_output(text, samples[i]["decision_truth"], samples[i]["info_truth"], grader, prompts[i], settings["beta"])
                 for i, text in zip(kept, texts)]
 
-    scored = {name: scored_rows(texts) for name, texts in outputs.items()}
+    seed_scored = {name: [scored_rows(texts) for texts in per_seed] for name, per_seed in seed_outputs.items()}
+    scored = {name: per_seed[0] for name, per_seed in seed_scored.items()}
     scored_refs = {name: scored_rows(texts) for name, texts in references.items()}
-    results = {name: _result(values, stats, path=str(settings["models"][name])) for name, values in scored.items()}
+    results = {name: _seeds_result(per_seed, settings["models"][name], stats) for name, per_seed in seed_scored.items()}
     reference_results = {name: _result(values, stats, description=REFERENCES[name]) for name, values in scored_refs.items()}
     comparisons = {
         f"{a} - {b}": {
             "difference": {m: _diff(results[a]["metrics"][m], results[b]["metrics"][m]) for m in METRICS},
-            "ci": bootstrap_difference(scored[a], scored[b], stats["resamples"], stats["alpha"], stats["seed"]),
+            "ci": bootstrap_seeds_difference(seed_scored[a], seed_scored[b], stats["resamples"], stats["alpha"], stats["seed"]),
         }
         for a, b in settings["compare"]
     }
@@ -233,9 +258,13 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, l
         model_name = backend.hf.model_path if backend.hf is not None else backend.client.model  # type: ignore[union-attr]
         model_grading = {"backend": backend.kind, "model": str(model_name), "prompt": origin, **model_grading}
         timings["model_grader_s"] = round(time.perf_counter() - begun, 2)
+    # one row per model, seed and sample: a later seed's rows under "<name>@<k>"
+    seeded = {(name if k == 0 else f"{name}@{k}"): (texts, seed_scored[name][k])
+              for name, per_seed in seed_outputs.items() for k, texts in enumerate(per_seed)}
+    seeded.update({name: (texts, scored_refs[name]) for name, texts in references.items()})
     rows = [{"model": name, "session_id": samples[i]["session_id"], "turn": samples[i]["turn"], "output": text, "scored": s}
-            for name, texts in {**outputs, **references}.items()
-            for i, text, s in zip(kept, texts, {**scored, **scored_refs}[name])]
+            for name, (texts, values) in seeded.items()
+            for i, text, s in zip(kept, texts, values)]
     publish({settings["output"]["generations"]: (eval_table(rows), L2A_EVAL)})
     report = {
         "split": settings["split"],
@@ -355,6 +384,22 @@ def _rounded(value: Any) -> Any:
     return value
 
 
+def _seeds_lines(models: Mapping[str, Any]) -> list[str]:
+    """The training-seed note under the table's setting: which rows pool several seeds, and
+    each seed's WA-GH and TR (what a re-training moves)."""
+    seeded = {name: result for name, result in models.items() if result.get("seeds", 1) > 1}
+    if not seeded:
+        return []
+    lines = ["", "Rows trained under several seeds (" + ", ".join(f"`{name}` {result['seeds']}" for name, result in seeded.items())
+             + "): the metrics pool their outputs, and the intervals and paired differences resample the seeds, then the samples "
+               "(seed k of one row paired with seed k of the other; an untrained row with every seed). Per seed:"]
+    for name, result in seeded.items():
+        per_seed = result["per_seed"]
+        lines.append(f"- `{name}`: WA-GH " + ", ".join("-" if m["WA-GH"] is None else f"{m['WA-GH']:.2f}" for m in per_seed)
+                     + "; TR " + ", ".join("-" if m["TR"] is None else f"{m['TR']:.2f}" for m in per_seed))
+    return lines
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """reports/l2a.md: the table with its reference rows, its setting, each comparison's paired
     differences, and the model grader beside the rules grader."""
@@ -365,8 +410,10 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         f"{report['samples'] - report['dropped_too_long']} `{report['split']}` samples of `l2a_samples`, greedy decoding, "
         f"grader `{report['grader']}` ({report.get('grader_rule', 'coverage only')}), beta {report['beta']:g}; "
-        f"95 % percentile bootstrap intervals over the samples ({report['stats']['resamples']} resamples). "
+        f"95 % percentile bootstrap intervals over the samples ({report['stats']['resamples']} resamples; over the training "
+        "seeds too where a row has several, its n then counting every seed's outputs). "
         "Definitions: paper appendix F.6 (pipelines/learn_to_ask/metrics.py).",
+        *_seeds_lines(report["models"]),
         "",
         markdown_table(table),
     ]
@@ -436,6 +483,8 @@ def readme_block(report: Mapping[str, Any]) -> str:
     lines = ["| Row | " + " | ".join(METRICS) + " |", "|" + "---|" * (len(METRICS) + 1)]
     for name, result in rows.items():
         lines.append(f"| {name} | " + " | ".join(value(result["metrics"][m]) for m in METRICS) + " |")
+    for line in _seeds_lines(report["models"])[2:]:
+        lines += ["", f"Per training seed, {line[2:]}."]
     for name, comparison in report["compare"].items():
         parts = []
         for metric in ("WA", "WA-GH", "WS", "TR"):

@@ -62,6 +62,7 @@ from pipelines.training.config import (
     OptimSpec,
     OutputSpec,
     TrainConfig,
+    with_training_seed,
 )
 from pipelines.training.inputs import check_schema_name
 from pipelines.training.not_trained import EMPTY_CURVE, NOT_TRAINED, check_start_model, no_rows_reason, not_trained_records, source_rows
@@ -121,8 +122,13 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
 
 
 def run(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
-        policy: Mapping[str, Any] | None = None, section_name: str | None = None) -> dict[str, Any]:
+        policy: Mapping[str, Any] | None = None, section_name: str | None = None,
+        seed: int | None = None, start: str | None = None) -> dict[str, Any]:
     config = train_config(method, params, llm=llm, policy=policy, section_name=section_name)
+    if seed is not None:  # another training seed of the same run: its own outputs (``_s<seed>``)
+        config = with_training_seed(config, seed, start)
+    elif start is not None:
+        raise ConfigError("--start names the start model of another training seed: give --seed too")
     name = section_name or method
     if (empty := _no_rows(config, params[name], name)) is not None:
         return empty
@@ -182,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--section", default=None,
                         help="the method's params section, dotted; its parent holds the shared holdout (default: "
                              "train.<method>; JOSH: train.josh_sft; the τ-bench Clarifier: clarifier.train.sft)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="another training seed of the section's run (optim.seed); outputs get the suffix _s<seed>")
+    parser.add_argument("--start", default=None, help="with --seed: the start model of that seed (e.g. its SFT model)")
     args = parser.parse_args(argv)
     configure_threads()
     check_method(args.method)
@@ -191,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not parent:
         raise ConfigError(f"--section {args.section!r}: expected <parent>.<section>, e.g. train.{args.method}")
     run(args.method, _section(".".join(parent), args.params), llm=read_params("llm", args.params, required=False),
-        policy=read_params("policy", args.params, required=False) if parent == ["train"] else None, section_name=name)
+        policy=read_params("policy", args.params, required=False) if parent == ["train"] else None, section_name=name,
+        seed=args.seed, start=args.start)
 
 
 def _section(dotted: str, path: str) -> dict[str, Any]:

@@ -411,3 +411,31 @@ def policy_model(use: str, lora: LoraSpec | None = None) -> ModelSpec:
     if use in POLICY_DIRS:
         return ModelSpec(path=POLICY_DIRS[use], lora=lora)
     return ModelSpec(path=None, hub_id=use, lora=lora)
+
+
+def with_training_seed(config: TrainConfig, seed: int, start: str | None = None) -> TrainConfig:
+    """The same run under another training seed (issue 28: the tables carry the variance
+    that training brings): ``optim.seed`` (data order, initialisation of new weights,
+    sampling) is ``seed``, every output gets the suffix ``_s<seed>`` (``models/l2a_sft`` ->
+    ``models/l2a_sft_s1``, ``reports/train/l2a_sft.json`` -> ``reports/train/l2a_sft_s1.json``),
+    and ``start`` (when given) replaces the starting model's path, e.g. the SFT model of the
+    same seed for GRPO. The rows trained on and the hold-out stay the same.
+
+    >>> config = TrainConfig("sft", ModelSpec(), DataSpec(sources=(SourceSpec("rows.parquet"),)),
+    ...                      output=OutputSpec("models/sft", "reports/train/sft.json", "reports/train/sft_curve.csv"))
+    >>> seeded = with_training_seed(config, 2, start="models/base_s2")
+    >>> seeded.optim.seed, seeded.model.path, seeded.output.model_dir, seeded.output.curve
+    (2, 'models/base_s2', 'models/sft_s2', 'reports/train/sft_curve_s2.csv')
+    """
+    import dataclasses
+    from pathlib import PurePosixPath
+
+    def suffixed(path: str) -> str:
+        p = PurePosixPath(path)
+        return str(p.with_name(f"{p.stem}_s{seed}{p.suffix}"))
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"training seed: expected an integer >= 0, got {seed!r}")
+    model = config.model if start is None else dataclasses.replace(config.model, path=start, hub_id=None)
+    output = OutputSpec(f"{config.output.model_dir.rstrip('/')}_s{seed}", suffixed(config.output.metrics), suffixed(config.output.curve))
+    return dataclasses.replace(config, optim=dataclasses.replace(config.optim, seed=seed), output=output, model=model)

@@ -189,7 +189,7 @@ def test_dvc_repro_l2a_eval_trains_both_policies_and_is_idempotent(tmp_path):
         _run(["git", "add", "-A"], project)
         _run(["git", "commit", "-q", "-m", "catalog"], project)
     first = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project)
-    for stage in ("hindsight", "train_l2a_sft", "train_l2a_grpo", "l2a_eval"):
+    for stage in ("hindsight", "train_l2a_sft", "train_l2a_grpo", "train_l2a_sft_seeds@1", "train_l2a_grpo_seeds@2", "l2a_eval"):
         assert f"Running stage '{stage}'" in first.stdout
     sft = json.loads((project / "reports/train/l2a_sft.json").read_text())
     grpo = json.loads((project / "reports/train/l2a_grpo.json").read_text())
@@ -197,8 +197,13 @@ def test_dvc_repro_l2a_eval_trains_both_policies_and_is_idempotent(tmp_path):
     assert (project / "models/l2a_grpo/config.json").is_file()
     report = json.loads((project / "reports/l2a.json").read_text())
     assert set(report["models"]) == {"base", "l2a_sft", "l2a_grpo"} and report["split"] == "test"
+    # the trained rows pool three training seeds (issue 28); GRPO of seed 2 started from SFT of seed 2
+    assert report["models"]["l2a_grpo"]["seeds"] == 3 and report["models"]["l2a_sft"]["path"][2] == "models/l2a_sft_s2"
+    seed2 = json.loads((project / "reports/train/l2a_grpo_s2.json").read_text())
+    assert json.dumps(seed2).count("models/l2a_sft_s2") >= 1 and (project / "models/l2a_grpo_s2/config.json").is_file()
     assert set(report["references"]) == {"expert", "catch_all"}  # scored beside the models, on the same samples
-    rows = (len(report["models"]) + len(report["references"])) * (report["samples"] - report["dropped_too_long"])
+    outputs = sum(m.get("seeds", 1) for m in report["models"].values()) + len(report["references"])  # a row per seed
+    rows = outputs * (report["samples"] - report["dropped_too_long"])
     assert read_artifact(project / "data/processed/l2a/l2a_eval.parquet").num_rows == rows
     second = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project)
     assert "Running stage" not in second.stdout and "Data and pipelines are up to date" in second.stdout
