@@ -20,10 +20,10 @@ pytestmark = pytest.mark.slow
 N_DIALOGUES = 60
 
 
-def _run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def _run(args: list[str], cwd: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1",
            "GIT_AUTHOR_NAME": "askflow", "GIT_AUTHOR_EMAIL": "ci@askflow.invalid", "GIT_COMMITTER_NAME": "askflow", "GIT_COMMITTER_EMAIL": "ci@askflow.invalid"}
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -123,8 +123,11 @@ def project(tmp_path) -> Path:
     return pipeline_project(tmp_path / "project", shrink)
 
 
+@pytest.mark.timeout(2400)
 def test_dvc_repro_builds_validated_artifacts_and_is_idempotent(project):
-    first = _run([sys.executable, "-m", "dvc", "repro"], project)
+    # every stage of dvc.yaml (34 with the L2A seed stages), each with its process start: over
+    # 10 minutes on 2 busy cores
+    first = _run([sys.executable, "-m", "dvc", "repro"], project, timeout=1800)
     out = project / "data" / "processed" / "multiwoz"
     for name in ("dialogues", "turns", "goals", "entities", "splits"):
         assert (out / f"{name}.parquet").exists(), name
