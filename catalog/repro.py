@@ -8,6 +8,15 @@ the run with DVC's message naming it.
 
     python -m catalog.repro [dvc repro options]   # what `make run` runs
 
+Without dvc repro options it runs the out-of-date stages side by side, ``--jobs N`` at a time
+(default: one per CPU core; every stage computes on ``threads`` CPU threads, params.yaml, 1 by
+default), each as ``dvc repro --single-item <stage>`` once every stage it depends on has
+finished, the longest remaining chain first (:func:`schedule`). DVC releases its repository
+lock while a stage's command runs (``--wait-for-lock``: the next one waits for it), so DVC
+itself checks, runs and records each stage, and ``dvc.lock`` is what a serial ``dvc repro``
+writes. Each line a stage prints is prefixed with its name. With options (targets,
+``--force``, ...) or ``--jobs 1`` it is one ``dvc repro`` with them.
+
 At the end it prints a summary: the total wall time, each stage that ran with its wall time
 (each stage prints ``[stage <name>] start`` / ``done in ...`` itself, see ``stages.entry``),
 and the headline rows of every results table under ``reports/`` with the
@@ -59,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = Path.cwd()
     started = time.monotonic()
     profile, argv = _profile_argument(argv)
+    try:
+        jobs, argv = _jobs_argument(argv)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
     if profile is not None:
         from catalog.profiles import apply_profile
         from pipelines.errors import ConfigError
@@ -79,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     clean_up_killed_runs()  # a killed stage's Prefect server and /tmp staging, before anything starts
     with tempfile.TemporaryDirectory(prefix="askflow-run-") as tmp, shared_prefect_api(os.environ["PREFECT_HOME"]) as prefect_env:
         log = Path(tmp) / "stages.jsonl"  # one line per stage that ran (stages.entry)
-        result = repro_keeping_outputs(root, argv, env={RUN_LOG_ENV: str(log), **prefect_env})
+        result = repro_keeping_outputs(root, argv, env={RUN_LOG_ENV: str(log), **prefect_env}, jobs=jobs)
         runs = read_run_log(log)
     print(summary(root, runs, result.notes, time.monotonic() - started, result.returncode), flush=True)
     return result.returncode
@@ -99,6 +113,34 @@ def _profile_argument(argv: list[str]) -> tuple[str | None, list[str]]:
         else:
             rest.append(arg)
     return (profile or None), rest
+
+
+def _jobs_argument(argv: list[str]) -> tuple[int, list[str]]:
+    """``--jobs N`` (or ``-j N``, ``--jobs=N``) out of the arguments: how many stages run side
+    by side; default one per CPU core."""
+    rest: list[str] = []
+    jobs: str | None = None
+    args = iter(argv)
+    for arg in args:
+        if arg in ("--jobs", "-j"):
+            jobs = next(args, "")
+        elif arg.startswith("--jobs="):
+            jobs = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if jobs is None:
+        return default_jobs(), rest
+    if not jobs.isdigit() or int(jobs) < 1:
+        raise ValueError(f"--jobs: expected an integer >= 1, got {jobs!r}")
+    return int(jobs), rest
+
+
+def default_jobs() -> int:
+    """One stage per CPU core this process may use (each stage computes on one thread)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 # --- dvc repro that keeps the last good outputs ------------------------------------------------
@@ -232,12 +274,14 @@ def repro_keeping_outputs(
     env: dict[str, str] | None = None,
     on_line: Callable[[str], None] | None = None,
     say: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> ReproResult:
     """``dvc repro *args`` in ``root``, this interpreter's bin directory first on PATH; after a
     failure (a stage failed, the run was interrupted with Ctrl-C or terminated with SIGTERM)
     the outs of the stages that did not finish are put back as they were before the run, and
     ``say`` (default: stderr) gets one line per stage saying which. ``on_line``: dvc's output
-    (stdout and stderr) line by line instead of to this process's own."""
+    (stdout and stderr) line by line instead of to this process's own. ``jobs`` > 1 and no
+    ``args``: the out-of-date stages side by side (:func:`_run_side_by_side`)."""
     from dvc.lock import LockError
 
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -249,7 +293,10 @@ def repro_keeping_outputs(
         except Exception as error:  # noqa: BLE001 - dvc repro says what is wrong with the project
             say(f"warning: the outputs before the run could not be recorded ({error}); a failed stage's are not restored")
             before = []
-        returncode, stopped_by = _run_dvc(root, ["repro", *args], full_env, on_line)
+        if jobs > 1 and not args:
+            returncode, stopped_by = _run_side_by_side(root, jobs, full_env, on_line)
+        else:
+            returncode, stopped_by = _run_dvc(root, ["repro", *args], full_env, on_line)
         if returncode == 0:
             return ReproResult(0, {}, {}, [])
         if stopped_by is not None:
@@ -315,6 +362,156 @@ def _terminate_tree(pid: int) -> None:
             process.terminate()
         except psutil.NoSuchProcess:
             pass
+
+
+# --- Stages side by side ----------------------------------------------------------------------
+
+
+def stage_graph(root: Path) -> tuple[dict[str, set[str]], set[str]]:
+    """Stage -> the stages it depends on (every stage with a command, by its ``dvc repro``
+    name), and the stages that are out of date now (``dvc status``) with every stage that
+    depends on one of them: those a run may have to reproduce."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        graph = repo.index.graph
+        names = {stage: _name(stage, root) for stage in graph.nodes if getattr(stage, "cmd", None)}
+        needs = {names[s]: {names[d] for d in graph.successors(s) if d in names} for s in names}
+        status = repo.status()
+        changed = {names[s] for s in names if s.addressing in status or names[s] in status}
+    stale = set(changed)
+    grew = True
+    while grew:  # everything downstream of an out-of-date stage
+        before = len(stale)
+        stale |= {stage for stage, deps in needs.items() if deps & stale}
+        grew = len(stale) > before
+    return needs, stale
+
+
+def schedule(needs: dict[str, set[str]], todo: set[str], done: set[str], running: set[str],
+             estimate: Callable[[str], float]) -> list[str]:
+    """The stages of ``todo`` that may start now (every stage they depend on is ``done``, or
+    neither to do nor ``running``: up to date), the one with the longest chain of remaining work after it first: it decides
+    when the run ends.
+
+    >>> needs = {"a": set(), "b": {"a"}, "c": set(), "d": {"b"}}
+    >>> schedule(needs, {"a", "b", "c", "d"}, set(), set(), lambda s: 1.0)
+    ['a', 'c']
+    >>> schedule(needs, {"b", "c", "d"}, {"a"}, {"c"}, lambda s: 1.0)
+    ['b']
+    """
+    users: dict[str, set[str]] = {s: set() for s in needs}
+    for stage, deps in needs.items():
+        for dep in deps:
+            users.setdefault(dep, set()).add(stage)
+    chain: dict[str, float] = {}
+
+    def length(stage: str) -> float:
+        if stage not in chain:
+            chain[stage] = estimate(stage) + max((length(u) for u in users.get(stage, ()) if u in todo), default=0.0)
+        return chain[stage]
+
+    waiting = todo | running  # a stage in neither needs no run: up to date
+    ready = [s for s in todo - running - done if all(d in done or d not in waiting for d in needs.get(s, ()))]
+    return sorted(ready, key=lambda s: (-length(s), s))
+
+
+def _estimate(root: Path) -> Callable[[str], float]:
+    """A stage's expected wall time for the scheduling order only: its last run's
+    (``reports/timings/<stage>.json``, where a stage writes one), else a minute."""
+    def estimate(stage: str) -> float:
+        path = root / "reports" / "timings" / f"{stage.split('@')[0].split(':')[-1]}.json"
+        try:
+            wall = json.loads(path.read_text(encoding="utf-8")).get("wall_s")
+            return float(wall) if isinstance(wall, (int, float)) else 60.0
+        except (OSError, ValueError, AttributeError):
+            return 60.0
+    return estimate
+
+
+def _run_side_by_side(root: Path, jobs: int, env: dict[str, str],
+                      on_line: Callable[[str], None] | None) -> tuple[int, int | None]:
+    """Every out-of-date stage (and what depends on it) as ``dvc --wait-for-lock repro
+    --single-item <stage>``, at most ``jobs`` at once, each once the stages it depends on have
+    finished. After a failure no new stage starts; the running ones finish (their outputs
+    are good). Ctrl-C or SIGTERM stops them all. The first failure's exit status, and the
+    signal that stopped the run, if one did."""
+    try:
+        needs, todo = stage_graph(root)
+    except Exception:  # noqa: BLE001 - a broken project: dvc repro says what is wrong with it
+        return _run_dvc(root, ["repro"], env, on_line)
+
+    def emitter(stream):  # a stage's stdout to ours, its stderr to ours (or both to on_line)
+        return on_line or (lambda line: print(line, file=stream, flush=True))
+
+    estimate = _estimate(root)
+    lock = threading.Lock()
+    running: dict[str, subprocess.Popen] = {}
+    done: set[str] = set()
+    failed: list[tuple[str, int]] = []
+    stopped_by: list[int] = []
+    finished = threading.Event()
+
+    def pump(stage: str, pipe, emit) -> None:
+        for raw in pipe:
+            if raw.rstrip():
+                with lock:
+                    emit(f"{stage} | {raw.rstrip()}")
+
+    def watch(stage: str, process: subprocess.Popen) -> None:
+        readers = [threading.Thread(target=pump, args=(stage, pipe, emitter(stream)), daemon=True)
+                   for pipe, stream in ((process.stdout, sys.stdout), (process.stderr, sys.stderr))]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join()
+        process.wait()
+        with lock:
+            del running[stage]
+            if process.returncode == 0:
+                done.add(stage)
+            else:
+                failed.append((stage, process.returncode))
+        finished.set()
+
+    def terminate(signum, _frame):
+        stopped_by.append(signum)
+        for process in list(running.values()):
+            _terminate_tree(process.pid)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if in_main else None
+    threads: list[threading.Thread] = []
+    try:
+        while True:
+            try:
+                with lock:
+                    if not failed and not stopped_by:
+                        for stage in schedule(needs, todo, done, set(running), estimate)[: jobs - len(running)]:
+                            process = subprocess.Popen(
+                                [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage],
+                                cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1)
+                            running[stage] = process
+                            todo.discard(stage)
+                            thread = threading.Thread(target=watch, args=(stage, process), daemon=True)
+                            thread.start()
+                            threads.append(thread)
+                    if not running and (failed or stopped_by or not todo
+                                        or not schedule(needs, todo, done, set(), estimate)):
+                        break
+                finished.wait(timeout=1.0)
+                finished.clear()
+            except KeyboardInterrupt:  # the stages got the SIGINT too: wait for them to fail
+                stopped_by.append(signal.SIGINT)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+        for thread in threads:
+            thread.join()
+    if failed:
+        return failed[0][1], (stopped_by[0] if stopped_by else None)
+    return (1 if stopped_by else 0), (stopped_by[0] if stopped_by else None)
 
 
 # --- The summary at the end ----------------------------------------------------------------

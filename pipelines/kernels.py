@@ -31,3 +31,19 @@ def kernel_environment(kernels: object, where: str = "params.yaml kernels") -> d
     if kernels not in KERNELS:
         raise ValueError(f"{where}: expected one of {list(KERNELS)}, got {kernels!r}")
     return dict(PORTABLE_KERNELS) if kernels == "portable" else {}
+
+
+def thread_environment(threads: object, where: str = "params.yaml threads") -> dict[str, str]:
+    """The environment variables that give torch ``threads`` CPU threads (OpenMP's and MKL's,
+    read when torch starts).
+
+    >>> thread_environment(1)
+    {'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
+    >>> thread_environment(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: params.yaml threads: expected an integer >= 1, got 0
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"{where}: expected an integer >= 1, got {threads!r}")
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}

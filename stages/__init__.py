@@ -3,14 +3,18 @@
 Before any stage module loads torch, the CPU math kernels that params.yaml's top-level
 ``kernels`` names are set in the environment, where ATen, oneDNN and MKL read them
 (:mod:`pipelines.kernels`; issue 28): ``default`` leaves the machine's fastest kernels,
-``portable`` gives the same model bytes on any x86 machine at 2-5x the training time. Every
-stage lists ``kernels`` among its DVC params, so switching re-runs what it changes.
+``portable`` gives the same model bytes on any x86 machine at 2-5x the training time. The
+top-level ``threads`` (default 1) is every stage's number of CPU threads (OpenMP and MKL read
+it from the environment when torch starts): torch splits its sums by thread, so a model's
+bytes depend on it, and one thread gives the same bytes on any number of cores (``make run``
+runs stages side by side instead, one per core). Every stage lists ``kernels`` and
+``threads`` among its DVC params, so switching re-runs what it changes.
 """
 
 from __future__ import annotations
 
 
-def _set_kernels() -> None:
+def _set_cpu() -> None:
     import os
     import sys
     from pathlib import Path
@@ -26,13 +30,14 @@ def _set_kernels() -> None:
         return  # the stage's own reading of params.yaml reports it, with the file and line
     if not isinstance(document, dict):
         return
-    from pipelines.kernels import kernel_environment
+    from pipelines.kernels import kernel_environment, thread_environment
 
     try:
         os.environ.update(kernel_environment(document.get("kernels", "default")))
+        os.environ.update(thread_environment(document.get("threads", 1)))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
 
 
-_set_kernels()
+_set_cpu()

@@ -11,7 +11,7 @@ params.yaml ``bootstrap``:
 * ``source`` (a MultiWOZ-layout directory), ``db_dir`` (optional), ``env_seed`` (the tool
   environment's seed in the rendered chats, as an episode's seed);
 * ``seed`` (model initialisation, data order, evaluation prompts), ``threads`` (torch
-  CPU threads);
+  CPU threads; default: the top-level ``threads``);
 * ``vocab_size``, ``max_length`` (tokens per training window), ``assistant_only_loss``;
 * ``model``: :class:`pipelines.policy.model.Architecture` fields;
 * ``train``: :class:`pipelines.policy.model.TrainConfig` fields except ``seed``;
@@ -101,11 +101,14 @@ def run(params: dict) -> dict:
         source, output, metrics_path = Path(params["source"]), Path(params["output"]), Path(params["metrics"])
     except KeyError as exc:
         raise ConfigError(f"params.yaml bootstrap: {exc.args[0]!r} is required") from None
-    threads, env_seed = params.get("threads", 2), params.get("env_seed", 0)
+    threads, env_seed = params.get("threads"), params.get("env_seed", 0)
     for name, value, minimum in (("threads", threads, 1), ("env_seed", env_seed, 0)):
+        if value is None and name == "threads":  # the top-level params.yaml threads (stages/__init__.py)
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ConfigError(f"params.yaml bootstrap.{name}: expected an integer >= {minimum}, got {value!r}")
-    torch.set_num_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     corpus = load_multiwoz(source, params.get("db_dir"))
     database = Database(corpus.entities, corpus.taxi_options)

@@ -133,7 +133,8 @@ def run(params: dict) -> dict:
                           "traces from a file need an openai inserter")
     import torch
 
-    torch.set_num_threads(int(params.get("threads", 1)))
+    if params.get("threads") is not None:  # else the top-level params.yaml threads (stages/__init__.py)
+        torch.set_num_threads(int(params["threads"]))
     teacher, teacher_name = make_teacher(params)
     loaded = time.perf_counter()
     result = run_pir(traces, StepScorer(teacher), inserter, config, teacher_name)

@@ -72,7 +72,8 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
     from pipelines.rewards.pir import PIRReward, RulesHelpfulness
     from pipelines.simulators.agenda import AgendaSimulator
 
-    torch.set_num_threads(int(params.get("threads", 1)))
+    if params.get("threads") is not None:  # else the top-level params.yaml threads (stages/__init__.py)
+        torch.set_num_threads(int(params["threads"]))
     started = time.perf_counter()
     corpus = load_multiwoz(params["source"], params.get("db_dir"))
     database = Database(corpus.entities, corpus.taxi_options)

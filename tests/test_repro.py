@@ -127,3 +127,67 @@ def test_make_run_prints_each_stage_with_its_time_and_a_summary_at_the_end(tmp_p
 
     again = _run([sys.executable, "-m", "catalog.repro"], project)
     assert "[stage" not in again.stdout and "no stage ran: every output was up to date" in again.stdout
+
+
+SIDE_BY_SIDE_YAML = """\
+stages:
+  left:
+    cmd: python meet.py left right
+    outs: [left.txt]
+  right:
+    cmd: python meet.py right left
+    outs: [right.txt]
+  both:
+    cmd: python -c "open('both.txt', 'w').write(open('left.txt').read() + open('right.txt').read())"
+    deps: [left.txt, right.txt]
+    outs: [both.txt]
+"""
+# Each of left and right waits (up to 30 s) until the other has started: they finish only when
+# they run side by side, and `both` must wait for both of them.
+MEET_PY = """\
+import sys, time
+from pathlib import Path
+
+me, other = sys.argv[1:]
+Path(f"{me}.started").write_text("")
+deadline = time.monotonic() + 30
+while not Path(f"{other}.started").exists():
+    if time.monotonic() > deadline:
+        sys.exit(f"error: {other} never started beside {me}")
+    time.sleep(0.1)
+Path(f"{me}.txt").write_text(me)
+"""
+
+
+def _meeting_project(project: Path) -> Path:
+    project.mkdir()
+    (project / "dvc.yaml").write_text(SIDE_BY_SIDE_YAML)
+    (project / "meet.py").write_text(MEET_PY)
+    _run(["git", "init", "-q"], project)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], project)
+    _run(["git", "add", "-A"], project)
+    _run(["git", "commit", "-q", "-m", "init"], project)
+    return project
+
+
+def test_make_run_runs_independent_stages_side_by_side_and_waits_for_dependencies(tmp_path):
+    project = _meeting_project(tmp_path / "project")
+    proc = _run([sys.executable, "-m", "catalog.repro", "--jobs", "2"], project)
+    assert (project / "both.txt").read_text() == "leftright", proc.stdout + proc.stderr
+    assert "left | Running stage 'left'" in proc.stdout and "both | Running stage 'both'" in proc.stdout
+    # dvc.lock records every stage, as a serial dvc repro does: nothing is out of date.
+    status = _run([sys.executable, "-m", "dvc", "status"], project)
+    assert "up to date" in status.stdout, status.stdout
+    assert "no stage ran" in _run([sys.executable, "-m", "catalog.repro", "--jobs", "2"], project).stdout
+
+    # One at a time (one dvc repro), left waits for a right that never starts: the run fails
+    # naming it, and `both` never runs.
+    serial = _meeting_project(tmp_path / "serial")
+    bad = _run([sys.executable, "-m", "catalog.repro", "--jobs", "1"], serial, check=False)
+    assert bad.returncode != 0 and "never started beside" in bad.stdout + bad.stderr
+    assert not (serial / "both.txt").exists()
+
+
+def test_make_run_refuses_a_bad_jobs_value(tmp_path):
+    proc = _run([sys.executable, "-m", "catalog.repro", "--jobs", "0"], tmp_path, check=False)
+    assert proc.returncode == 1 and "--jobs: expected an integer >= 1, got '0'" in proc.stderr
