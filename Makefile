@@ -39,7 +39,7 @@ lock:
 	mv requirements.lock.new requirements.lock
 
 # Stage commands run `python -m stages.<name>`: put the venv first on PATH. catalog.repro runs
-# `dvc repro` of every stage: all their inputs are in the repository (vendor/ holds τ-bench and the real MultiWOZ val data).
+# every out-of-date stage through DVC, one per CPU core side by side (--jobs N): all their inputs are in the repository (vendor/ holds τ-bench and the real MultiWOZ val data).
 # PROFILE=full first writes profiles/full.yaml's values (the long tables) into params.yaml.
 PROFILE ?=
 run: $(STAMP)

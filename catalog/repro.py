@@ -429,6 +429,11 @@ def _estimate(root: Path) -> Callable[[str], float]:
     return estimate
 
 
+#: What each ``dvc repro`` says after it changed dvc.lock: once per stage side by side is noise.
+DVC_HINTS = frozenset({"To track the changes with git, run:", "git add dvc.lock", "To enable auto staging, run:",
+                       "dvc config core.autostage true", "Use `dvc push` to send your updates to remote storage."})
+
+
 def _run_side_by_side(root: Path, jobs: int, env: dict[str, str],
                       on_line: Callable[[str], None] | None) -> tuple[int, int | None]:
     """Every out-of-date stage (and what depends on it) as ``dvc --wait-for-lock repro
@@ -454,7 +459,7 @@ def _run_side_by_side(root: Path, jobs: int, env: dict[str, str],
 
     def pump(stage: str, pipe, emit) -> None:
         for raw in pipe:
-            if raw.rstrip():
+            if raw.rstrip() and raw.strip() not in DVC_HINTS:
                 with lock:
                     emit(f"{stage} | {raw.rstrip()}")
 
