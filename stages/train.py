@@ -1,12 +1,15 @@
 """DVC stages ``train_sft``, ``train_dpo``, ``train_kto``, ``train_grpo``: one Prefect flow
 run each (:mod:`flows.train`).
 
-    python -m stages.train sft|dpo|kto|grpo [--section NAME] [--params params.yaml]
+    python -m stages.train sft|dpo|kto|grpo [--section NAME] [--seed N [--start DIR]] [--params params.yaml]
 
 ``--section`` trains ``method`` with another section of ``train`` (default: the method's
 own), e.g. ``train_josh_sft`` is ``sft --section josh_sft`` and ``train_josh_kto`` is
 ``kto --section josh_kto``: the same flow on the JOSH harvest, with its own model, data and
-outputs.
+outputs. ``--seed N`` trains the section again under training seed N (``optim.seed``; every
+output path gets the suffix ``_s<N>``, :func:`pipelines.training.config.with_training_seed`),
+``--start DIR`` from another start model (GRPO of seed N from SFT's ``models/..._s<N>``):
+Learn-to-Ask's ``train_l2a_*_seeds`` stages.
 
 params.yaml ``train``:
 

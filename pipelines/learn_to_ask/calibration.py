@@ -297,7 +297,9 @@ def corpus_grader_anchors(sessions: Sequence[Session], n_anchors: int, n_pool: i
     # 0, 0.5, 1, 0, 0.5, 1, ... over the grades that occur (a corpus may lack one)
     chosen = [a for turn in itertools.zip_longest(*by_grade.values()) for a in turn if a is not None][: n_anchors + n_pool]
     if len(chosen) < n_anchors + n_pool:
-        raise DataError("calibrate", f"{len(chosen)} points with annotated requests; {n_anchors} anchors and {n_pool} pool examples need {n_anchors + n_pool}")
+        raise DataError("calibrate", f"{len(chosen)} points with annotated requests; {n_anchors} anchors and {n_pool} pool examples "
+                        f"need {n_anchors + n_pool} (logs without dialogue acts, e.g. chat logs: give graded anchors in "
+                        "params.yaml calibrate.anchors.grader, or leave the grader track out of calibrate.tracks)")
     anchors = sorted(chosen[:n_anchors], key=lambda a: a.point.session.session_id)
     return anchors, chosen[n_anchors:]
 
