@@ -117,8 +117,9 @@ def open_workspace(config: JoshConfig, llm_params: Mapping[str, Any] | None) -> 
 
 
 def fingerprint(config: JoshConfig, llm_params: Mapping[str, Any] | None) -> str:
-    """What a tree depends on: the corpus files, the model weights and every harvest setting
-    (not where the outputs go, how many goals, how they are spread over workers)."""
+    """What a tree depends on: the corpus files, the model weights (and torch's CPU thread
+    count) and every harvest setting (not where the outputs go, how many goals, how they are
+    spread over workers)."""
     digest = hashlib.sha256()
     ignored = ("output", "metrics", "work_dir", "concurrency", "max_goals", "min_reward", "max_llm_failure_rate", "test", "fan_out",
                "require_training_data")
@@ -131,6 +132,10 @@ def fingerprint(config: JoshConfig, llm_params: Mapping[str, Any] | None) -> str
     files = [source / "data.json", *sorted(source.glob("*ListFile.json")), *sorted(db.glob("*.json"))]
     if config.agent.backend == "hf":
         files += sorted(Path(config.agent.model_path or "").glob("*.safetensors"))
+        import torch
+
+        # a local model samples other tokens on another CPU thread count (params.yaml threads)
+        digest.update(f"threads={torch.get_num_threads()}".encode())
     for path in files:
         digest.update(path.name.encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
