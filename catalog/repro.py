@@ -379,20 +379,16 @@ def stage_graph(root: Path) -> tuple[dict[str, set[str]], set[str]]:
     """Stage -> the stages it depends on (every stage with a command, by its ``dvc repro``
     name), and the stages that are out of date now (``dvc status``) with every stage that
     depends on one of them: those a run may have to reproduce."""
+    import networkx as nx
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
-        graph = repo.index.graph
+        graph = repo.index.graph  # edge (a, b): a depends on b
         names = {stage: _name(stage, root) for stage in graph.nodes if getattr(stage, "cmd", None)}
         needs = {names[s]: {names[d] for d in graph.successors(s) if d in names} for s in names}
         status = repo.status()
-        changed = {names[s] for s in names if s.addressing in status or names[s] in status}
-    stale = set(changed)
-    grew = True
-    while grew:  # everything downstream of an out-of-date stage
-        before = len(stale)
-        stale |= {stage for stage, deps in needs.items() if deps & stale}
-        grew = len(stale) > before
+        changed = [s for s in names if s.addressing in status or names[s] in status]
+        stale = {names[u] for s in changed for u in nx.ancestors(graph, s) | {s} if u in names}
     return needs, stale
 
 

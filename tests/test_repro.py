@@ -27,14 +27,20 @@ stages:
 """
 
 
-def _project(root: Path, data: Path) -> Path:
+def _committed_project(root: Path, files: dict[str, str]) -> Path:
+    """``files`` (name -> text) committed in a fresh git + DVC repository at ``root``."""
     root.mkdir()
-    (root / "dvc.yaml").write_text(DVC_YAML.format(data=data))
+    for name, text in files.items():
+        (root / name).write_text(text)
     _run(["git", "init", "-q"], root)
     _run([sys.executable, "-m", "dvc", "init", "-q"], root)
     _run(["git", "add", "-A"], root)
     _run(["git", "commit", "-q", "-m", "init"], root)
     return root
+
+
+def _project(root: Path, data: Path) -> Path:
+    return _committed_project(root, {"dvc.yaml": DVC_YAML.format(data=data)})
 
 
 def test_make_run_runs_every_stage_and_lists_dependencies_outside_the_project(tmp_path):
@@ -160,14 +166,7 @@ Path(f"{me}.txt").write_text(me)
 
 
 def _meeting_project(project: Path) -> Path:
-    project.mkdir()
-    (project / "dvc.yaml").write_text(SIDE_BY_SIDE_YAML)
-    (project / "meet.py").write_text(MEET_PY)
-    _run(["git", "init", "-q"], project)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], project)
-    _run(["git", "add", "-A"], project)
-    _run(["git", "commit", "-q", "-m", "init"], project)
-    return project
+    return _committed_project(project, {"dvc.yaml": SIDE_BY_SIDE_YAML, "meet.py": MEET_PY})
 
 
 def test_make_run_runs_independent_stages_side_by_side_and_waits_for_dependencies(tmp_path):
