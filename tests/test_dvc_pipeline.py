@@ -97,16 +97,22 @@ def pipeline_project(root: Path, edit_params: Callable[[dict], None], files: Map
     return root
 
 
+def tiny_bootstrap(params: dict) -> None:
+    """Stage bootstrap (models/base) as a token pre-training run: tests that need models/base only
+    as an upstream path (a dependency in dvc.yaml) are about the pipeline, not learning."""
+    if "bootstrap" in params:
+        params["bootstrap"].update(vocab_size=1000, max_length=512)
+        params["bootstrap"]["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
+        params["bootstrap"]["train"].update(steps=3, warmup_steps=1)
+        params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
+
+
 def shrink(params: dict) -> None:
     params["corpus"]["n_dialogues"] = N_DIALOGUES
     # The τ-bench stages (vendor/taubench) are left out here to keep the run short; their DVC
     # run is tests/taubench/test_clarifier_dvc.py.
     params["clarifier"]["enable"] = []
-    if "bootstrap" in params:  # a token pre-training run: this test is about the pipeline, not learning
-        params["bootstrap"].update(vocab_size=1000, max_length=512)
-        params["bootstrap"]["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
-        params["bootstrap"]["train"].update(steps=3, warmup_steps=1)
-        params["bootstrap"]["eval"].update(windows=4, prompts=3, max_new_tokens=8)
+    tiny_bootstrap(params)
     if "calibrate" in params:  # Auto-Prompt with a real model: one anchor, one candidate, a few tokens
         params["calibrate"].update(n_anchors=1, n_pool=1, iterations=1, k=1)
         for role in ("extractor", "grader", "policy"):

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.test_dvc_pipeline import _run, pipeline_project
+from tests.test_dvc_pipeline import _run, pipeline_project, tiny_bootstrap
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +25,13 @@ N_DIALOGUES = 60
 
 def small_josh(params: dict, **josh: object) -> None:
     params["corpus"]["n_dialogues"] = N_DIALOGUES
-    # rules: the template harvester, fast and deterministic (the default, hf, is the model M)
+    # rules: the template harvester, fast and deterministic (the default, hf, is the model M).
+    # model_path stays: dvc.yaml declares it a dependency of stage josh whatever the backend, so
+    # `dvc repro josh` builds it (a token bootstrap run here).
+    tiny_bootstrap(params)
     params["josh"].update({"max_goals": 5, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 6},
-                           "agent": {"backend": "rules"}, "test": {"max_goals": 20, "seeds": [0]}, **josh})
+                           "agent": {"backend": "rules", "model_path": params["josh"]["agent"]["model_path"]},
+                           "test": {"max_goals": 20, "seeds": [0]}, **josh})
 
 
 def test_dvc_repro_josh_writes_tables_and_metrics_and_a_second_run_does_nothing(tmp_path):
