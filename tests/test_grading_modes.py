@@ -47,6 +47,32 @@ def test_standard_mode_offered_venues_against_the_goals_venues(database):
     assert not result.standard.inform and not result.standard.success and not result.success
 
 
+def test_standard_mode_counts_a_requestable_only_for_the_turns_active_domain(database):
+    """The evaluator attributes a turn's requestables to the one domain whose state changed:
+    the restaurant's phone given in the turn where the attraction's search began counts for
+    the attraction, not the restaurant (strict mode reads it wherever it is said)."""
+    goal = {"restaurant": {"info": {"food": "chinese", "area": "north"}, "reqt": ["phone"]},
+            "attraction": {"info": {"type": "museum"}, "reqt": []}}
+    chinese = {"food": "chinese", "area": "north"}
+
+    def dialogue(name: str, phone_turn: int):
+        lotus = "Lotus garden" + (" , phone 01223000222 ." if phone_turn == 1 else " .")
+        museum = "The old gaol museum" + (" ; lotus garden 's phone is 01223000222 ." if phone_turn == 3 else " .")
+        return _with_message(name, goal, [], [
+            ("A chinese place in the north ?", {}, {}),
+            (lotus, _belief(restaurant=(chinese, {})), {}),
+            ("And a museum ?", {}, {}),
+            (museum, _belief(restaurant=(chinese, {}), attraction=({"type": "museum"}, {})), {}),
+        ])
+
+    said_with_its_search = _grade(dialogue("ACTIVE01.json", 1), database)
+    assert said_with_its_search.standard.success and said_with_its_search.success
+    said_with_another = _grade(dialogue("ACTIVE02.json", 3), database)
+    assert said_with_another.success, said_with_another.reasons
+    assert not said_with_another.standard.success
+    assert said_with_another.standard.domain("restaurant").missing == ("phone",)
+
+
 def test_standard_mode_taxi_is_matched_and_needs_only_its_phone(database):
     goal = {"taxi": {"info": {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "09:00"}, "reqt": ["car type", "phone"]}}
     semi = {"departure": "lotus garden", "destination": "riverside lido", "leaveAt": "09:00"}

@@ -75,14 +75,15 @@ def test_hf_agent_harvest_runs_a_local_model(small_corpus_dir, tiny_model_dir, t
     assert tree["agent_calls"] > 0 and len(tree["nodes"]) > 1
 
 
-def test_fan_out_over_prefect_thread_workers_gives_the_in_process_tables(prefect_api, small_corpus_dir, tmp_path):
-    import pyarrow.parquet as pq
-
+@pytest.mark.parametrize("task_runner", ["thread", "process", "dask"])
+def test_fan_out_over_prefect_workers_gives_the_in_process_tables(prefect_api, small_corpus_dir, tmp_path, task_runner):
+    """The harvest fanned out over two Prefect workers (threads, processes, or a Dask
+    LocalCluster of two worker processes: prefect-dask) writes the in-process tables."""
     base = {"source": str(small_corpus_dir), "max_goals": 6, "agent": {"backend": "rules"}, "beam": {"max_beam": 4, "branching_factor": 2, "max_turns": 10},
             "test": {"max_goals": 2}}
     inline = {**base, "output": str(tmp_path / "inline"), "metrics": str(tmp_path / "inline.json"), "work_dir": str(tmp_path / "ck_inline")}
     fanned = {**base, "output": str(tmp_path / "fanned"), "metrics": str(tmp_path / "fanned.json"), "work_dir": str(tmp_path / "ck_fanned"),
-              "fan_out": {"workers": 2, "task_runner": "thread", "chunk_size": 2}}
+              "fan_out": {"workers": 2, "task_runner": task_runner, "chunk_size": 2}}
     run(inline)
     run(fanned)
     assert len(list((tmp_path / "ck_fanned").glob("*/*.json"))) == 6

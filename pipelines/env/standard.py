@@ -31,6 +31,13 @@ responses and belief states; no code or data of the evaluator is used:
   successful booking's reference of the domain after making it (the evaluator counts a
   reference only in turns where the annotations book the domain). Like the evaluator, the
   value need not be the offered venue's: only that the slot was given in the domain.
+* **active domain** of a system turn: a venue named or a requestable given in a turn counts
+  only for the one domain that turn is estimated to talk about, as the evaluator estimates it
+  from the dialogue state: the domain whose state changed in the turn (here: the state is
+  what the domain's queries and booking attempts so far constrain); of several changed, the
+  current one if it changed, else the one with most slots filled; with no change the current
+  one stays (after a turn that changed several, the next unchanged turn moves to another of
+  them); before any change, none.
 * **dialogue**: Inform when every domain is matched; Success when it informs and every
   domain's requestables were provided.
 
@@ -46,7 +53,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from pipelines.env.tools import EnvState, name_key
+from pipelines.env.tools import EnvState, QueryRecord, name_key
 from pipelines.multiwoz.ontology import is_dont_care, norm_value
 from pipelines.multiwoz.text import TextView, states, words
 from pipelines.records import Entity, Goal
@@ -119,13 +126,15 @@ def check_standard(goal: Goal, state: EnvState, system_texts: Iterable[str | tup
         turn, text = (position, item) if isinstance(item, str) else item
         texts.append((int(turn), str(text), TextView.of(str(text))))
     database = state.database
+    active = active_domains(state, [turn for turn, _, _ in texts])
     results = []
     for domain_goal in goal.domains:
         domain = domain_goal.domain
         info = {k: v for k, v in domain_goal.info.items() if not is_dont_care(v)}
         books = bool({k: v for k, v in domain_goal.book.items() if not is_dont_care(v)})
         wanted = requestables(domain, domain_goal.reqt, books)
-        offered, turn = _offered(domain, state, texts) if domain in VENUE_DOMAINS else ((), None)
+        spoken = [item for item in texts if active.get(item[0]) == domain]
+        offered, turn = _offered(domain, state, spoken) if domain in VENUE_DOMAINS else ((), None)
         if domain in UNMATCHED_DOMAINS or "name" in info:
             inform = True
         elif domain == "train" and not offered and "trainID" not in wanted:
@@ -135,10 +144,52 @@ def check_standard(goal: Goal, state: EnvState, system_texts: Iterable[str | tup
         else:
             goal_venues = {e.entity_id for e in database.search(domain, info)}
             inform = all(e.entity_id in goal_venues for e in offered)
-        provided = tuple(slot for slot in wanted if _provided(domain, slot, state, texts))
+        provided = tuple(slot for slot in wanted if _provided(domain, slot, state, spoken))
         names = tuple(str(e.get("trainID") or e.name) if domain == "train" else e.name for e in offered)
         results.append(StandardDomain(domain, inform, wanted, provided, names, turn))
     return StandardResult(tuple(results))
+
+
+def active_domains(state: EnvState, turns: Iterable[int]) -> dict[int, str | None]:
+    """The domain each system turn talks about, estimated from state changes as the standard
+    evaluator does (module docstring): the state of a domain is every constraint its queries
+    and booking attempts up to the turn named.
+
+    >>> from pipelines.env.tools import BookingRecord, Database, QueryRecord
+    >>> s = EnvState(Database({}), queries=[QueryRecord(0, 1, "hotel", {"area": "north"}, 2, ()),
+    ...     QueryRecord(1, 3, "restaurant", {"food": "thai"}, 1, ()), QueryRecord(2, 4, "hotel", {"area": "north"}, 2, ())])
+    >>> active_domains(s, [0, 1, 2, 3, 4, 5])
+    {0: None, 1: 'hotel', 2: 'hotel', 3: 'restaurant', 4: 'restaurant', 5: 'restaurant'}
+    """
+    changes: dict[int, list[tuple[str, Mapping[str, str]]]] = {}
+    for record in sorted([*state.queries, *state.bookings], key=lambda r: (r.turn, r.call_index)):
+        slots = record.constraints if isinstance(record, QueryRecord) else record.arguments
+        changes.setdefault(record.turn, []).append((record.domain, slots))
+    filled: dict[str, dict[str, str]] = {}
+    current: str | None = None
+    before: list[str] = []
+    active: dict[int, str | None] = {}
+    pending = sorted(changes)
+    for turn in sorted(set(turns)):
+        changed: list[str] = []
+        while pending and pending[0] <= turn:
+            for domain, slots in changes[pending.pop(0)]:
+                new = {str(k): str(v) for k, v in slots.items() if v is not None}
+                if set(new.items()) - set(filled.get(domain, {}).items()) and domain not in changed:
+                    changed.append(domain)
+                filled[domain] = {**filled.get(domain, {}), **new}
+        if not changed:
+            if current is None:
+                active[turn] = None
+                continue
+            if len(before) > 1:
+                others = [d for d in before if d != current]
+                current = others[0] if others else current
+        elif current not in changed:
+            current = max(changed, key=lambda d: len(filled[d]))
+        before = changed
+        active[turn] = current
+    return active
 
 
 def _offered(domain: str, state: EnvState, texts: list[tuple[int, str, TextView]]) -> tuple[tuple[Entity, ...], int | None]:
