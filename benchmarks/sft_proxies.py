@@ -6,12 +6,12 @@ runs in a temporary directory (model, metrics, timings, Prefect state) and reads
 ``data/`` and ``models/`` through links; the summary is written to ``--out``.
 
     python benchmarks/sft_proxies.py --policy smollm2 --steps 48 [--rows 2000] [--heldout 64]
-        [--seed 0] [--threads 1] [--out reports/speaker_proxies_cpu.json]
+        [--seed 0] [--threads 1] [--out reports/speaker_proxies_cpu.json] [--name KEY]
 
 ``--policy`` is params.yaml's policy switch (``base``: the tiny bootstrap model, ``smollm2``:
 SmolLM2-135M-Instruct with ``policy.lora``); ``models/<policy>`` must exist (``dvc repro
-bootstrap`` / ``dvc repro smollm2``). Several ``--policy`` runs may write one ``--out`` file:
-each replaces its own entry under ``runs``.
+bootstrap`` / ``dvc repro smollm2``). Several runs may write one ``--out`` file: each
+replaces its own entry under ``runs`` (``--name``, default the policy).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "speaker_proxies_cpu.json")
+    parser.add_argument("--name", help="the run's key under runs (default: --policy)")
     args = parser.parse_args()
     if not (ROOT / "models" / args.policy).is_dir():
         sys.exit(f"error: models/{args.policy} does not exist: run `dvc repro {'bootstrap' if args.policy == 'base' else args.policy}` first")
@@ -100,7 +101,7 @@ def main() -> None:
     report["what"] = ("issue 26: teacher-forced next-action proxies before and after a short SFT on the "
                       "SpeakER rows (stage train_sft, a side run by benchmarks/sft_proxies.py), on the same "
                       "held-out val rows; one training seed, 2 CPU cores")
-    report.setdefault("runs", {})[args.policy] = run
+    report.setdefault("runs", {})[args.name or args.policy] = run
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     for source, pair in run["proxies"].items():
         for name in PROXIES + GENERATION:

@@ -45,6 +45,7 @@ from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import Corpus
 from pipelines.simulators.agenda import AgendaConfig
 from catalog.io import read_json, write_text_atomic
+from flows.runners import task_runner
 from catalog.multiwoz_dir import load_multiwoz
 
 _TASK = {"cache_policy": NO_CACHE, "persist_result": False}
@@ -212,25 +213,6 @@ def harvest_chunk(config: JoshConfig, llm_json: str, goal_ids: list[str]) -> dic
     return {"trees": len(trees), "nodes": sum(len(t.nodes) for t in trees), "agent_calls": sum(t.agent_calls for t in trees)}
 
 
-def task_runner(config: JoshConfig) -> Any:
-    fan_out = config.fan_out
-    if fan_out.task_runner == "thread":
-        from prefect.task_runners import ThreadPoolTaskRunner
-
-        return ThreadPoolTaskRunner(max_workers=fan_out.workers)
-    if fan_out.task_runner == "process":
-        from prefect.task_runners import ProcessPoolTaskRunner
-
-        return ProcessPoolTaskRunner(max_workers=fan_out.workers)
-    try:
-        from prefect_dask import DaskTaskRunner
-    except ImportError:
-        raise ConfigError("params.yaml josh.fan_out.task_runner: 'dask' needs the prefect-dask package (pip install prefect-dask)") from None
-    if fan_out.address:
-        return DaskTaskRunner(address=fan_out.address)
-    return DaskTaskRunner(cluster_kwargs={"n_workers": fan_out.workers})
-
-
 @flow(name="josh-harvest")
 def josh_harvest(config: JoshConfig, llm_json: str, goal_ids: list[str]) -> list[dict[str, Any]]:
     """One task per chunk of goals on the flow's task runner; each writes its trees to the
@@ -255,4 +237,4 @@ def josh_harvest(config: JoshConfig, llm_json: str, goal_ids: list[str]) -> list
 
 def run_fan_out(config: JoshConfig, llm_params: Mapping[str, Any] | None, goal_ids: list[str]) -> list[dict[str, Any]]:
     llm_json = json.dumps(dict(llm_params or {}), sort_keys=True)
-    return josh_harvest.with_options(task_runner=task_runner(config))(config, llm_json, goal_ids)
+    return josh_harvest.with_options(task_runner=task_runner(config.fan_out, "josh.fan_out"))(config, llm_json, goal_ids)

@@ -17,7 +17,11 @@ params.yaml ``speaker``:
   an outage, and the stage exits non-zero without publishing;
 * ``min_yield`` (default 0.5): the least share of the planned seeds (those with an ambiguity
   point, in a domain with tools) that must end as kept dialogues; below it the stage exits
-  non-zero without publishing (the rules backend keeps about 0.83 of them on the embedded corpus).
+  non-zero without publishing (the rules backend keeps about 0.83 of them on the embedded corpus);
+* ``fan_out`` (:class:`pipelines.config.FanOutSpec`, default ``workers: 0``, in process): the
+  seeds' synthesis as the Prefect flow ``speaker-synthesis`` (:mod:`flows.speaker`), chunks of
+  ``chunk_size`` seeds on ``workers`` thread / process workers or a Dask cluster; the tables
+  are the same bytes as in process.
 
 Only train and val seeds are synthesized; nothing is written unless every table passes its
 expectation suite (which requires rows) and no table holds a test-split dialogue id (the leak check).
@@ -25,58 +29,31 @@ expectation suite (which requires rows) and no table holds a test-split dialogue
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping
 
 from pipelines.artifacts.leakage import check_no_test_dialogues
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError, LowYield
-from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
+from pipelines.config import FanOutSpec
+from pipelines.llm import Accounting
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import TEST
 from pipelines.speaker.audit import audit_sft
-from pipelines.speaker.pipeline import SpeakerConfig, SpeakerResult, run_speaker
-from pipelines.speaker.synthesis import LLMSynthesizer, RulesSynthesizer, Synthesizer
+from pipelines.speaker.params import make_synthesizer, speaker_config
+from pipelines.speaker.pipeline import SpeakerResult, finish_speaker, synthesize_seeds
+from pipelines.speaker.synthesis import LLMSynthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
 from stages.entry import main_wrapper
 from catalog.io import publish, read_params, write_json_atomic, write_timings
 from catalog.multiwoz_dir import load_multiwoz
 
 _KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "contrast_points", "output", "metrics", "cache_dir",
-         "max_llm_failure_rate", "min_yield"}
+         "max_llm_failure_rate", "min_yield", "fan_out"}
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 DEFAULT_MIN_YIELD = 0.5
-
-
-def speaker_config(params: Mapping[str, Any]) -> SpeakerConfig:
-    dedup = params.get("dedup") or {}
-    if not isinstance(dedup, Mapping) or set(dedup) - {"threshold", "ngram"}:
-        raise ConfigError(f"params.yaml speaker.dedup: expected a mapping with threshold and ngram, got {dedup!r}")
-    defaults = SpeakerConfig()
-    try:
-        return SpeakerConfig(
-            seed=params.get("seed", defaults.seed),
-            max_clarifications=params.get("max_clarifications", defaults.max_clarifications),
-            dedup_threshold=float(dedup.get("threshold", defaults.dedup_threshold)),
-            dedup_ngram=dedup.get("ngram", defaults.dedup_ngram),
-            act_points=params.get("act_points", defaults.act_points),
-            contrast_points=params.get("contrast_points", defaults.contrast_points),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"params.yaml speaker: {exc}") from None
-
-
-def make_synthesizer(params: Mapping[str, Any], database: Database, seed: int, accounting: Accounting) -> Synthesizer:
-    backend = BackendConfig.from_dict("synthesizer", params.get("synthesizer") or {"backend": "rules"}, "speaker.synthesizer")
-    if backend.kind == "rules":
-        return RulesSynthesizer(database, seed)
-    if backend.kind == "openai":
-        cache = ResponseCache(params.get("cache_dir") or "data/cache/llm")
-        client = LLMClient(backend.client, cache=cache, accounting=accounting)
-        return LLMSynthesizer(client, backend.sampling, database, seed, cache)
-    raise ConfigError("params.yaml speaker.synthesizer.backend: 'hf' is not supported for synthesis; use rules or openai")
 
 
 def run(params: dict) -> dict:
@@ -88,6 +65,7 @@ def run(params: dict) -> dict:
     except KeyError as exc:
         raise ConfigError(f"params.yaml speaker: {exc.args[0]!r} is required") from None
     config = speaker_config(params)
+    fan_out = FanOutSpec.from_dict(params.get("fan_out"), "speaker.fan_out")
     max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
     if isinstance(max_failure_rate, bool) or not isinstance(max_failure_rate, (int, float)) or not 0 <= max_failure_rate <= 1:
         raise ConfigError(f"params.yaml speaker.max_llm_failure_rate: expected a number in [0, 1], got {max_failure_rate!r}")
@@ -100,7 +78,21 @@ def run(params: dict) -> dict:
     accounting = Accounting()
     synthesizer = make_synthesizer(params, database, config.seed, accounting)
     loaded = time.perf_counter()
-    result = run_speaker(corpus.dialogues, database, synthesizer, config)
+    if fan_out.workers:
+        from flows.local_api import local_prefect_api
+        from flows.speaker import run_fan_out
+        from stages.common import configure_prefect
+
+        configure_prefect(Path.cwd())
+        with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
+            fanned = run_fan_out(params, fan_out, [d.dialogue_id for d in corpus.dialogues if d.split in config.splits])
+        accounting.merge(fanned.usage)
+        if isinstance(synthesizer, LLMSynthesizer):
+            synthesizer.stats.seeds_sent += fanned.seeds_sent
+        outcomes = fanned.outcomes
+    else:
+        outcomes = synthesize_seeds(corpus.dialogues, database, synthesizer, config)
+    result = finish_speaker(outcomes, synthesizer.name, database, config)
     check_failure_rate(accounting, max_failure_rate, "speaker", count_invalid_output=True)
     check_yield(result, min_yield)
     tables = speaker_tables(result)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.episodes.formats import FORMATS
+from pipelines.config import FanOutSpec
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.policy import GenerationSpec
@@ -74,29 +75,6 @@ class TestSpec:
     def __post_init__(self) -> None:
         if self.max_goals < 1 or not self.seeds:
             raise ConfigError(f"test: max_goals must be >= 1 and seeds not empty, got {self.max_goals} and {list(self.seeds)}")
-
-
-TASK_RUNNERS: tuple[str, ...] = ("thread", "process", "dask")
-
-
-@dataclass(frozen=True)
-class FanOutSpec:
-    """How the harvest fans out over goals. ``workers`` 0: in the stage's process (one event
-    loop, ``concurrency`` trees in play). ``workers`` n >= 1: a Prefect flow (flows/josh.py)
-    whose tasks each harvest ``chunk_size`` goals, on Prefect's ``thread`` or ``process``
-    pool task runner with n workers, or on a Dask cluster (``dask``, prefect-dask;
-    ``address`` of its scheduler, None for a local cluster) when one machine is not enough."""
-
-    workers: int = 0
-    task_runner: str = "thread"
-    chunk_size: int = 16
-    address: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.task_runner not in TASK_RUNNERS:
-            raise ConfigError(f"fan_out.task_runner: expected one of {list(TASK_RUNNERS)}, got {self.task_runner!r}")
-        if self.workers < 0 or self.chunk_size < 1:
-            raise ConfigError(f"fan_out: workers must be >= 0 and chunk_size >= 1, got {self.workers} and {self.chunk_size}")
 
 
 @dataclass(frozen=True)

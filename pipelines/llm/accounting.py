@@ -119,6 +119,27 @@ class Accounting:
                 snapshot.add(usage)
         return snapshot
 
+    def snapshot(self) -> dict[str, RoleUsage]:
+        """Every role's counts, copied: what a worker sends back to be merged."""
+        with self._lock:
+            roles = list(self._roles)
+        return {role: self.role(role) for role in roles}
+
+    def merge(self, snapshot: dict[str, RoleUsage]) -> None:
+        """Add another accounting's :meth:`snapshot` (a fanned-out worker's) to this one.
+
+        >>> worker = Accounting()
+        >>> worker.record_call("synthesizer"); worker.record_failure("synthesizer", "timeout")
+        >>> total = Accounting()
+        >>> total.record_call("synthesizer")
+        >>> total.merge(worker.snapshot())
+        >>> total.role("synthesizer").calls, sum(total.role("synthesizer").failures.values())
+        (2, 1)
+        """
+        with self._lock:
+            for role, usage in snapshot.items():
+                self._usage(role).add(usage)
+
     def as_dict(self) -> dict[str, Any]:
         """``{"roles": {role: counts}, "total": counts}``, plain JSON values."""
         with self._lock:

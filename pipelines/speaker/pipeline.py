@@ -240,6 +240,16 @@ def clarification_questions(trajectory: Trajectory) -> list[str]:
 
 
 def run_speaker(dialogues: Sequence[Dialogue], database: Database, synthesizer: Synthesizer, config: SpeakerConfig) -> SpeakerResult:
+    """SpeakER in one process: :func:`synthesize_seeds` over every seed, then
+    :func:`finish_speaker`."""
+    return finish_speaker(synthesize_seeds(dialogues, database, synthesizer, config), synthesizer.name, database, config)
+
+
+def synthesize_seeds(dialogues: Sequence[Dialogue], database: Database, synthesizer: Synthesizer, config: SpeakerConfig) -> list[SeedOutcome]:
+    """Each seed of ``config.splits`` on its own: its ambiguity points and plan, the
+    synthesized dialogue and the success filter. A seed's outcome depends on nothing but the
+    seed and the settings, so chunks of seeds may run anywhere (``speaker.fan_out``) and
+    their outcomes, concatenated in seed order, are the one-process outcomes."""
     outcomes = [_analyse(dialogue, database, config) for dialogue in dialogues if dialogue.split in config.splits]
     planned = [o for o in outcomes if o.plan is not None]
     tasks = [SeedTask(o.dialogue, o.points, o.plan) for o in planned]
@@ -249,7 +259,13 @@ def run_speaker(dialogues: Sequence[Dialogue], database: Database, synthesizer: 
             continue
         outcome.trajectory = synthesis.trajectory
         _success_filter(outcome, database)
-    result = SpeakerResult(synthesizer.name, config, outcomes)
+    return outcomes
+
+
+def finish_speaker(outcomes: list[SeedOutcome], synthesizer_name: str, database: Database, config: SpeakerConfig) -> SpeakerResult:
+    """What needs every seed at once: the near-duplicate filter over the kept dialogues, then
+    each kept dialogue's preference pairs, act-here points and contrasts."""
+    result = SpeakerResult(synthesizer_name, config, outcomes)
     result.duplicates_removed = _redundancy_filter(result.kept, config)
     for outcome in result.kept:
         _preference_pairs(outcome, database, config.seed)

@@ -197,12 +197,12 @@ def test_the_stage_fails_loudly_when_a_test_dialogue_reaches_a_training_table(st
 
     import stages.speaker as stage
 
-    real = stage.run_speaker
+    real = stage.synthesize_seeds
 
     def split_lost(dialogues, *args):
         return real([dataclasses.replace(d, split="train") for d in dialogues], *args)
 
-    monkeypatch.setattr(stage, "run_speaker", split_lost)
+    monkeypatch.setattr(stage, "synthesize_seeds", split_lost)
     params, _ = stage_run
     again = stage_params(Path(params["source"]), tmp_path / "leaky")
     with pytest.raises(DataError, match="test-split dialogue"):
