@@ -5,7 +5,6 @@ harvest (``josh.fan_out``) and SpeakER's synthesis (``speaker.fan_out``) read th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from pipelines.errors import ConfigError
 
@@ -20,12 +19,12 @@ class FanOutSpec:
     a ``LocalCluster`` of n worker processes, or the scheduler at ``address``) when one
     machine is not enough. The items' results do not depend on the runner.
 
-    >>> FanOutSpec.from_dict({"workers": 2, "task_runner": "dask"}, "speaker.fan_out").chunk_size
+    >>> FanOutSpec(workers=2, task_runner="dask").chunk_size
     16
-    >>> FanOutSpec.from_dict({"workers": 2, "task_runner": "mpi"}, "speaker.fan_out")
+    >>> FanOutSpec(workers=2, task_runner="mpi")
     Traceback (most recent call last):
     ...
-    pipelines.errors.ConfigError: params.yaml speaker.fan_out.task_runner: expected one of ['thread', 'process', 'dask'], got 'mpi'
+    pipelines.errors.ConfigError: task_runner: expected one of ['thread', 'process', 'dask'], got 'mpi'
     """
 
     workers: int = 0
@@ -35,20 +34,8 @@ class FanOutSpec:
 
     def __post_init__(self) -> None:
         if self.task_runner not in TASK_RUNNERS:
-            raise ConfigError(f"fan_out.task_runner: expected one of {list(TASK_RUNNERS)}, got {self.task_runner!r}")
+            raise ConfigError(f"task_runner: expected one of {list(TASK_RUNNERS)}, got {self.task_runner!r}")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
-            raise ConfigError(f"fan_out.workers: expected an integer >= 0, got {self.workers!r}")
+            raise ConfigError(f"workers: expected an integer >= 0, got {self.workers!r}")
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
-            raise ConfigError(f"fan_out.chunk_size: expected an integer >= 1, got {self.chunk_size!r}")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> FanOutSpec:
-        """From a params mapping (None: in process); errors name ``params.yaml <where>``."""
-        data = dict(data or {})
-        unknown = sorted(set(data) - {"workers", "task_runner", "chunk_size", "address"})
-        if unknown:
-            raise ConfigError(f"params.yaml {where}: unknown key(s) {unknown}")
-        try:
-            return cls(**data)
-        except ConfigError as error:
-            raise ConfigError(f"params.yaml {where}.{str(error).removeprefix('fan_out.')}") from None
+            raise ConfigError(f"chunk_size: expected an integer >= 1, got {self.chunk_size!r}")

@@ -47,7 +47,7 @@ from pipelines.speaker.pipeline import SpeakerResult, finish_speaker, synthesize
 from pipelines.speaker.synthesis import LLMSynthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
 from stages.entry import main_wrapper
-from catalog.io import publish, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
 from catalog.multiwoz_dir import load_multiwoz
 
 _KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "contrast_points", "output", "metrics", "cache_dir",
@@ -65,7 +65,7 @@ def run(params: dict) -> dict:
     except KeyError as exc:
         raise ConfigError(f"params.yaml speaker: {exc.args[0]!r} is required") from None
     config = speaker_config(params)
-    fan_out = FanOutSpec.from_dict(params.get("fan_out"), "speaker.fan_out")
+    fan_out = from_params(FanOutSpec, params.get("fan_out"), "params.yaml speaker.fan_out")
     max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
     if isinstance(max_failure_rate, bool) or not isinstance(max_failure_rate, (int, float)) or not 0 <= max_failure_rate <= 1:
         raise ConfigError(f"params.yaml speaker.max_llm_failure_rate: expected a number in [0, 1], got {max_failure_rate!r}")

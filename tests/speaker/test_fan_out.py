@@ -44,9 +44,9 @@ def test_an_outage_in_the_workers_stops_the_stage(prefect_api, make_server, spea
 
 
 @pytest.mark.parametrize("fan_out, message", [
-    ({"workers": -1}, "speaker.fan_out.workers: expected an integer >= 0"),
-    ({"workers": 2, "task_runner": "mpi"}, "speaker.fan_out.task_runner: expected one of"),
-    ({"workers": 2, "chunk": 4}, r"speaker.fan_out: unknown key\(s\) \['chunk'\]"),
+    ({"workers": -1}, "params.yaml speaker.fan_out: workers: expected an integer >= 0"),
+    ({"workers": 2, "task_runner": "mpi"}, "params.yaml speaker.fan_out: task_runner: expected one of"),
+    ({"workers": 2, "chunk": 4}, r"params.yaml speaker.fan_out: unknown key\(s\) \['chunk'\]"),
 ])
 def test_a_bad_fan_out_is_refused_before_any_work(speaker_corpus_dir, tmp_path, fan_out, message):
     with pytest.raises(ConfigError, match=message):
