@@ -76,6 +76,8 @@ def main() -> None:
     if not (ROOT / "models" / args.policy).is_dir():
         sys.exit(f"error: models/{args.policy} does not exist: run `dvc repro {'bootstrap' if args.policy == 'base' else args.policy}` first")
 
+    # the code the run starts from (the report is written at the end)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="sft_proxies_") as tmp:
         work = Path(tmp)
         params = side_params(yaml.safe_load(args.params.read_text()), args.policy, args.steps, args.rows,
@@ -89,7 +91,6 @@ def main() -> None:
             sys.exit(f"error: the train_sft side run failed (exit {proc.returncode})")
         metrics = json.loads((work / "sft.json").read_text())
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     run = {
         "policy": args.policy, "commit": commit, "seed": args.seed, "threads": args.threads,
         "settings": {"steps": args.steps, "train_rows": args.rows, "heldout_rows": args.heldout,

@@ -62,3 +62,24 @@ def test_readme_speaker_section_matches_the_committed_proxy_check():
     section = _section()
     missing = [figure for figure in expected if figure not in section]
     assert not missing, missing
+
+
+def test_readme_speaker_section_matches_the_committed_sft_proxies():
+    """The before -> after table of benchmarks/sft_proxies.py's committed report."""
+    runs = json.loads((ROOT / "reports" / "speaker_proxies_cpu.json").read_text(encoding="utf-8"))["runs"]
+
+    def pair(run: str, name: str, digits: int = 2) -> str:
+        proxies = runs[run]["proxies"]["speaker_sft"]
+        return f"{proxies['before'][name]:.{digits}f} -> {proxies['after'][name]:.{digits}f}"
+
+    section = _section()
+    for run, label in (("base", "tiny `models/base`"), ("smollm2", "SmolLM2-135M-Instruct, LoRA r 16")):
+        settings, proxies = runs[run]["settings"], runs[run]["proxies"]["speaker_sft"]
+        row = (f"| {label} | {settings['steps']} steps on {settings['train_rows']:,} rows")
+        cells = (f"| {pair(run, 'well_formed')} | {pair(run, 'action_kind_accuracy')} | "
+                 f"{pair(run, 'tool_name_accuracy')} (of {proxies['after']['n_tool_calls']}) | {pair(run, 'argument_exact_match')} | "
+                 f"{proxies['before']['n_questions']} -> {proxies['after']['n_questions']} |")
+        assert row in section, row
+        assert cells in section, cells
+        assert proxies["before"]["n"] == proxies["after"]["n"] == settings["heldout_rows"]
+    assert f"({runs['smollm2']['wall_s'] / 60:.0f} min)" in section
