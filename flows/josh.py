@@ -45,8 +45,8 @@ from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import Corpus
 from pipelines.simulators.agenda import AgendaConfig
 from catalog.io import read_json, write_text_atomic
-from flows.runners import task_runner
 from catalog.multiwoz_dir import load_multiwoz
+from flows.runners import task_runner
 
 _TASK = {"cache_policy": NO_CACHE, "persist_result": False}
 

@@ -73,7 +73,7 @@ def test_readme_speaker_section_matches_the_committed_sft_proxies():
         return f"{proxies['before'][name]:.{digits}f} -> {proxies['after'][name]:.{digits}f}"
 
     section = _section()
-    for run, label in (("base", "tiny `models/base`"), ("smollm2", "SmolLM2-135M-Instruct, LoRA r 16")):
+    for run, label in (("base", "tiny `models/base`"), ("base_1000", "tiny `models/base`"), ("smollm2", "SmolLM2-135M-Instruct, LoRA r 16")):
         settings, proxies = runs[run]["settings"], runs[run]["proxies"]["speaker_sft"]
         row = (f"| {label} | {settings['steps']} steps on {settings['train_rows']:,} rows")
         cells = (f"| {pair(run, 'well_formed')} | {pair(run, 'action_kind_accuracy')} | "
