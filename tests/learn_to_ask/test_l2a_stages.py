@@ -177,6 +177,7 @@ def _shrink_l2a(params: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_dvc_repro_l2a_eval_trains_both_policies_and_is_idempotent(tmp_path):
     from tests.conftest import REPO
     from tests.test_dvc_pipeline import _run, pipeline_project
@@ -188,7 +189,8 @@ def test_dvc_repro_l2a_eval_trains_both_policies_and_is_idempotent(tmp_path):
         shutil.copytree(REPO / "catalog", project / "catalog", ignore=shutil.ignore_patterns("__pycache__"))
         _run(["git", "add", "-A"], project)
         _run(["git", "commit", "-q", "-m", "catalog"], project)
-    first = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project)
+    # seven stages (six trainings): 4 min on an idle 2-core machine, past 10 on a loaded one
+    first = _run([sys.executable, "-m", "dvc", "repro", "l2a_eval"], project, timeout=1500)
     for stage in ("hindsight", "train_l2a_sft", "train_l2a_grpo", "train_l2a_sft_seeds@1", "train_l2a_grpo_seeds@2", "l2a_eval"):
         assert f"Running stage '{stage}'" in first.stdout
     sft = json.loads((project / "reports/train/l2a_sft.json").read_text())
