@@ -155,7 +155,7 @@ def active_domains(state: EnvState, turns: Iterable[int]) -> dict[int, str | Non
     evaluator does (module docstring): the state of a domain is every constraint its queries
     and booking attempts up to the turn named.
 
-    >>> from pipelines.env.tools import BookingRecord, Database, QueryRecord
+    >>> from pipelines.env.tools import Database, QueryRecord
     >>> s = EnvState(Database({}), queries=[QueryRecord(0, 1, "hotel", {"area": "north"}, 2, ()),
     ...     QueryRecord(1, 3, "restaurant", {"food": "thai"}, 1, ()), QueryRecord(2, 4, "hotel", {"area": "north"}, 2, ())])
     >>> active_domains(s, [0, 1, 2, 3, 4, 5])
