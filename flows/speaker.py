@@ -27,7 +27,7 @@ from pipelines.env.tools import Database
 from pipelines.llm import Accounting
 from pipelines.llm.accounting import RoleUsage
 from pipelines.records import Dialogue
-from pipelines.speaker.params import make_synthesizer, speaker_config
+from catalog.speaker import make_synthesizer, speaker_config
 from pipelines.speaker.pipeline import SeedOutcome, synthesize_seeds
 from pipelines.speaker.synthesis import LLMSynthesizer
 from catalog.multiwoz_dir import load_multiwoz

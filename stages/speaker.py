@@ -42,7 +42,7 @@ from pipelines.llm import Accounting
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import TEST
 from pipelines.speaker.audit import audit_sft
-from pipelines.speaker.params import make_synthesizer, speaker_config
+from catalog.speaker import make_synthesizer, speaker_config
 from pipelines.speaker.pipeline import SpeakerResult, finish_speaker, synthesize_seeds
 from pipelines.speaker.synthesis import LLMSynthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables

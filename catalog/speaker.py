@@ -1,6 +1,7 @@
 """params.yaml ``speaker`` read into the library's objects: the :class:`SpeakerConfig` and
-the synthesizer of ``speaker.synthesizer``. The stage and the fan-out flow's workers
-(:mod:`flows.speaker`) build them the same way."""
+the synthesizer of ``speaker.synthesizer`` (with its LLM client and response cache). The stage
+and the fan-out flow's workers (:mod:`flows.speaker`) build them the same way; params parsing
+lives here, above the library."""
 
 from __future__ import annotations
 
