@@ -4,6 +4,7 @@ with DVC's message naming it."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -114,7 +115,7 @@ def test_make_run_prints_each_stage_with_its_time_and_a_summary_at_the_end(tmp_p
     _run([sys.executable, "-m", "dvc", "init", "-q"], project)
     _run(["git", "add", "-A"], project)
     _run(["git", "commit", "-q", "-m", "init"], project)
-    before = {p: p.read_bytes() for p in (project / "reports").iterdir()}
+    before = {p: p.read_bytes() for p in (project / "reports").iterdir() if p.is_file()}
 
     proc = _run([sys.executable, "-m", "catalog.repro"], project)
     out = proc.stdout
@@ -129,7 +130,10 @@ def test_make_run_prints_each_stage_with_its_time_and_a_summary_at_the_end(tmp_p
         "    sft     3.0 [1.0, 5.0]  6.93 [6.61, 7.26]",
     ]
     assert summary[7] == "- reports/other.md: Other" and summary[-1] == "    (4 more column(s) in the report)", summary
-    assert {p: p.read_bytes() for p in (project / "reports").iterdir()} == before  # no time written into a report
+    assert {p: p.read_bytes() for p in (project / "reports").iterdir() if p.is_file()} == before  # no time written into a report
+    # The stage's wall time goes to reports/timings/stages.json, the next run's scheduling order.
+    seconds = json.loads((project / "reports" / "timings" / "stages.json").read_text())
+    assert set(seconds) == {"made"} and seconds["made"] >= 0
 
     again = _run([sys.executable, "-m", "catalog.repro"], project)
     assert "[stage" not in again.stdout and "no stage ran: every output was up to date" in again.stdout
@@ -190,3 +194,23 @@ def test_make_run_runs_independent_stages_side_by_side_and_waits_for_dependencie
 def test_make_run_refuses_a_bad_jobs_value(tmp_path):
     proc = _run([sys.executable, "-m", "catalog.repro", "--jobs", "0"], tmp_path, check=False)
     assert proc.returncode == 1 and "--jobs: expected an integer >= 1, got '0'" in proc.stderr
+
+
+def test_the_scheduling_order_knows_every_stage_of_the_project_on_a_fresh_clone(tmp_path):
+    """On a fresh clone no stage has run: the longest remaining chain goes first by the
+    committed measurement of each stage (catalog/stage_seconds.json), which must name every
+    stage that dvc.yaml has, and this machine's own latest times win once it has run them."""
+    from catalog.repro import LAST_SECONDS, MEASURED_SECONDS, _estimate, record_seconds, stage_graph
+
+    needs, _ = stage_graph(Path(__file__).resolve().parents[1])
+    measured = json.loads(MEASURED_SECONDS.read_text(encoding="utf-8"))
+    assert sorted(set(needs) - set(measured)) == [], "add these stages to catalog/stage_seconds.json"
+    assert sorted(set(measured) - set(needs)) == [], "stages no longer in dvc.yaml"
+
+    estimate = _estimate(tmp_path)
+    assert estimate("train_sft") == measured["train_sft"] and estimate("no_such_stage") == 60.0
+    record_seconds(tmp_path, [{"stage": "train_sft", "status": "done", "wall_s": 12.34},
+                              {"stage": "evaluate", "status": "failed", "wall_s": 1.0}])
+    assert json.loads((tmp_path / LAST_SECONDS).read_text()) == {"train_sft": 12.3}
+    estimate = _estimate(tmp_path)
+    assert estimate("train_sft") == 12.3 and estimate("evaluate") == measured["evaluate"]

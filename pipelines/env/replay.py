@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pipelines.env.tools import TOOLS, Database, EnvState, ToolEnvironment
 from pipelines.multiwoz.ontology import TIME_SLOTS, format_time, is_dont_care, parse_time, spoken_time, values_match
@@ -73,9 +73,33 @@ def gold_tool_calls(dialogue: Dialogue, database: Database | None = None) -> lis
     return [(step.turn, step.call) for step in _gold_steps(dialogue, database)]
 
 
-def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
+class GoldCalls:
+    """:func:`gold_tool_calls` and :func:`replay` for an agent that asks at every exchange of
+    every episode: each dialogue's gold steps are read once per database (recomputing them
+    was a third of gold_replay's time). It holds the objects it keys by ``id``, so no id is
+    reused while they are cached; one lives as long as its agent."""
+
+    def __init__(self) -> None:
+        self._steps: dict[tuple[int, int], tuple[Dialogue, Database | None, tuple[_GoldStep, ...]]] = {}
+
+    def _gold(self, dialogue: Dialogue, database: Database | None) -> tuple[_GoldStep, ...]:
+        key = (id(dialogue), id(database))
+        cached = self._steps.get(key)
+        if cached is None:
+            cached = self._steps[key] = (dialogue, database, tuple(_gold_steps(dialogue, database)))
+        return cached[2]
+
+    def calls(self, dialogue: Dialogue, database: Database | None = None) -> list[tuple[int, ToolCall]]:
+        return [(step.turn, step.call) for step in self._gold(dialogue, database)]
+
+    def replay(self, dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
+        return replay(dialogue, environment, self._gold(dialogue, environment.database))
+
+
+def replay(dialogue: Dialogue, environment: ToolEnvironment, steps: Sequence[_GoldStep] | None = None) -> ReplayResult:
     """Run the dialogue's gold calls in ``environment`` (it is changed: pass a fresh one
-    or a fork), with turn numbers the dialogue's own.
+    or a fork), with turn numbers the dialogue's own; ``steps``: the dialogue's gold steps
+    for ``environment.database`` where they were read already (:class:`GoldCalls`).
 
     The gold system texts quote MultiWOZ's own booking references and taxis, which the
     environment cannot reproduce; from a replayed booking's turn on, they are replaced by
@@ -84,7 +108,7 @@ def replay(dialogue: Dialogue, environment: ToolEnvironment) -> ReplayResult:
     """
     calls = []
     substitutions: list[tuple[int, str, str]] = []  # (from turn, gold value, environment's value)
-    for step in _gold_steps(dialogue, environment.database):
+    for step in _gold_steps(dialogue, environment.database) if steps is None else steps:
         observed = environment.call(step.call, turn=step.turn)
         calls.append((step.turn, ToolCall(step.call.name, step.call.arguments, observed)))
         if step.booked is None or "error" in observed:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
-from pipelines.env.replay import gold_tool_calls, replay
+from pipelines.env.replay import GoldCalls
 from pipelines.env.tools import Database, ToolEnvironment
 from pipelines.episodes.decoding import DecodeSpec, PrefixKV, decode, prefix_kv, supports_decoding
 from pipelines.episodes.formats import AgentAction, AgentFormat, Message, RawToolCall, SpeakRLFormat
@@ -423,6 +423,7 @@ class ReplayAgent(ActionAgent):
         self.format = fmt or SpeakRLFormat()
         self.name = name
         self.database = database  # reads booked train ids against the timetable (pipelines.env.replay)
+        self._gold = GoldCalls()
 
     def actions(self, context: AgentContext) -> list[AgentAction]:
         dialogue = context.reference
@@ -432,7 +433,7 @@ class ReplayAgent(ActionAgent):
         if context.exchange >= len(system_turns):
             return [AgentAction.end()]  # the user talks on after the gold dialogue ended
         gold_turn = system_turns[context.exchange]
-        planned = [call for turn, call in gold_tool_calls(dialogue, self.database) if turn == gold_turn.index]
+        planned = [call for turn, call in self._gold.calls(dialogue, self.database) if turn == gold_turn.index]
         made = sum(1 for turn, _ in context.calls if turn == context.turn)
         if made < len(planned):
             call = planned[made]
@@ -442,7 +443,6 @@ class ReplayAgent(ActionAgent):
             actions.append(AgentAction.end())
         return actions
 
-    @staticmethod
-    def _gold_text(dialogue: Dialogue, turn_index: int, calls: Sequence[tuple[int, ToolCall]]) -> str:
-        result = replay(dialogue, _Playback([call for _, call in calls]))
+    def _gold_text(self, dialogue: Dialogue, turn_index: int, calls: Sequence[tuple[int, ToolCall]]) -> str:
+        result = self._gold.replay(dialogue, _Playback([call for _, call in calls]))
         return dict(result.system_texts)[turn_index]

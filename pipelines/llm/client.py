@@ -52,10 +52,9 @@ try:
     import jsonschema
 except ImportError:  # tests/gpu/test_imports.py runs the library without it
     jsonschema = None
-try:
-    import openai
-except ImportError:
-    openai = None
+# ``openai`` is imported when the first client is made (:func:`_import_openai`): its import
+# takes ~1.4 s, which every stage importing pipelines.llm would pay without calling an endpoint.
+openai: Any = None
 
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.llm.accounting import Accounting
@@ -252,6 +251,19 @@ class _ServerLacksN(Exception):
     def __init__(self, attempts: int):
         super().__init__(attempts)
         self.attempts = attempts
+
+
+def _import_openai() -> Any:
+    """The ``openai`` module (imported once, into this module's ``openai``), or None when it
+    is not installed."""
+    global openai
+    if openai is None:
+        try:
+            import openai as module
+        except ImportError:
+            return None
+        openai = module
+    return openai
 
 
 @dataclass
@@ -499,7 +511,7 @@ class LLMClient:
         accounting: Accounting | None = None,
         rng: random.Random | None = None,
     ):
-        missing = [name for name, module in (("openai", openai), ("jsonschema", jsonschema)) if module is None]
+        missing = [name for name, module in (("openai", _import_openai()), ("jsonschema", jsonschema)) if module is None]
         if missing:
             raise ConfigError(f"an openai backend needs the {' and '.join(missing)} package(s), which are not installed")
         self.config = config

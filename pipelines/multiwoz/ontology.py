@@ -7,6 +7,7 @@ College", "kings college" and "KINGS COLLEGE " are the same venue and "9:05" < "
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Domains that may appear in a MultiWOZ goal (2.0-2.4). ``message`` and ``topic`` are
@@ -88,7 +89,12 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
 
 def norm_value(value: object) -> str:
     """Canonical form of a slot value for comparison: lower case, no apostrophes, single spaces."""
-    text = str(value).strip().lower()
+    return _norm_text(str(value))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the checker and the simulators ask for the same few values again and again
+def _norm_text(value: str) -> str:
+    text = value.strip().lower()
     # MultiWOZ's tokenised texts split the possessive off: "king 's college" is "kings college".
     text = _SPLIT_POSSESSIVE.sub("s", text)
     text = text.replace("\u2019", "").replace("'", "").replace("`", "")

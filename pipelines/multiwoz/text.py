@@ -12,6 +12,7 @@ joined and split ("king 's college", "lotus garden 's number").
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -52,6 +53,11 @@ _NO_FEE = re.compile(r" (?:no|neither|none of them|nor) (?:(?!the |its |their )\
 
 
 def words(text: object) -> str:
+    return _words(str(text))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the checker reads every venue's name, phone and address at every grade
+def _words(text: str) -> str:
     return " ".join(_WORD.findall(norm_value(text)))
 
 
