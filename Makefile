@@ -38,12 +38,12 @@ lock:
 		--python $(PYTHON) --python-platform x86_64-manylinux_2_28 >> requirements.lock.new
 	mv requirements.lock.new requirements.lock
 
-# Stage commands run `python -m stages.<name>`: put the venv first on PATH. catalog.repro runs
+# Stage commands run `python -m stages.<name>`: put the venv first on PATH. stages.run (make run's entry point) runs
 # every out-of-date stage through DVC, one per CPU core side by side (--jobs N): all their inputs are in the repository (vendor/ holds τ-bench and the real MultiWOZ val data).
 # PROFILE=full first writes profiles/full.yaml's values (the long tables) into params.yaml.
 PROFILE ?=
 run: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m catalog.repro $(if $(PROFILE),--profile $(PROFILE))
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m stages.run $(if $(PROFILE),--profile $(PROFILE))
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest

@@ -2,7 +2,7 @@
 
 ``params.yaml`` as committed is the default profile, the one ``make run`` runs (sized to finish
 in about 20 minutes on 2 CPU cores). Another profile is a file of the same nesting that holds
-only the values it changes; ``make run PROFILE=full`` (``python -m catalog.repro --profile
+only the values it changes; ``make run PROFILE=full`` (``python -m stages.run --profile
 full``) writes them into ``params.yaml`` before ``dvc repro``, as ``dvc exp run -S`` would, so
 DVC sees changed params and re-runs what they reach, and ``git diff params.yaml`` shows what
 the profile set (``git checkout params.yaml`` returns to the default).

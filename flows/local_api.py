@@ -116,7 +116,7 @@ def crash_orphaned_runs(stale: list[tuple[Path, dict[str, Any]]]) -> list[str]:
 
 def clean_up_killed_runs(home: Path | str | None = None) -> None:
     """What a killed run left, cleaned up by the next run of any stage (``stages.entry``) and
-    at ``make run`` start (``catalog.repro``): the Prefect servers of dead owners are stopped
+    at ``make run`` start (``stages.run``): the Prefect servers of dead owners are stopped
     (their records stay, so that the next flow-running stage marks their flow runs Crashed on
     its own API), and the trainers' staging directories in the temporary directory are removed.
     ``home``: ``$PREFECT_HOME``, else ``.prefect`` in the working directory. Never raises: a

@@ -37,7 +37,7 @@ def main_wrapper(fn: Callable[..., T]) -> Callable[..., T]:
 
 # --- Start and end lines with the wall time (issue 30) ---------------------------------------
 
-#: ``python -m catalog.repro`` (``make run``) sets this to a file; every stage appends one JSON
+#: ``python -m stages.run`` (``make run``) sets this to a file; every stage appends one JSON
 #: line (stage, status, wall_s) to it for the run's summary. Nothing else records the times.
 RUN_LOG_ENV = "ASKFLOW_RUN_LOG"
 #: Entry points that are commands, not pipeline stages: no start/end lines.

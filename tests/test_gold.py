@@ -91,3 +91,24 @@ def test_runner_replays_embedded_style_goals_on_the_real_database(tmp_path, real
     assert len(episodes) == 120
     assert sum(e.success for e in episodes) / len(episodes) >= 0.95
     assert all(e.n_tool_errors == 0 for e in episodes)
+
+
+def test_gold_calls_reads_each_dialogues_gold_steps_once_and_gives_what_the_functions_give(small_corpus, monkeypatch):
+    """The replay agent's cache (GoldCalls) answers as gold_tool_calls and replay do, per
+    dialogue and database, and reads a dialogue's annotations once however often it is asked."""
+    import pipelines.env.replay as replay_module
+    from pipelines.env.replay import GoldCalls, gold_tool_calls
+
+    database = Database(small_corpus.entities, small_corpus.taxi_options)
+    dialogues = small_corpus.dialogues[:5]
+    expected = [(gold_tool_calls(d, database), gold_tool_calls(d), _grade(d, database)) for d in dialogues]
+    reads = []
+    original = replay_module._gold_steps
+    monkeypatch.setattr(replay_module, "_gold_steps", lambda d, db=None: reads.append(d.dialogue_id) or original(d, db))
+    cache = GoldCalls()
+    for _ in range(3):
+        for dialogue, (with_db, without_db, graded) in zip(dialogues, expected):
+            assert cache.calls(dialogue, database) == with_db and cache.calls(dialogue) == without_db
+            result = cache.replay(dialogue, ToolEnvironment(database, dialogue.goal, seed=0))
+            assert check_goal(dialogue.goal, result.state, result.system_texts, result.system_acts) == graded
+    assert sorted(reads) == sorted([d.dialogue_id for d in dialogues] * 2)  # once with the database, once without

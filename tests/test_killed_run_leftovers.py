@@ -1,6 +1,6 @@
 """Issue 28 item 8: a killed training stage's Prefect server and its staging directory in the
 temporary directory are cleaned up by the next run of any stage and at `make run` start
-(``python -m catalog.repro``), not only by the next training run. Real processes: a stand-in
+(``python -m stages.run``), not only by the next training run. Real processes: a stand-in
 server whose command line is a Prefect API server's, a dead owner, real stage subprocesses."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _leftovers(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, dict[str, 
     return server, staging, live, env
 
 
-@pytest.mark.parametrize("command", [["-m", "stages.corpus"], ["-m", "catalog.repro", "--dry"]], ids=["any_stage", "make_run"])
+@pytest.mark.parametrize("command", [["-m", "stages.corpus"], ["-m", "stages.run", "--dry"]], ids=["any_stage", "make_run"])
 def test_the_next_run_of_any_stage_cleans_up_a_killed_training(tmp_path, command):
     server, staging, live, env = _leftovers(tmp_path)
     try:

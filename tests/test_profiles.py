@@ -1,5 +1,5 @@
 """Run profiles (issue 30): ``profiles/full.yaml`` over the default ``params.yaml`` gives the long
-tables' params; a profile cannot invent a key; ``catalog.repro --profile`` applies it before
+tables' params; a profile cannot invent a key; ``stages.run --profile`` (make run) applies it before
 ``dvc repro`` and refuses an unknown one with nothing written."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from catalog import repro
+from stages import run as repro
 from catalog.profiles import apply_profile, merge
 from pipelines.errors import ConfigError
 from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""`make run` (python -m catalog.repro) on a real DVC project: every stage runs, none is left
+"""`make run` (python -m stages.run) on a real DVC project: every stage runs, none is left
 out (issue 30: the inputs are in the repository); a dependency that is missing fails the run
 with DVC's message naming it."""
 
@@ -50,13 +50,13 @@ def test_make_run_runs_every_stage_and_lists_dependencies_outside_the_project(tm
     data.write_text("shared")
     project = _project(tmp_path / "project", data)
     assert outside_dependencies(project) == {"outside": [str(data)]}
-    proc = _run([sys.executable, "-m", "catalog.repro"], project)
+    proc = _run([sys.executable, "-m", "stages.run"], project)
     assert (project / "local.txt").read_text() == "x" and (project / "after.txt").read_text() == "shared"
     assert "leaving out" not in proc.stderr
     # An up-to-date pipeline runs nothing again; given targets are passed to dvc as they are.
-    again = _run([sys.executable, "-m", "catalog.repro"], project)
+    again = _run([sys.executable, "-m", "stages.run"], project)
     assert "Running stage" not in again.stdout
-    forced = _run([sys.executable, "-m", "catalog.repro", "--force", "local"], project)
+    forced = _run([sys.executable, "-m", "stages.run", "--force", "local"], project)
     assert "Running stage 'local'" in forced.stdout
 
 
@@ -64,7 +64,7 @@ def test_make_run_with_a_missing_dependency_fails_naming_it(tmp_path):
     """No stage is quietly left out any more: the run fails and DVC names the missing file."""
     data = tmp_path / "absent" / "data.txt"
     project = _project(tmp_path / "project", data)
-    proc = _run([sys.executable, "-m", "catalog.repro"], project, check=False)
+    proc = _run([sys.executable, "-m", "stages.run"], project, check=False)
     assert proc.returncode != 0 and "leaving out" not in proc.stderr
     assert str(data) in proc.stdout + proc.stderr and not (project / "after.txt").exists()
 
@@ -117,7 +117,7 @@ def test_make_run_prints_each_stage_with_its_time_and_a_summary_at_the_end(tmp_p
     _run(["git", "commit", "-q", "-m", "init"], project)
     before = {p: p.read_bytes() for p in (project / "reports").iterdir() if p.is_file()}
 
-    proc = _run([sys.executable, "-m", "catalog.repro"], project)
+    proc = _run([sys.executable, "-m", "stages.run"], project)
     out = proc.stdout
     assert "[stage made] start" in out and re.search(r"\[stage made\] done in \d+\.\d s", out), out
     summary = out[out.index("== make run: done in "):].splitlines()
@@ -135,7 +135,7 @@ def test_make_run_prints_each_stage_with_its_time_and_a_summary_at_the_end(tmp_p
     seconds = json.loads((project / "reports" / "timings" / "stages.json").read_text())
     assert set(seconds) == {"made"} and seconds["made"] >= 0
 
-    again = _run([sys.executable, "-m", "catalog.repro"], project)
+    again = _run([sys.executable, "-m", "stages.run"], project)
     assert "[stage" not in again.stdout and "no stage ran: every output was up to date" in again.stdout
 
 
@@ -175,24 +175,24 @@ def _meeting_project(project: Path) -> Path:
 
 def test_make_run_runs_independent_stages_side_by_side_and_waits_for_dependencies(tmp_path):
     project = _meeting_project(tmp_path / "project")
-    proc = _run([sys.executable, "-m", "catalog.repro", "--jobs", "2"], project)
+    proc = _run([sys.executable, "-m", "stages.run", "--jobs", "2"], project)
     assert (project / "both.txt").read_text() == "leftright", proc.stdout + proc.stderr
     assert "left | Running stage 'left'" in proc.stdout and "both | Running stage 'both'" in proc.stdout
     # dvc.lock records every stage, as a serial dvc repro does: nothing is out of date.
     status = _run([sys.executable, "-m", "dvc", "status"], project)
     assert "up to date" in status.stdout, status.stdout
-    assert "no stage ran" in _run([sys.executable, "-m", "catalog.repro", "--jobs", "2"], project).stdout
+    assert "no stage ran" in _run([sys.executable, "-m", "stages.run", "--jobs", "2"], project).stdout
 
     # One at a time (one dvc repro), left waits for a right that never starts: the run fails
     # naming it, and `both` never runs.
     serial = _meeting_project(tmp_path / "serial")
-    bad = _run([sys.executable, "-m", "catalog.repro", "--jobs", "1"], serial, check=False)
+    bad = _run([sys.executable, "-m", "stages.run", "--jobs", "1"], serial, check=False)
     assert bad.returncode != 0 and "never started beside" in bad.stdout + bad.stderr
     assert not (serial / "both.txt").exists()
 
 
 def test_make_run_refuses_a_bad_jobs_value(tmp_path):
-    proc = _run([sys.executable, "-m", "catalog.repro", "--jobs", "0"], tmp_path, check=False)
+    proc = _run([sys.executable, "-m", "stages.run", "--jobs", "0"], tmp_path, check=False)
     assert proc.returncode == 1 and "--jobs: expected an integer >= 1, got '0'" in proc.stderr
 
 

@@ -1,4 +1,4 @@
-"""`make run` (python -m catalog.repro) after a stage fails, is interrupted or terminated: the
+"""`make run` (python -m stages.run) after a stage fails, is interrupted or terminated: the
 outputs of the stages that did not finish are the last good ones again (DVC deleted them
 before running the stage), cached ones from DVC's cache and uncached ones (metrics) from a
 copy taken before the run; the stages that finished keep their new outputs."""
@@ -78,7 +78,7 @@ def _project(root: Path) -> Path:
     _run([sys.executable, "-m", "dvc", "init", "-q"], root)
     _run(["git", "add", "-A"], root)
     _run(["git", "commit", "-q", "-m", "init"], root)
-    _run([sys.executable, "-m", "catalog.repro"], root)  # the good run: outs cached, dvc.lock written
+    _run([sys.executable, "-m", "stages.run"], root)  # the good run: outs cached, dvc.lock written
     return root
 
 
@@ -100,7 +100,7 @@ def test_a_failed_stage_leaves_its_last_good_outputs(tmp_path, monkeypatch, cach
     _set_versions(project, 2)  # every stage out of date; `made` then meets an outage
     monkeypatch.setenv("ASKFLOW_TEST_FAIL", "made")
 
-    proc = _run([sys.executable, "-m", "catalog.repro"], project, check=False)
+    proc = _run([sys.executable, "-m", "stages.run"], project, check=False)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     now = _outputs(project)
     assert now["first.txt"] == b"first v2"  # finished before the failure: its new output stays
@@ -118,14 +118,14 @@ def test_a_failed_stage_leaves_its_last_good_outputs(tmp_path, monkeypatch, cach
 
     # The outage over: the next run reproduces what is still out of date.
     monkeypatch.delenv("ASKFLOW_TEST_FAIL")
-    _run([sys.executable, "-m", "catalog.repro"], project)
+    _run([sys.executable, "-m", "stages.run"], project)
     assert _outputs(project)["reports/made.json"] == b'{"version": 2}'
     assert _outputs(project)["after.txt"] == b"made v2 after"
 
 
 def test_a_good_run_says_nothing_and_a_first_run_that_fails_has_nothing_to_restore(tmp_path, monkeypatch):
     project = _project(tmp_path / "project")
-    again = _run([sys.executable, "-m", "catalog.repro"], project)
+    again = _run([sys.executable, "-m", "stages.run"], project)
     assert "restored" not in again.stderr + again.stdout and "restore" not in again.stderr
 
     monkeypatch.setenv("ASKFLOW_TEST_FAIL", "made")
@@ -135,7 +135,7 @@ def test_a_good_run_says_nothing_and_a_first_run_that_fails_has_nothing_to_resto
         (fresh / name).write_bytes((project / name).read_bytes())
     _run(["git", "init", "-q"], fresh)
     _run([sys.executable, "-m", "dvc", "init", "-q"], fresh)
-    proc = _run([sys.executable, "-m", "catalog.repro"], fresh, check=False)
+    proc = _run([sys.executable, "-m", "stages.run"], fresh, check=False)
     assert proc.returncode != 0 and "error: the LLM server is down" in proc.stderr
     assert "no outputs to restore: the stages that did not finish had none, or left theirs as they were" in proc.stderr
     assert (fresh / "first.txt").read_text() == "first v1"
@@ -147,7 +147,7 @@ def test_a_terminated_run_leaves_the_last_good_outputs(tmp_path, monkeypatch):
     _set_versions(project, 2)
     monkeypatch.setenv("ASKFLOW_TEST_HANG", "made")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "catalog.repro"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-m", "stages.run"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (project / "started.flag").exists():
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
