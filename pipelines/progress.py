@@ -22,6 +22,9 @@ from typing import Any, Callable
 
 #: How often a stage reports progress at most (issue 30: at least every 30 s).
 EVERY_S = 30.0
+#: When a :class:`Progress` last wrote a line, on ``time.monotonic``'s clock: a stage's
+#: :class:`Heartbeat` stays quiet while a Progress speaks.
+_last_line = time.monotonic()
 
 
 def format_duration(seconds: float) -> str:
@@ -94,6 +97,7 @@ class Progress:
             self._last = now
             line = self.line(now)
             self.emit(line)
+            _spoke()
             return line
 
     def line(self, now: float | None = None) -> str:
@@ -135,4 +139,46 @@ class Progress:
             self.poll()
 
 
-__all__ = ["EVERY_S", "Progress", "format_duration"]
+def _spoke() -> None:
+    global _last_line
+    _last_line = time.monotonic()
+
+
+class Heartbeat:
+    """``<label> still running, <elapsed> elapsed`` every ``every_s`` seconds in which no
+    :class:`Progress` wrote a line: a stage's steps without a count of their own (loading,
+    writing, one long call) still say within ``every_s`` that the stage is alive. A context
+    manager; its thread is a daemon and ends with the block."""
+
+    def __init__(self, label: str, *, every_s: float = EVERY_S, emit: Callable[[str], Any] | None = None):
+        if every_s <= 0:
+            raise ValueError(f"every_s must be positive, got {every_s}")
+        self.label = label
+        self.every_s = every_s
+        self.emit = emit or _stderr
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.started = time.monotonic()
+
+    def __enter__(self) -> Heartbeat:
+        self.started = time.monotonic()
+        _spoke()  # the stage's start line
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat {self.label}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._thread = None
+
+    def _beat(self) -> None:
+        while not self._stop.wait(max(0.01, _last_line + self.every_s - time.monotonic())):
+            now = time.monotonic()
+            if now - _last_line >= self.every_s:
+                self.emit(f"{self.label} still running, {format_duration(now - self.started)} elapsed")
+                _spoke()
+
+
+__all__ = ["EVERY_S", "Heartbeat", "Progress", "format_duration"]

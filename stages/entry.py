@@ -65,8 +65,10 @@ def stage_name(fn: Callable[..., Any]) -> str | None:
 @contextlib.contextmanager
 def stage_timer(fn: Callable[..., Any]) -> Iterator[None]:
     """``[stage <name>] start`` before the stage and ``[stage <name>] done in <wall time>``
-    (or ``failed after``) after it, on stdout beside DVC's ``Running stage`` lines; and the
-    line for ``make run``'s summary (:data:`RUN_LOG_ENV`)."""
+    (or ``failed after``) after it, on stdout beside DVC's ``Running stage`` lines, with
+    ``[stage <name>] still running, ...`` every 30 s in which no progress line came
+    (:class:`pipelines.progress.Heartbeat`); and the line for ``make run``'s summary
+    (:data:`RUN_LOG_ENV`)."""
     global _depth
     name = stage_name(fn) if _depth == 0 else None
     if name is None:
@@ -74,14 +76,15 @@ def stage_timer(fn: Callable[..., Any]) -> Iterator[None]:
         return
     import time
 
-    from pipelines.progress import format_duration
+    from pipelines.progress import Heartbeat, format_duration
 
     print(f"[stage {name}] start", flush=True)
     started = time.monotonic()
     status = "failed"
     _depth += 1
     try:
-        yield
+        with Heartbeat(f"[stage {name}]", emit=lambda line: print(line, flush=True)):
+            yield
         status = "done"
     except SystemExit as exit_:
         status = "done" if exit_.code in (None, 0) else "failed"

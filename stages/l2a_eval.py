@@ -47,6 +47,7 @@ from pipelines.learn_to_ask.metrics import (
     METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_seeds, bootstrap_seeds_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
 )
 from pipelines.learn_to_ask.tables import L2A_EVAL, SPECS as L2A_SPECS, eval_table
+from pipelines.progress import Progress
 from pipelines.rewards.learn_to_ask import BETA, CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
 from stages.entry import main_wrapper
 from catalog.io import publish, read_artifact, read_params, write_json_atomic, write_text_atomic, write_timings
@@ -216,10 +217,14 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, l
     grader = QuestionGrader(RulesGrader())
     answers: dict[str, list[list[str | None]]] = {}  # name -> one list per training seed
     timings: dict[str, float] = {}
-    for name, model_dirs in settings["models"].items():
-        begun = time.perf_counter()
-        answers[name] = [answer(model_dir, prompts, settings)[0] for model_dir in model_dirs]
-        timings[f"{name}_s"] = round(time.perf_counter() - begun, 2)
+    with Progress(sum(len(dirs) for dirs in settings["models"].values()), "l2a_eval answers", unit="models") as progress:
+        for name, model_dirs in settings["models"].items():
+            begun = time.perf_counter()
+            answers[name] = []
+            for model_dir in model_dirs:
+                answers[name].append(answer(model_dir, prompts, settings)[0])
+                progress.advance()
+            timings[f"{name}_s"] = round(time.perf_counter() - begun, 2)
     # Every model is scored on the samples all of them answered: paired comparisons; the
     # reference rows (the expert's own turn, the catch-all question) on the same samples.
     kept = [i for i in range(len(samples)) if all(seed[i] is not None for name in answers for seed in answers[name])]
@@ -252,9 +257,13 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, l
         from pipelines.llm import Accounting
 
         backend = settings["model_grader"]["backend"]
+        # The hf backend's own batches, one call each (the same batches as one call for all:
+        # the same grades), so that progress can be told; an endpoint's requests go together.
+        chunk = backend.hf.batch_size if backend.hf is not None else backend.client.max_concurrency  # type: ignore[union-attr]
         model_grading = model_grader_agreement(
             [samples[i] for i in kept], [prompts[i] for i in kept], {**outputs, **references}, {**scored, **scored_refs},
-            settings["model_grader"]["samples"], LLMGrader(completer(backend, llm, Accounting(), None), backend.kind, prompt))
+            settings["model_grader"]["samples"], LLMGrader(completer(backend, llm, Accounting(), None), backend.kind, prompt),
+            chunk=chunk)
         model_name = backend.hf.model_path if backend.hf is not None else backend.client.model  # type: ignore[union-attr]
         model_grading = {"backend": backend.kind, "model": str(model_name), "prompt": origin, **model_grading}
         timings["model_grader_s"] = round(time.perf_counter() - begun, 2)
@@ -300,7 +309,7 @@ def grading_sample(samples: list[dict[str, Any]], size: int) -> list[int]:
 
 
 def model_grader_agreement(samples: list[dict[str, Any]], prompts: list[Any], outputs: Mapping[str, list[str]],
-                           scored: Mapping[str, list[Any]], size: int, llm_grader: LLMGrader) -> dict[str, Any]:
+                           scored: Mapping[str, list[Any]], size: int, llm_grader: LLMGrader, chunk: int | None = None) -> dict[str, Any]:
     """R_a by a model grader (appendix G's grading prompt, ``grader`` role) beside the rules
     grader's on a fixed sample of CONTINUE samples, for every row whose output there is a
     right CONTINUE that asks a question (an output without one is 0 for both by construction:
@@ -324,7 +333,12 @@ def model_grader_agreement(samples: list[dict[str, Any]], prompts: list[Any], ou
                 cases.append(grader_case(prompts[i], " ".join(asked), [(x["field"], x["value"]) for x in samples[i]["info_truth"]]))
             else:
                 no_question[name] += 1
-    replies = llm_grader.complete([llm_grader.messages(case) for case in cases]) if cases else []
+    replies: list[Any] = []
+    step = chunk or max(1, len(cases))
+    with Progress(len(cases), "l2a_eval model grader", unit="grades") as progress:
+        for start in range(0, len(cases), step):
+            replies += llm_grader.complete([llm_grader.messages(case) for case in cases[start:start + step]])
+            progress.update(len(replies))
     if len(replies) != len(cases):
         raise RuntimeError(f"model grader: {len(replies)} replies for {len(cases)} cases")
     grades = [Grade(None, f"llm_{r[0]}") if isinstance(r, tuple) else parse_grade(r) for r in replies]

@@ -36,6 +36,7 @@ from pipelines.pir.entropy import StepScorer
 from pipelines.pir.pipeline import PirConfig, run_pir
 from pipelines.pir.tables import SPECS, pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
+from pipelines.progress import Progress
 from stages.entry import main_wrapper
 from catalog.io import publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
 
@@ -127,17 +128,20 @@ def run(params: dict) -> dict:
     accounting = Accounting()
     inserter = make_inserter(params, accounting)  # a bad inserter section fails before the model loads
     started = time.perf_counter()
-    traces = load_traces(params)
-    if isinstance(inserter, RulesInserter) and any(t.user_goal is None for t in traces):
-        raise ConfigError("params.yaml pir.inserter: the rules inserter needs the embedded traces (traces: null); "
-                          "traces from a file need an openai inserter")
-    import torch
+    # A line at least every 30 s from here on: loading the teacher, then scoring the traces.
+    with Progress(None, "pir_augment", unit="traces scored") as progress:
+        traces = load_traces(params)
+        if isinstance(inserter, RulesInserter) and any(t.user_goal is None for t in traces):
+            raise ConfigError("params.yaml pir.inserter: the rules inserter needs the embedded traces (traces: null); "
+                              "traces from a file need an openai inserter")
+        import torch
 
-    if params.get("threads") is not None:  # else the top-level params.yaml threads (stages/__init__.py)
-        torch.set_num_threads(int(params["threads"]))
-    teacher, teacher_name = make_teacher(params)
-    loaded = time.perf_counter()
-    result = run_pir(traces, StepScorer(teacher), inserter, config, teacher_name)
+        if params.get("threads") is not None:  # else the top-level params.yaml threads (stages/__init__.py)
+            torch.set_num_threads(int(params["threads"]))
+        teacher, teacher_name = make_teacher(params)
+        loaded = time.perf_counter()
+        progress.update(0, len(traces))
+        result = run_pir(traces, StepScorer(teacher, on_scored=progress.advance), inserter, config, teacher_name)
     check_failure_rate(accounting, max_failure_rate, "pir")
     scored = time.perf_counter()
     publish({output / "pir_traces.parquet": (pir_table(result.rows), SPECS["pir_traces"])})

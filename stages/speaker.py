@@ -46,6 +46,7 @@ from catalog.speaker import make_synthesizer, speaker_config
 from pipelines.speaker.pipeline import SpeakerResult, finish_speaker, synthesize_seeds
 from pipelines.speaker.synthesis import LLMSynthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
+from pipelines.progress import Progress
 from stages.entry import main_wrapper
 from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
 from catalog.multiwoz_dir import load_multiwoz
@@ -73,26 +74,29 @@ def run(params: dict) -> dict:
     if isinstance(min_yield, bool) or not isinstance(min_yield, (int, float)) or not 0 <= min_yield <= 1:
         raise ConfigError(f"params.yaml speaker.min_yield: expected a number in [0, 1], got {min_yield!r}")
     started = time.perf_counter()
-    corpus = load_multiwoz(source, params.get("db_dir"))
-    database = Database(corpus.entities, corpus.taxi_options)
-    accounting = Accounting()
-    synthesizer = make_synthesizer(params, database, config.seed, accounting)
-    loaded = time.perf_counter()
-    if fan_out.workers:
-        from flows.local_api import local_prefect_api
-        from flows.speaker import run_fan_out
-        from stages.common import configure_prefect
+    # A line at least every 30 s while it loads, synthesizes and filters (here, or fanned out).
+    with Progress(None, "speaker", unit="seeds") as progress:
+        corpus = load_multiwoz(source, params.get("db_dir"))
+        database = Database(corpus.entities, corpus.taxi_options)
+        accounting = Accounting()
+        synthesizer = make_synthesizer(params, database, config.seed, accounting)
+        loaded = time.perf_counter()
+        if fan_out.workers:
+            from flows.local_api import local_prefect_api
+            from flows.speaker import run_fan_out
+            from stages.common import configure_prefect
 
-        configure_prefect(Path.cwd())
-        with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
-            fanned = run_fan_out(params, fan_out, [d.dialogue_id for d in corpus.dialogues if d.split in config.splits])
-        accounting.merge(fanned.usage)
-        if isinstance(synthesizer, LLMSynthesizer):
-            synthesizer.stats.seeds_sent += fanned.seeds_sent
-        outcomes = fanned.outcomes
-    else:
-        outcomes = synthesize_seeds(corpus.dialogues, database, synthesizer, config)
-    result = finish_speaker(outcomes, synthesizer.name, database, config)
+            configure_prefect(Path.cwd())
+            with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
+                fanned = run_fan_out(params, fan_out, [d.dialogue_id for d in corpus.dialogues if d.split in config.splits])
+            accounting.merge(fanned.usage)
+            if isinstance(synthesizer, LLMSynthesizer):
+                synthesizer.stats.seeds_sent += fanned.seeds_sent
+            outcomes = fanned.outcomes
+        else:
+            progress.update(0, sum(1 for d in corpus.dialogues if d.split in config.splits))
+            outcomes = synthesize_seeds(corpus.dialogues, database, synthesizer, config, on_seed=progress.advance)
+        result = finish_speaker(outcomes, synthesizer.name, database, config)
     check_failure_rate(accounting, max_failure_rate, "speaker", count_invalid_output=True)
     check_yield(result, min_yield)
     tables = speaker_tables(result)

@@ -71,6 +71,25 @@ def test_the_heartbeat_reports_while_one_unit_takes_longer_than_every_s():
     assert any(line.startswith("slow: 1/3 prompts (33 %)") and "remaining" in line for line in lines), lines
 
 
+def test_a_stage_heartbeat_speaks_only_while_no_progress_line_does():
+    """A stage's steps without a count of their own still give a line every every_s seconds;
+    while a Progress reports, the heartbeat stays quiet."""
+    from pipelines.progress import Heartbeat
+
+    beats: list[str] = []
+    with Heartbeat("[stage x]", every_s=0.2, emit=beats.append):
+        time.sleep(0.7)  # nothing else speaks: about three beats
+    assert 2 <= len(beats) <= 4 and all(b.startswith("[stage x] still running, ") and b.endswith(" elapsed") for b in beats), beats
+
+    beats.clear()
+    lines: list[str] = []
+    with Heartbeat("[stage y]", every_s=0.2, emit=beats.append), Progress(10, "y", every_s=0.05, emit=lines.append) as progress:
+        for _ in range(10):
+            time.sleep(0.07)
+            progress.advance()
+    assert len(lines) >= 5 and beats == [], (lines, beats)
+
+
 def test_the_training_callback_reports_steps_between_logging_steps(caplog):
     from pipelines.training.callbacks import LoggingCallback
 

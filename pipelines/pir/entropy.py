@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 from pipelines.pir.traces import Trace, split_steps
 
@@ -64,10 +64,11 @@ class StepScorer:
     caught by a check against the full logits on the first batch, and then scored through
     them."""
 
-    def __init__(self, backend: Any, *, max_rows: int = 2048):
+    def __init__(self, backend: Any, *, max_rows: int = 2048, on_scored: Callable[[int], Any] | None = None):
         self.backend = backend
         self.tokenizer = backend.tokenizer
         self.max_rows = max_rows  # output-layer rows per matmul: bounds the rows x vocabulary buffer
+        self.on_scored = on_scored  # told how many texts each forward pass scored (a stage's progress)
         self._head_checked = False
         self._full_logits = False
 
@@ -91,6 +92,8 @@ class StepScorer:
             batch = scorable[start : start + size]
             for i, scored in zip(batch, self._score_batch([sequences[i] for i in batch])):
                 results[i] = scored
+            if self.on_scored is not None:
+                self.on_scored(len(batch))
         return results
 
     def _score_batch(self, batch: Sequence[tuple[list[int], int]]) -> list[TokenLogprobs]:

@@ -33,7 +33,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from pipelines.env.tools import Database
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed
@@ -245,20 +245,27 @@ def run_speaker(dialogues: Sequence[Dialogue], database: Database, synthesizer: 
     return finish_speaker(synthesize_seeds(dialogues, database, synthesizer, config), synthesizer.name, database, config)
 
 
-def synthesize_seeds(dialogues: Sequence[Dialogue], database: Database, synthesizer: Synthesizer, config: SpeakerConfig) -> list[SeedOutcome]:
+def synthesize_seeds(dialogues: Sequence[Dialogue], database: Database, synthesizer: Synthesizer, config: SpeakerConfig,
+                     on_seed: Callable[[int], Any] | None = None) -> list[SeedOutcome]:
     """Each seed of ``config.splits`` on its own: its ambiguity points and plan, the
     synthesized dialogue and the success filter. A seed's outcome depends on nothing but the
     seed and the settings, so chunks of seeds may run anywhere (``speaker.fan_out``) and
-    their outcomes, concatenated in seed order, are the one-process outcomes."""
+    their outcomes, concatenated in seed order, are the one-process outcomes. ``on_seed(n)``
+    is told as seeds are done (a stage's progress): those without a plan at once, then each
+    planned one once synthesized and filtered."""
     outcomes = [_analyse(dialogue, database, config) for dialogue in dialogues if dialogue.split in config.splits]
     planned = [o for o in outcomes if o.plan is not None]
     tasks = [SeedTask(o.dialogue, o.points, o.plan) for o in planned]
+    if on_seed is not None:
+        on_seed(len(outcomes) - len(planned))
     for outcome, synthesis in zip(planned, synthesizer.synthesize(tasks)):
         if synthesis.trajectory is None:
             outcome.drop(synthesis.drop_reason, synthesis.detail)
-            continue
-        outcome.trajectory = synthesis.trajectory
-        _success_filter(outcome, database)
+        else:
+            outcome.trajectory = synthesis.trajectory
+            _success_filter(outcome, database)
+        if on_seed is not None:
+            on_seed(1)
     return outcomes
 
 

@@ -162,6 +162,32 @@ def test_model_grader_agreement_counts_pairs_and_unreadable_grades():
     assert result["agreement"] == {"pairs": 9, "exact": 5 / 9, "confusion": {"0->0.5": 4, "0.5->0.5": 5}, "unreadable": {"unreadable_grade": 1}}
 
 
+def test_model_grader_in_chunks_grades_as_in_one_call_and_tells_progress():
+    """The stage calls the grader one backend batch at a time (to print progress): a grader
+    that answers each conversation on its own gives the same agreement either way."""
+    from pipelines.learn_to_ask.autoprompt import Prompt
+    from pipelines.learn_to_ask.metrics import reference_outputs, score_output
+    from pipelines.rewards.learn_to_ask import GRADER_FORMAT, GRADER_INSTRUCTION, LLMGrader, QuestionGrader, RulesGrader
+    from stages.l2a_eval import model_grader_agreement
+
+    samples = [r for r in samples_rows() if r["failure"] is None]
+    outputs = reference_outputs(samples)
+    grader = QuestionGrader(RulesGrader())
+    scored = {n: [score_output(t, s["decision_truth"], s["info_truth"], grader) for t, s in zip(texts, samples)] for n, texts in outputs.items()}
+    calls = []
+
+    def complete(conversations):
+        calls.append(len(conversations))
+        return ["I cannot tell" if "star rating" in c[-1]["content"] else "<content_score>1.0</content_score>" for c in conversations]
+
+    prompt = Prompt(GRADER_INSTRUCTION, rules=(GRADER_FORMAT,))
+    whole = model_grader_agreement(samples, [s["context"] for s in samples], outputs, scored, 5, LLMGrader(complete, "fake", prompt))
+    assert calls == [10]
+    calls.clear()
+    chunked = model_grader_agreement(samples, [s["context"] for s in samples], outputs, scored, 5, LLMGrader(complete, "fake", prompt), chunk=3)
+    assert calls == [3, 3, 3, 1] and chunked == whole
+
+
 def _shrink_l2a(params: dict) -> None:
     from tests.test_dvc_pipeline import shrink
 
