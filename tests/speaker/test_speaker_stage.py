@@ -199,8 +199,8 @@ def test_the_stage_fails_loudly_when_a_test_dialogue_reaches_a_training_table(st
 
     real = stage.synthesize_seeds
 
-    def split_lost(dialogues, *args):
-        return real([dataclasses.replace(d, split="train") for d in dialogues], *args)
+    def split_lost(dialogues, *args, **kwargs):
+        return real([dataclasses.replace(d, split="train") for d in dialogues], *args, **kwargs)
 
     monkeypatch.setattr(stage, "synthesize_seeds", split_lost)
     params, _ = stage_run
