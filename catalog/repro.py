@@ -364,12 +364,12 @@ def record_seconds(root: Path, runs: Sequence[dict[str, Any]]) -> None:
                 if r.get("status") == "done" and isinstance(r.get("wall_s"), (int, float)) and r.get("stage")}
     if not finished:
         return
+    from catalog.io import write_json_atomic
+
     path = root / LAST_SECONDS
     path.parent.mkdir(parents=True, exist_ok=True)
     table = {**_seconds(path), **{stage: round(seconds, 1) for stage, seconds in finished.items()}}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_json_atomic(path, dict(sorted(table.items())))
 
 
 #: What each ``dvc repro`` says after it changed dvc.lock: once per stage side by side is noise.
