@@ -1,0 +1,52 @@
+"""benchmarks/kernel_fingerprint.py: per-kernel digests that tell where two machines' bytes part (issue 28)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted((ROOT / "reports" / "kernels").glob("*.json"))
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("kernel_fingerprint", ROOT / "benchmarks" / "kernel_fingerprint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compare_names_the_blocks_that_differ():
+    bench = _benchmark()
+    assert doctest.testmod(bench).failed == 0
+    a = {"blocks": {"inputs": "1", "exp": "2", "log": "3"}}
+    assert bench.compare(a, a) == []
+    assert bench.compare(a, {"blocks": {"inputs": "1", "exp": "9", "log": "3"}}) == ["exp"]
+    assert bench.compare(a, {"blocks": {"inputs": "1"}}) == ["exp", "log"]  # a block the other machine lacks differs
+
+
+@pytest.mark.slow
+def test_the_portable_pin_gives_one_fingerprint_under_either_instruction_set_cap_and_the_default_another(monkeypatch):
+    """On one machine: the pin's digests are the same twice and with MKL capped at AVX2 (what
+    the ISA test checks on a whole bootstrap), the default kernels' differ from them (where the
+    CPU has AVX2, whose vectorised kernels the default uses). Each committed fingerprint has
+    every block the benchmark computes now, so a new machine's file compares block by block."""
+    bench = _benchmark()
+    pinned = bench.fingerprint("portable", 1)
+    assert bench.compare(pinned, bench.fingerprint("portable", 1)) == []
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert bench.compare(pinned, bench.fingerprint("portable", 1)) == []
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
+    default = bench.fingerprint("default", 1)
+    if "avx2" in default["machine"].get("flags", "").split() and not os.environ.get("ATEN_CPU_CAPABILITY"):
+        assert "inputs" in bench.compare(pinned, default)  # even torch.randn's bytes follow the vectorised kernels
+    assert COMMITTED, "reports/kernels/ holds no fingerprint"
+    for path in COMMITTED:
+        committed = json.loads(path.read_text(encoding="utf-8"))
+        assert list(committed["blocks"]) == list(pinned["blocks"]), path
+        assert committed["kernels"] in ("portable", "default") and committed["machine"]["vendor_id"], path
