@@ -245,11 +245,13 @@ def _read_bytes(path: Path | str) -> bytes:
 
 
 def _object_without_duplicates(source: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise DataError(source, f"duplicate key {key!r} in a JSON object")
-        obj[key] = value
+    obj = dict(pairs)  # in C: a third of a corpus load went to a Python loop over every key
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DataError(source, f"duplicate key {key!r} in a JSON object")
+            seen.add(key)
     return obj
 
 

@@ -44,14 +44,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               + (" (git diff params.yaml shows them; git checkout params.yaml returns to the default)" if changed else " (already set)"),
               flush=True)
     from flows.local_api import clean_up_killed_runs, shared_prefect_api
+    from pipelines.artifacts.gx_service import running_service
     from stages.common import configure_prefect
     from stages.entry import RUN_LOG_ENV
 
     configure_prefect(root)
     clean_up_killed_runs()  # a killed stage's Prefect server and /tmp staging, before anything starts
-    with tempfile.TemporaryDirectory(prefix="askflow-run-") as tmp, shared_prefect_api(os.environ["PREFECT_HOME"]) as prefect_env:
+    with (tempfile.TemporaryDirectory(prefix="askflow-run-") as tmp, running_service(tmp) as gx_env,
+          shared_prefect_api(os.environ["PREFECT_HOME"]) as prefect_env):
         log = Path(tmp) / "stages.jsonl"  # one line per stage that ran (stages.entry)
-        env = {RUN_LOG_ENV: str(log), **prefect_env, **{k: v for k, v in MALLOC_ENV.items() if k not in os.environ}}
+        # gx_env: one Great Expectations process validates for every stage (pipelines.artifacts.gx_service)
+        env = {RUN_LOG_ENV: str(log), **prefect_env, **gx_env, **{k: v for k, v in MALLOC_ENV.items() if k not in os.environ}}
         result = repro_keeping_outputs(root, argv, env=env, jobs=jobs)
         runs = read_run_log(log)
     record_seconds(root, runs)
