@@ -70,3 +70,41 @@ def test_a_wrong_key_is_refused_and_the_stage_validates_itself(service, monkeypa
     monkeypatch.setattr(validate_module, "_run_gx", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert validate(_table(), SPEC).success
     assert calls == [1]
+
+
+def test_the_service_ends_when_the_process_that_started_it_is_killed(tmp_path):
+    """A make run killed with SIGKILL cannot stop its service: the service notices it was orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from pipelines.artifacts.gx_service import running_service\n"
+            f"with running_service({str(tmp_path)!r}):\n    print('up', flush=True); time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout.readline().strip() == "up"
+    socket = str(tmp_path / "gx.sock")
+
+    def service_pids() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                if socket.encode() in cmdline and b"pipelines.artifacts.gx_service" in cmdline:
+                    found.append(int(entry))
+        return found
+
+    deadline = time.monotonic() + 30
+    while not service_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert service_pids(), "the service did not start"
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 15
+    while service_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not service_pids(), "the service outlived the killed run"

@@ -33,6 +33,7 @@ import pyarrow as pa
 #: ``SOCKET:KEYHEX`` of the running service, set by ``make run`` for its stages.
 SERVICE_ENV = "ASKFLOW_GX_SERVICE"
 _KEY_ENV = "ASKFLOW_GX_SERVICE_KEY"
+_PARENT_ENV = "ASKFLOW_GX_SERVICE_PARENT"  # the pid of the process that started it
 #: How long a stage waits for an answer before it validates by itself.
 ANSWER_TIMEOUT_S = 600.0
 
@@ -93,10 +94,13 @@ def _answer(connection, lock: threading.Lock) -> None:
             connection.send(reply)
 
 
-def serve(address: str, key: bytes) -> None:
-    """Answer validation requests on ``address`` until terminated."""
+def serve(address: str, key: bytes, parent: int | None = None) -> None:
+    """Answer validation requests on ``address`` until terminated, or until ``parent``, the
+    process that started it, is gone (a ``make run`` killed with SIGKILL leaves no service)."""
     from pipelines.artifacts.validate import _quiet_gx
 
+    if parent is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     with _quiet_gx():  # the import every stage would pay, paid once
         pass
     lock = threading.Lock()
@@ -109,6 +113,13 @@ def serve(address: str, key: bytes) -> None:
             threading.Thread(target=_answer, args=(connection, lock), daemon=True).start()
 
 
+def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    # An orphan is given another parent (init or a subreaper), maybe before this ran at all.
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(0)
+
+
 @contextlib.contextmanager
 def running_service(directory: Path | str) -> Iterator[dict[str, str]]:
     """Start the service on a socket in ``directory`` and yield the environment the stages
@@ -116,7 +127,7 @@ def running_service(directory: Path | str) -> Iterator[dict[str, str]]:
     address = str(Path(directory) / "gx.sock")
     key = secrets.token_hex(32)
     process = subprocess.Popen([sys.executable, "-m", "pipelines.artifacts.gx_service", address],
-                               env={**os.environ, _KEY_ENV: key}, stdin=subprocess.DEVNULL)
+                               env={**os.environ, _KEY_ENV: key, _PARENT_ENV: str(os.getpid())}, stdin=subprocess.DEVNULL)
     try:
         yield {SERVICE_ENV: f"{address}:{key}"}
     finally:
@@ -141,4 +152,5 @@ def wait_until_listening(address: str, timeout_s: float = 60.0) -> bool:
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not os.environ.get(_KEY_ENV):
         raise SystemExit(f"usage: {_KEY_ENV}=HEX python -m pipelines.artifacts.gx_service SOCKET")
-    serve(sys.argv[1], bytes.fromhex(os.environ.pop(_KEY_ENV)))
+    parent = os.environ.pop(_PARENT_ENV, "")
+    serve(sys.argv[1], bytes.fromhex(os.environ.pop(_KEY_ENV)), int(parent) if parent.isdigit() else None)
