@@ -166,15 +166,19 @@ def machine() -> dict[str, str]:
 def fingerprint(kernels: str, threads: int) -> dict:
     """The blocks' digests, computed in a fresh process under ``kernels`` and ``threads``."""
     env = {**os.environ, **kernel_environment(kernels), **thread_environment(threads)}
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
-            "import kernel_fingerprint as k, torch; "
-            "print(json.dumps({'blocks': {n: f() for n, f in k.blocks().items()}, 'torch': torch.__version__, "
-            "'threads': torch.get_num_threads()}))")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, __file__, "--in-process"], env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"the fingerprint process failed:\n{result.stderr[-3000:]}")
     found = json.loads(result.stdout.strip().splitlines()[-1])
     return {"kernels": kernels, "machine": machine(), **found}
+
+
+def _in_process() -> dict:
+    """The blocks' digests under this process's environment (what :func:`fingerprint` runs)."""
+    import torch
+
+    return {"blocks": {name: block() for name, block in blocks().items()}, "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
 
 
 def compare(a: dict, b: dict) -> list[str]:
@@ -192,7 +196,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="write the fingerprint as JSON")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="two fingerprint files: the blocks that differ")
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # fingerprint()'s fresh process
     args = parser.parse_args()
+    if args.in_process:
+        print(json.dumps(_in_process()))
+        return 0
     if args.compare:
         a, b = (json.loads(p.read_text()) for p in args.compare)
         for side, doc in zip("AB", (a, b)):

@@ -86,12 +86,12 @@ def _answer(connection, lock: threading.Lock) -> None:
             reply: tuple[str, Any] = ("ok", [outcome[e] for e in rebuilt])
         except Exception as error:  # the stage raises it, as it would have raised it itself
             reply = ("error", error)
-        try:
-            pickle.dumps(reply)
+        try:  # pickled once here, so that an unpicklable error still gets an answer across
+            message = pickle.dumps(reply)
         except Exception:
-            reply = ("error", RuntimeError(f"validation service: {reply[1]!r}"))
+            message = pickle.dumps(("error", RuntimeError(f"validation service: {reply[1]!r}")))
         with contextlib.suppress(OSError, EOFError):
-            connection.send(reply)
+            connection.send_bytes(message)  # what Connection.send does after pickling; the stage's recv() unpickles
 
 
 def serve(address: str, key: bytes, parent: int | None = None) -> None:
