@@ -41,4 +41,25 @@ def _set_cpu() -> None:
         raise SystemExit(1) from None
 
 
+
+def _run_warm() -> None:
+    """Inside ``make run``, hand ``python -m stages.<name>`` to the process that has the
+    libraries imported already (:mod:`stages.warm`); without one, or when it refuses, return
+    and run here."""
+    import os
+    import sys
+
+    if not os.environ.get("ASKFLOW_WARM_STAGES"):
+        return
+    argv = list(getattr(sys, "orig_argv", []))
+    if len(argv) < 3 or argv[1] != "-m" or not argv[2].startswith("stages."):
+        return  # not a plain python -m stages.<name> (interpreter options, an import)
+    from stages.warm import delegate
+
+    status = delegate(argv[2], argv[3:])
+    if status is not None:
+        raise SystemExit(status)
+
+
 _set_cpu()
+_run_warm()

@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pipelines.artifacts.gx_service import running_service
     from stages.common import configure_prefect
     from stages.entry import RUN_LOG_ENV
+    from stages.warm import read_log, running_server
 
     configure_prefect(root)
     clean_up_killed_runs()  # a killed stage's Prefect server and /tmp staging, before anything starts
@@ -56,11 +57,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         log = Path(tmp) / "stages.jsonl"  # one line per stage that ran (stages.entry)
         # gx_env: one Great Expectations process validates for every stage (pipelines.artifacts.gx_service)
         env = {RUN_LOG_ENV: str(log), **prefect_env, **gx_env, **{k: v for k, v in MALLOC_ENV.items() if k not in os.environ}}
-        result = repro_keeping_outputs(root, argv, env=env, jobs=jobs)
+        # one process with the libraries imported forks for every stage command (stages.warm)
+        with running_server(tmp, {**os.environ, **env}) as warm_env:
+            result = repro_keeping_outputs(root, argv, env={**env, **warm_env}, jobs=jobs)
         runs = read_run_log(log)
+        warm = read_log(tmp)
     record_seconds(root, runs)
-    print(summary(root, runs, result.notes, time.monotonic() - started, result.returncode), flush=True)
+    print(summary(root, runs, [*result.notes, *warm_lines(warm)], time.monotonic() - started, result.returncode), flush=True)
     return result.returncode
+
+
+def warm_lines(log: Sequence[dict]) -> list[str]:
+    """The summary's line on the warm stage processes (:mod:`stages.warm`): how many stage
+    commands a fork ran, and why the others ran by themselves."""
+    asked = [entry for entry in log if "warm" in entry]
+    if not asked:
+        return []
+    refused = [entry for entry in asked if not entry["warm"]]
+    line = f"warm starts: {len(asked) - len(refused)} of {len(asked)} stage command(s) ran in a fork of one process with the libraries imported"
+    return [line] + [f"  {entry['stage']} ran by itself: {entry['refused']}" for entry in refused]
 
 
 #: glibc's allocator keeps freed memory instead of handing every large tensor's pages back to
