@@ -187,6 +187,13 @@ def restore_outputs(root: Path, before: Sequence[_Out]) -> tuple[dict[str, list[
     return restored, lost
 
 
+def stage_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment dvc and the stage commands it starts get from :func:`repro_keeping_outputs`:
+    this process's, this interpreter's bin directory first on PATH, then ``env``."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+
+
 def repro_keeping_outputs(
     root: Path,
     args: Sequence[str],
@@ -205,8 +212,7 @@ def repro_keeping_outputs(
     from dvc.lock import LockError
 
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    bin_dir = str(Path(sys.executable).parent)
-    full_env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+    full_env = stage_environment(env)
     with tempfile.TemporaryDirectory(prefix="askflow-good-outs-") as store:
         try:
             before = snapshot_outputs(root, Path(store))

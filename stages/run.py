@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from catalog.repro import read_run_log, record_seconds, repro_keeping_outputs, summary
+from catalog.repro import read_run_log, record_seconds, repro_keeping_outputs, stage_environment, summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,23 +58,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         # gx_env: one Great Expectations process validates for every stage (pipelines.artifacts.gx_service)
         env = {RUN_LOG_ENV: str(log), **prefect_env, **gx_env, **{k: v for k, v in MALLOC_ENV.items() if k not in os.environ}}
         # one process with the libraries imported forks for every stage command (stages.warm)
-        with running_server(tmp, {**os.environ, **env}) as warm_env:
+        with running_server(tmp, stage_environment(env)) as warm_env:
             result = repro_keeping_outputs(root, argv, env={**env, **warm_env}, jobs=jobs)
         runs = read_run_log(log)
         warm = read_log(tmp)
     record_seconds(root, runs)
-    print(summary(root, runs, [*result.notes, *warm_lines(warm)], time.monotonic() - started, result.returncode), flush=True)
+    print(summary(root, runs, [*result.notes, *warm_lines(warm, len(runs))], time.monotonic() - started, result.returncode), flush=True)
     return result.returncode
 
 
-def warm_lines(log: Sequence[dict]) -> list[str]:
-    """The summary's line on the warm stage processes (:mod:`stages.warm`): how many stage
-    commands a fork ran, and why the others ran by themselves."""
+def warm_lines(log: Sequence[dict], stages_run: int) -> list[str]:
+    """The summary's line on the warm stage processes (:mod:`stages.warm`): how many of the
+    ``stages_run`` stages a fork ran, how many started before the server was ready, and why
+    the others it was asked to run ran by themselves."""
     asked = [entry for entry in log if "warm" in entry]
     if not asked:
         return []
     refused = [entry for entry in asked if not entry["warm"]]
-    line = f"warm starts: {len(asked) - len(refused)} of {len(asked)} stage command(s) ran in a fork of one process with the libraries imported"
+    early = max(0, stages_run - len(asked))
+    line = (f"warm starts: {len(asked) - len(refused)} of {stages_run} stage(s) ran in a fork of one process with the libraries imported"
+            + (f"; {early} started before it was ready" if early else ""))
     return [line] + [f"  {entry['stage']} ran by itself: {entry['refused']}" for entry in refused]
 
 

@@ -125,13 +125,47 @@ def test_signals_reach_the_fork_and_a_killed_command_takes_it_along(server, how)
     assert not worker.is_running()
 
 
-def test_make_runs_summary_says_which_stage_commands_ran_in_a_fork():
+def test_make_runs_summary_says_which_stages_ran_in_a_fork():
     from stages.run import warm_lines
 
     log = [{"ready": True, "preloaded": ["torch"]}, {"stage": "corpus", "warm": True},
            {"stage": "train_sft", "warm": False, "refused": "environment differs in ['PATH']"}]
-    assert warm_lines(log) == [
-        "warm starts: 1 of 2 stage command(s) ran in a fork of one process with the libraries imported",
+    assert warm_lines(log, 3) == [
+        "warm starts: 1 of 3 stage(s) ran in a fork of one process with the libraries imported; 1 started before it was ready",
         "  train_sft ran by itself: environment differs in ['PATH']",
     ]
-    assert warm_lines([{"ready": True, "preloaded": []}]) == []
+    assert warm_lines([{"ready": True, "preloaded": []}], 2) == []
+
+
+# The first stage waits until the server listens (it imports the libraries first); corpus
+# runs after it, as a DVC stage command.
+WARM_DVC_YAML = """\
+stages:
+  ready:
+    cmd: python -c "import os, pathlib, time; p = pathlib.Path(os.environ['ASKFLOW_WARM_STAGES']); [time.sleep(0.2) for _ in range(600) if not p.exists()]; open('ready.txt', 'w').write('')"
+    outs: [ready.txt]
+  corpus:
+    cmd: python -m stages.corpus
+    deps: [ready.txt]
+    params: [corpus]
+    outs: [out/corpus]
+"""
+
+
+def test_make_run_hands_its_stage_commands_to_the_warm_server(tmp_path):
+    """Through ``python -m stages.run`` (make run), as DVC starts it: the stage's command runs
+    in a fork (the server's environment is the one DVC gives its commands) and its outputs are
+    the ones the stage writes alone."""
+    from tests.test_dvc_pipeline import _run
+    from tests.test_repro import _committed_project
+
+    project = _committed_project(tmp_path / "project", {"dvc.yaml": WARM_DVC_YAML, "params.yaml": PARAMS.format(n=40)})
+    proc = _run([sys.executable, "-m", "stages.run"], project)
+    # (the waiting stage is no askflow stage: it writes no line to make run's run log)
+    assert "warm starts: 1 of 1 stage(s) ran in a fork of one process with the libraries imported\n" in proc.stdout, proc.stdout
+    assert "ran by itself" not in proc.stdout
+    warm_files = _digest(project / "out")
+    alone = subprocess.run([sys.executable, "-m", "stages.corpus"], cwd=project, capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != SERVER_ENV})
+    assert alone.returncode == 0, alone.stderr
+    assert _digest(project / "out") == warm_files and warm_files
