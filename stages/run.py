@@ -5,8 +5,9 @@ Prefect server for all stages, the stages' run log and a summary at the end.
 
 It sits with the stages because it sets up what they share (their Prefect settings, the
 Prefect server, the Great Expectations process that validates for them
-(:mod:`pipelines.artifacts.gx_service`), the run log each stage appends its wall time to,
-``stages.entry``); it is no stage itself. ``--profile NAME`` first writes ``profiles/NAME.yaml``'s values into
+(:mod:`pipelines.artifacts.gx_service`), the warm process whose forks run them
+(:mod:`stages.warm`), the run log each stage appends its wall time to, ``stages.entry``); it
+is no stage itself. ``--profile NAME`` first writes ``profiles/NAME.yaml``'s values into
 params.yaml; ``--jobs N`` runs N stages side by side (default one per CPU core).
 """
 
