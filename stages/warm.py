@@ -227,20 +227,25 @@ def _supervise(conn: socket.socket, worker: int) -> None:
     goes away (its socket closes), and send the worker's exit status. Never returns."""
     import threading
 
-    status = 1
+    reaped = threading.Event()
     try:
-        conn.sendall(b"P%d\n" % worker)
+        try:
+            conn.sendall(b"P%d\n" % worker)
+        except OSError:  # the command is gone already
+            os.kill(worker, signal.SIGKILL)
 
         def watch() -> None:  # the command's end of the socket closes only when it is gone
             with contextlib.suppress(OSError):
                 conn.recv(1)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker, signal.SIGKILL)
+            if not reaped.is_set():  # once reaped, the pid may be another process's
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker, signal.SIGKILL)
 
         threading.Thread(target=watch, daemon=True).start()
         _, raw = os.waitpid(worker, 0)
-        status = os.waitstatus_to_exitcode(raw)
-        conn.sendall(b"X%d\n" % status)
+        reaped.set()
+        with contextlib.suppress(OSError):
+            conn.sendall(b"X%d\n" % os.waitstatus_to_exitcode(raw))
     finally:
         os._exit(0)
 
@@ -248,6 +253,7 @@ def _supervise(conn: socket.socket, worker: int) -> None:
 def _become(request: dict[str, Any], fds: list[int]) -> None:
     """In the worker: the command's streams, directory, environment, arguments and signal
     defaults, and fresh seeds, as a new process would have them."""
+    _die_with_parent()
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
     for fd in fds:
@@ -270,6 +276,17 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+
+
+def _die_with_parent() -> None:
+    """The worker ends when its supervisor does (Linux's PR_SET_PDEATHSIG), so that nothing
+    runs a stage no command waits for."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass  # not Linux: the supervisor's watch on the command's socket still applies
 
 
 def _alive(pid: int) -> bool:
