@@ -41,7 +41,6 @@ def _set_cpu() -> None:
         raise SystemExit(1) from None
 
 
-
 def _run_warm() -> None:
     """Inside ``make run``, hand ``python -m stages.<name>`` to the process that has the
     libraries imported already (:mod:`stages.warm`); without one, or when it refuses, return
@@ -49,7 +48,7 @@ def _run_warm() -> None:
     import os
     import sys
 
-    if not os.environ.get("ASKFLOW_WARM_STAGES"):
+    if not os.environ.get("ASKFLOW_WARM_STAGES"):  # stages.warm.SERVER_ENV, without importing it
         return
     argv = list(getattr(sys, "orig_argv", []))
     if len(argv) < 3 or argv[1] != "-m" or not argv[2].startswith("stages."):
