@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -148,6 +149,17 @@ def remove_stale_temp_staging(directory: Path | str | None = None, prefix: str =
     except OSError:
         return []
     return [entry for target in targets for entry in remove_stale_staging(directory / target)]
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """SIGTERM to a child process, SIGKILL when it has not ended ``timeout_s`` later; reaped."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def process_alive(pid: int) -> bool:

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from pipelines.files import process_alive, stop_process
+
 #: The server's socket, set by ``make run`` for its stages.
 SERVER_ENV = "ASKFLOW_WARM_STAGES"
 #: Variables a stage command may have that the server lacks or has otherwise: DVC's own
@@ -171,7 +173,7 @@ def serve(address: str, parent: int | None, log_path: str | None = None) -> dict
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     try:
-        while not stopping and (parent is None or _alive(parent)):
+        while not stopping and (parent is None or process_alive(parent)):
             with contextlib.suppress(ChildProcessError):
                 while os.waitpid(-1, os.WNOHANG)[0]:
                     pass  # supervisors that ended
@@ -289,16 +291,6 @@ def _die_with_parent() -> None:
         pass  # not Linux: the supervisor's watch on the command's socket still applies
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @contextlib.contextmanager
 def running_server(directory: Path | str, env: dict[str, str], cwd: Path | str | None = None) -> Iterator[dict[str, str]]:
     """Start the server in ``env`` (the environment the stages get) and ``cwd`` (their working
@@ -314,12 +306,7 @@ def running_server(directory: Path | str, env: dict[str, str], cwd: Path | str |
     try:
         yield {SERVER_ENV: address}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def read_log(directory: Path | str) -> list[dict[str, Any]]:

@@ -30,6 +30,8 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
+from pipelines.files import stop_process
+
 #: ``SOCKET:KEYHEX`` of the running service, set by ``make run`` for its stages.
 SERVICE_ENV = "ASKFLOW_GX_SERVICE"
 _KEY_ENV = "ASKFLOW_GX_SERVICE_KEY"
@@ -131,12 +133,7 @@ def running_service(directory: Path | str) -> Iterator[dict[str, str]]:
     try:
         yield {SERVICE_ENV: f"{address}:{key}"}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def wait_until_listening(address: str, timeout_s: float = 60.0) -> bool:
