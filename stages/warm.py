@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipelines.files import process_alive, stop_process
+from pipelines.files import stop_process
 
 #: The server's socket, set by ``make run`` for its stages.
 SERVER_ENV = "ASKFLOW_WARM_STAGES"
@@ -152,7 +152,7 @@ def _refusal(request: dict[str, Any], env: dict[str, str], cwd: str) -> str | No
 
 
 def serve(address: str, parent: int | None, log_path: str | None = None) -> dict[str, Any] | None:
-    """Accept stage commands until ``parent`` ends or SIGTERM; in a forked worker, return the
+    """Accept stage commands until ``parent`` (the process that started it) ends or SIGTERM; in a forked worker, return the
     request it is to run (the caller runs it); in the server, return None at the end."""
     import selectors
 
@@ -173,7 +173,7 @@ def serve(address: str, parent: int | None, log_path: str | None = None) -> dict
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     try:
-        while not stopping and (parent is None or process_alive(parent)):
+        while not stopping and (parent is None or os.getppid() == parent):
             with contextlib.suppress(ChildProcessError):
                 while os.waitpid(-1, os.WNOHANG)[0]:
                     pass  # supervisors that ended
