@@ -42,19 +42,33 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from catalog.io import read_artifact, read_params
+from catalog.io import from_params, read_artifact, read_params
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
 from pipelines.gpu import bootstrap
 from pipelines.gpu.bootstrap import FILES, FORMAT, MANIFEST, split_file, sha256_file
 
 RESULTS_FORMAT = "askflow-gpu-results/1"
-_GPU_KEYS = {"model", "inputs", "vendor", "profile", "profiles"}
 MODEL_KINDS = ("smollm2", "base")
+
+
+@dataclass(frozen=True)
+class GpuParams:
+    """params.yaml ``gpu``: the start ``model`` (:data:`MODEL_KINDS`), the ``inputs`` the job
+    carries, ``vendor`` (``{python, packages}``), the ``profile`` to run and the ``profiles``
+    (read by :mod:`flows.gpu`)."""
+
+    model: str | None = None
+    inputs: tuple[str, ...] | None = None
+    vendor: Any = None
+    profile: str | None = None
+    profiles: Any = None
 
 
 def git(root: Path, *args: str, binary: bool = False) -> Any:
@@ -207,13 +221,10 @@ def download_wheels(versions: Mapping[str, str], python: str, target: Path, whee
 # --- Pack ------------------------------------------------------------------------------------
 
 
-def gpu_params(root: Path) -> dict[str, Any]:
-    gpu = read_params("gpu", root / "params.yaml")
-    unknown = sorted(set(gpu) - _GPU_KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml gpu: unknown key(s) {unknown}; allowed: {sorted(_GPU_KEYS)}")
-    if gpu.get("model") not in MODEL_KINDS:
-        raise ConfigError(f"params.yaml gpu.model: one of {list(MODEL_KINDS)}, got {gpu.get('model')!r}")
+def gpu_params(root: Path) -> GpuParams:
+    gpu = from_params(GpuParams, read_params("gpu", root / "params.yaml"), "params.yaml gpu")
+    if gpu.model not in MODEL_KINDS:
+        raise ConfigError(f"params.yaml gpu.model: one of {list(MODEL_KINDS)}, got {gpu.model!r}")
     return gpu
 
 
@@ -221,23 +232,23 @@ def pack(root: Path, job: Path, *, split_mib: int | None = None, python: str | N
          wheelhouse: Path | None = None, log: Any = print) -> dict[str, Any]:
     """Write the job of ``root`` at HEAD into ``job`` (module docstring); returns its manifest."""
     root = root.resolve()
-    if split_mib is not None and split_mib < 1:
-        raise ConfigError(f"--split-mib: at least 1, got {split_mib}")
+    if split_mib is not None:
+        positive_int(split_mib, "--split-mib")
     if job.exists() and any(job.iterdir()):
         raise ConfigError(f"{job}: exists and is not empty; give a new directory")
     commit = clean_commit(root)
     gpu = gpu_params(root)
-    vendor = gpu.get("vendor") or {}
+    vendor = gpu.vendor or {}
     python = python or str(vendor.get("python") or platform.python_version().rsplit(".", 1)[0])
     if not re.fullmatch(r"3\.\d+", python):
         raise ConfigError(f"--python / params.yaml gpu.vendor.python: a version like 3.12, got {python!r}")
     packages = list(vendor.get("packages") or [])
-    inputs = list(gpu.get("inputs") or [])
-    model: dict[str, Any] = {"kind": gpu["model"]}
-    if gpu["model"] == "base":
+    inputs = list(gpu.inputs or ())
+    model: dict[str, Any] = {"kind": gpu.model}
+    if gpu.model == "base":
         inputs.append("models/base")
         model["path"] = "models/base"
-    log(f"gpu pack: {commit[:12]}, inputs {inputs}, model {gpu['model']}, packages for Python {python}")
+    log(f"gpu pack: {commit[:12]}, inputs {inputs}, model {gpu.model}, packages for Python {python}")
     carried = check_inputs(root, inputs)
 
     job.parent.mkdir(parents=True, exist_ok=True)
@@ -259,7 +270,7 @@ def pack(root: Path, job: Path, *, split_mib: int | None = None, python: str | N
             vendored = "wheels" + (f" from {wheelhouse}" if wheelhouse else " from PyPI")
         deterministic_tar(_files_under(tree, tree), files / "vendor.tar.gz")
         shutil.rmtree(tree)
-        if gpu["model"] == "smollm2":
+        if gpu.model == "smollm2":
             from pipelines.llm.gguf import gguf_path
 
             smollm2 = read_params("smollm2", root / "params.yaml")
@@ -275,7 +286,7 @@ def pack(root: Path, job: Path, *, split_mib: int | None = None, python: str | N
             entries[path.name] = entry
         manifest = {
             "format": FORMAT, "commit": commit, "code_tar_sha256": hashlib.sha256(code).hexdigest(),
-            "packed": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profile": gpu.get("profile"),
+            "packed": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profile": gpu.profile,
             "model": model, "inputs": inputs,
             "vendor": {"python": python, "packages": versions, "how": vendored},
             "split_mib": split_mib, "files": entries,

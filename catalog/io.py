@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from pipelines.artifacts.registry import artifact_specs
+from pipelines.registry import artifact_specs
 from pipelines.artifacts.spec import ArtifactSpec
 from pipelines.artifacts.validate import SchemaDiff, ValidationReport, check_schema, check_table, validate
 from pipelines.errors import ConfigError, DataError, ValidationFailed
@@ -162,8 +162,9 @@ def read_params(section: str, path: Path | str = "params.yaml", *, required: boo
 
 def from_params(cls: type, value: Any, where: str) -> Any:
     """An instance of the dataclass ``cls`` from a params mapping: nested dataclasses from
-    nested mappings, tuples from lists, ``auto`` as None where None means "choose"; unknown
-    keys and ill-typed values are ConfigErrors naming ``where``."""
+    nested mappings, tuples from lists, ``auto`` as None where None means "choose", a field
+    typed ``Any`` as given (a sub-section another parser reads); unknown keys and ill-typed
+    values are ConfigErrors naming ``where``."""
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
@@ -187,6 +188,8 @@ def from_params(cls: type, value: Any, where: str) -> Any:
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:
+    if hint is Any:  # a sub-section that its own parser reads (BackendConfig.from_dict, ...)
+        return value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if type(None) in args and (value is None or (value == "auto" and bool in args)):
@@ -226,7 +229,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return number
     if hint in (int, bool, str):
         if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+            raise ConfigError(f"{where}: expected {'true or false' if hint is bool else hint.__name__}, got {value!r}")
         return value
     if hint is type(None):
         if value is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import Prompt
 from pipelines.learn_to_ask.calibration import SEED_GRADER_PROMPT, SEED_POLICY_PROMPT, prompt_from_document
@@ -53,10 +54,8 @@ def load_sessions(params: Mapping[str, Any]) -> list[Session]:
 
         sessions = [session_from_dialogue(d) for d in load_multiwoz(source, params.get("db_dir")).dialogues]
     sessions.sort(key=lambda s: s.session_id)
-    limit = params.get("max_sessions")
+    limit = positive_int(params.get("max_sessions"), "params.yaml hindsight.max_sessions", optional=True)
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigError(f"params.yaml hindsight.max_sessions: expected a positive integer or null, got {limit!r}")
         sessions = sessions[:limit]
     return sessions
 

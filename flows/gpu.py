@@ -40,12 +40,11 @@ from typing import Any, Callable, Mapping, Sequence
 from catalog.io import from_params, read_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
+from pipelines.training.config import OBJECTIVES, DataSpec, DeviceSpec, EvalSpec, ModelSpec, OptimSpec, OutputSpec, TrainConfig
 
 STAGES = ("convert", "sft", "grpo", "evaluate")
 #: The models evaluation plays, in table order, and the stage that makes each.
 EVAL_MODELS = (("zero_shot", "convert"), ("sft", "sft"), ("grpo", "grpo"))
-_TRAIN_KEYS = {"model", "data", "optim", "device", "eval", "objective"}
-_GPU_KEYS = {"epochs", "sampler"}
 
 log = logging.getLogger("askflow.gpu")
 
@@ -105,7 +104,6 @@ def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[
     longest training turn plus 25 %, so that no turn is cut (issue 26)."""
     import pyarrow.parquet as pq
 
-    from pipelines.training.config import ModelSpec
     from pipelines.training.limits import generation_limit, longest_completion_tokens
     from pipelines.training.modeling import load_tokenizer
 
@@ -116,38 +114,48 @@ def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[
             "source": path}
 
 
-def train_config(method: str, section: Mapping[str, Any], *, model_path: str, output_dir: Path, where: str) -> Any:
-    """A :class:`~pipelines.training.config.TrainConfig` from a profile section in the
-    vocabulary of params.yaml ``train.<method>`` (plus ``epochs`` and ``sampler``, read by
-    :func:`train`); the model and outputs are the job's."""
-    from pipelines.training.config import (
-        OBJECTIVES, DataSpec, DeviceSpec, EvalSpec, ModelSpec, OptimSpec, OutputSpec, TrainConfig,
-    )
+@dataclasses.dataclass(frozen=True)
+class GpuTrainParams:
+    """A profile's ``sft`` / ``grpo`` section: params.yaml ``train.<method>``'s vocabulary
+    (``model``: :class:`ModelSpec`'s keys, its ``path`` the job's; ``objective``: the
+    method's; no ``output``: the job's) plus ``epochs`` (-> max_steps) and ``sampler``, read
+    by :func:`train`."""
 
-    unknown = sorted(set(section) - _TRAIN_KEYS - _GPU_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TRAIN_KEYS | _GPU_KEYS)}")
-    model = {**(section.get("model") or {}), "path": model_path}
+    data: DataSpec
+    model: Any = None
+    optim: OptimSpec = dataclasses.field(default_factory=OptimSpec)
+    device: DeviceSpec = dataclasses.field(default_factory=DeviceSpec)
+    eval: EvalSpec = dataclasses.field(default_factory=EvalSpec)
+    objective: Any = None
+    epochs: int | float | None = None
+    sampler: str | None = None
+
+
+def train_config(method: str, section: Mapping[str, Any], *, model_path: str, output_dir: Path, where: str) -> TrainConfig:
+    """A :class:`~pipelines.training.config.TrainConfig` from a profile section
+    (:class:`GpuTrainParams`); the model and outputs are the job's."""
+    params = from_params(GpuTrainParams, section, where)
+    model = {**(params.model or {}), "path": model_path}
     return TrainConfig(
         method=method,
         model=from_params(ModelSpec, model, f"{where}.model"),
-        data=from_params(DataSpec, section.get("data"), f"{where}.data"),
+        data=params.data,
         output=OutputSpec(str(output_dir / "model"), str(output_dir / "metrics.json"), str(output_dir / "curve.csv")),
-        optim=from_params(OptimSpec, section.get("optim"), f"{where}.optim"),
-        device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
-        eval=from_params(EvalSpec, section.get("eval"), f"{where}.eval"),
-        objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
+        optim=params.optim,
+        device=params.device,
+        eval=params.eval,
+        objective=from_params(OBJECTIVES[method], params.objective, f"{where}.objective"),
     )
 
 
 def check_profile_inputs(root: Path) -> list[str]:
     """Every training source of every GPU profile (smoke overrides included) validated by its
-    declared schema or training contract (:func:`pipelines.training.inputs.check_inputs`), as
+    declared schema or training contract (:func:`pipelines.preflight.inputs.check_inputs`), as
     ``python -m stages.train`` does before training: run where the job is packed. Returns the
     files checked."""
     import contextlib
 
-    from pipelines.training.inputs import check_inputs
+    from pipelines.preflight.inputs import check_inputs
 
     gpu = read_params("gpu", root / "params.yaml")
     checked = []
@@ -237,8 +245,9 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
     from pipelines.training.card import model_card
     from pipelines.training.data import TokenCounter, build_train_dataset
     from pipelines.training.evaluation import evaluate_heldout
-    from pipelines.training.modeling import load_model, load_tokenizer, parameter_counts, peft_config, save_model
-    from pipelines.training.preflight import preflight
+    from catalog.models import save_model
+    from pipelines.training.modeling import load_model, load_tokenizer, parameter_counts, peft_config
+    from pipelines.preflight import preflight
     from pipelines.training.report import TrainSummary, curve_csv, training_report
     from pipelines.training.trainers import build_trainer, reward_functions, reward_name
 
@@ -552,7 +561,7 @@ def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[
         config = AutoConfig.from_pretrained(path)
         return {"model": str(path), "source": "models/base (packed)", "parameters": None, "architecture": config.model_type}
     from pipelines.llm.gguf import convert
-    from pipelines.training.modeling import save_model
+    from catalog.models import save_model
 
     gguf = job / FILES / manifest["model"]["file"]
     model, tokenizer = convert(gguf, "float32")
@@ -592,8 +601,10 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
             section = sections[method]
             stage_dir = models / method
             stage_dir.mkdir(parents=True, exist_ok=True)
-            config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=f"params.yaml gpu.profiles.{name}.{method}")
-            report = train(config, epochs=section.get("epochs"), sampler=section.get("sampler"))
+            where = f"params.yaml gpu.profiles.{name}.{method}"
+            config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=where)
+            params = from_params(GpuTrainParams, section, where)
+            report = train(config, epochs=params.epochs, sampler=params.sampler)
             shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
             return report
         return body

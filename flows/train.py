@@ -59,7 +59,7 @@ from pipelines.files import staging_directory
 from pipelines.training.config import METHODS, TrainConfig
 from pipelines.training.data import SourceRows, TokenCounter, build_train_dataset, joining_prompts, prepare_source
 from pipelines.training.device import DeviceSettings
-from pipelines.training.preflight import preflight
+from pipelines.preflight import preflight
 from pipelines.training.report import TrainSummary, curve_csv, training_report
 
 _PERMANENT_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
@@ -105,7 +105,7 @@ def load_datasets(config: TrainConfig, tokenizer: Any) -> list[SourceRows]:
     """Each Parquet source, held-out split, compacted and fitted to ``max_length``; its
     stats start with the file and its version (MD5, as in dvc.lock)."""
     from pipelines.training.card import file_md5
-    from pipelines.training.inputs import read_prompts, read_source
+    from pipelines.preflight.inputs import read_prompts, read_source
 
     logger = get_run_logger()
     reserve = getattr(config.resolved_objective(), "max_completion_length", 0)
@@ -202,7 +202,7 @@ def train(config: TrainConfig, trainer: Any, budget: Any) -> TrainSummary:
 
 @task(name="save-model", **_TASK, **_RETRY)
 def save_model(config: TrainConfig, trainer: Any, tokenizer: Any, card: str) -> str:
-    from pipelines.training.modeling import save_model as save
+    from catalog.models import save_model as save
 
     merge = config.model.lora is not None and config.model.lora.merge
     directory = save(trainer.model, tokenizer, config.output.model_dir, merge_adapter=merge, card=card)

@@ -6,7 +6,7 @@ simulator (PIR's US-GRPO, section 3.2; any method's multi-turn GRPO).
       -> save model (+ card) -> metrics JSON, curve CSV, timings
 
 Each dataset row is a goal's conversation start (system prompt + the simulator's opening
-turn). TRL's ``rollout_func`` (:func:`pipelines.episodes.rollout.trl_rollout_func`) plays the
+turn). TRL's ``rollout_func`` (:func:`pipelines.training.rollout.trl_rollout_func`) plays the
 conversation on from there with the policy being trained: its turns generated, the simulator's
 replies (and tool results) injected and masked out of the loss with ``env_mask``, the world
 grading the finished conversation (``correct``: MultiWOZ's goal checker), and the configured
@@ -25,7 +25,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 
 from flows.train import _TASK, load_model, load_tokenizer, save_model, train, write_timings
-from pipelines.episodes.rollout import RolloutConfig
+from pipelines.training.rollout import RolloutConfig
 from pipelines.files import staging_directory
 from pipelines.simulators.agenda import AgendaConfig
 from pipelines.training.config import TrainConfig, config_dict
@@ -57,7 +57,7 @@ def build_environment(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, l
 
     from catalog.multiwoz_dir import load_multiwoz
     from pipelines.env.tools import Database
-    from pipelines.episodes.rollout import ConversationRollout
+    from pipelines.training.rollout import ConversationRollout
     from pipelines.evaluation.play import held_out_goals
     from pipelines.simulators.agenda import AgendaSimulator
 
@@ -72,7 +72,7 @@ def build_environment(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, l
 def conversation_rows(rollout: Any, dialogues: list, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
     """GRPO rows (``prompt``: the conversation start; ``dialogue_id``), the episode each
     prompt names, and how many goals were left out because their start repeats another's."""
-    from pipelines.episodes.rollout import prompt_key
+    from pipelines.training.rollout import prompt_key
     from pipelines.episodes.runner import EpisodeSpec
 
     rows, specs, repeated = [], {}, 0
@@ -110,11 +110,12 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv, allow_no_signal: bo
 
     from catalog.io import write_json_atomic, write_text_atomic
     from flows.train import curve_columns
-    from pipelines.episodes.rollout import trl_rollout_func, unstated_slots
+    from pipelines.rewards.pir import unstated_slots
+    from pipelines.training.rollout import trl_rollout_func
     from pipelines.training.callbacks import TimeBudget
     from pipelines.training.device import Machine, resolve_device
     from pipelines.training.modeling import parameter_counts
-    from pipelines.training.preflight import check_model
+    from pipelines.preflight import check_model
     from pipelines.errors import NoLearningSignal
     from pipelines.training.report import curve_csv, learning_signal
     from pipelines.training.trainers import build_trainer, reward_functions

@@ -47,6 +47,11 @@ class ConfigError(AskflowError):
     """Bad params.yaml section or command-line configuration."""
 
 
+class ConfigValueError(ConfigError, ValueError):
+    """A setting out of its range, as :mod:`pipelines.config`'s validators say it: a ConfigError,
+    and a ValueError for the callers that caught the ValueError of the checks they replaced."""
+
+
 class LLMOutage(AskflowError):
     """Too many LLM calls of a stage failed: its results would be what the outage left, not data."""
 

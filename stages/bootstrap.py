@@ -28,53 +28,82 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
+from pipelines.config import positive_int
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.records import VAL
 from pipelines.policy.bootstrap import BootstrapConfig, BootstrapResult, bootstrap_policy
-from pipelines.policy.model import Architecture, TrainConfig, save_policy
+from pipelines.policy.model import Architecture, TrainConfig
 from pipelines.policy.pretrain_data import seed_chat
 from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
-from pipelines.files import ordinary_permissions, replace_directory, staging_directory
 from stages.entry import main_wrapper
-from catalog.io import read_params, write_json_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog.models import save_model
 from catalog.multiwoz_dir import load_multiwoz
 
-_KEYS = {
-    "source", "db_dir", "env_seed", "seed", "threads", "vocab_size", "max_length",
-    "assistant_only_loss", "model", "train", "eval", "output", "metrics",
-}
-_EVAL_KEYS = {"windows": "eval_windows", "prompts": "eval_prompts", "max_new_tokens": "max_new_tokens"}
 HELD_OUT_SPLIT = VAL
+_DEFAULT = {f.name: f.default for f in fields(BootstrapConfig) if f.default is not MISSING}
+
+
+@dataclass(frozen=True)
+class BootstrapEvalParams:
+    """``bootstrap.eval``: :class:`BootstrapConfig`'s ``eval_windows``, ``eval_prompts`` and
+    ``max_new_tokens``."""
+
+    windows: int = _DEFAULT["eval_windows"]
+    prompts: int = _DEFAULT["eval_prompts"]
+    max_new_tokens: int = _DEFAULT["max_new_tokens"]
+
+
+@dataclass(frozen=True)
+class BootstrapParams:
+    """params.yaml ``bootstrap`` (the module's docstring). ``threads``: None takes the
+    top-level params.yaml ``threads``."""
+
+    source: str
+    output: str
+    metrics: str
+    db_dir: str | None = None
+    env_seed: int = 0
+    seed: int = _DEFAULT["seed"]
+    threads: int | None = None
+    vocab_size: int = _DEFAULT["vocab_size"]
+    max_length: int = _DEFAULT["max_length"]
+    assistant_only_loss: bool = _DEFAULT["assistant_only_loss"]
+    model: Architecture = field(default_factory=Architecture)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: BootstrapEvalParams = field(default_factory=BootstrapEvalParams)
+
+
+def bootstrap_params(params: Mapping[str, Any]) -> BootstrapParams:
+    """params.yaml ``bootstrap``, checked (ConfigError naming the setting)."""
+    where = "params.yaml bootstrap"
+    if isinstance(params.get("train"), Mapping) and "seed" in params["train"]:
+        raise ConfigError(f"{where}.train.seed: use bootstrap.seed")
+    try:
+        config = from_params(BootstrapParams, params, where)
+    except ValueError as exc:  # Architecture's and TrainConfig's own checks
+        raise ConfigError(f"{where}: {exc}") from None
+    positive_int(config.threads, f"{where}.threads", optional=True)
+    positive_int(config.env_seed, f"{where}.env_seed", optional=True, minimum=0)
+    return config
 
 
 def bootstrap_config(params: Mapping[str, Any]) -> BootstrapConfig:
     """The pipeline's configuration from params.yaml ``bootstrap`` (ConfigError when invalid)."""
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml bootstrap: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    sections = {name: params.get(name) or {} for name in ("model", "train", "eval")}
-    for name, section in sections.items():
-        if not isinstance(section, Mapping):
-            raise ConfigError(f"params.yaml bootstrap.{name}: expected a mapping, got {section!r}")
-    if "seed" in sections["train"]:
-        raise ConfigError("params.yaml bootstrap.train.seed: use bootstrap.seed")
-    unknown_eval = set(sections["eval"]) - set(_EVAL_KEYS)
-    if unknown_eval:
-        raise ConfigError(f"params.yaml bootstrap.eval: unknown key(s) {sorted(unknown_eval)}; allowed: {sorted(_EVAL_KEYS)}")
+    section = bootstrap_params(params)
     try:
         return BootstrapConfig(
-            architecture=Architecture(**sections["model"]),
-            train=TrainConfig(**sections["train"]),
-            **{k: params[k] for k in ("vocab_size", "max_length", "assistant_only_loss", "seed") if k in params},
-            **{_EVAL_KEYS[k]: v for k, v in sections["eval"].items()},
+            architecture=section.model, train=section.train, vocab_size=section.vocab_size, max_length=section.max_length,
+            assistant_only_loss=section.assistant_only_loss, seed=section.seed, eval_windows=section.eval.windows,
+            eval_prompts=section.eval.prompts, max_new_tokens=section.eval.max_new_tokens,
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"params.yaml bootstrap: {exc}") from None
@@ -96,21 +125,13 @@ def run(params: dict) -> dict:
     import torch
 
     started = time.perf_counter()
-    config = bootstrap_config(params)
-    try:
-        source, output, metrics_path = Path(params["source"]), Path(params["output"]), Path(params["metrics"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml bootstrap: {exc.args[0]!r} is required") from None
-    threads, env_seed = params.get("threads"), params.get("env_seed", 0)
-    for name, value, minimum in (("threads", threads, 1), ("env_seed", env_seed, 0)):
-        if value is None and name == "threads":  # the top-level params.yaml threads (stages/__init__.py)
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"params.yaml bootstrap.{name}: expected an integer >= {minimum}, got {value!r}")
-    if threads is not None:
+    config, section = bootstrap_config(params), bootstrap_params(params)
+    source, output, metrics_path = Path(section.source), Path(section.output), Path(section.metrics)
+    threads, env_seed = section.threads, section.env_seed
+    if threads is not None:  # else the top-level params.yaml threads (stages/__init__.py)
         torch.set_num_threads(threads)
 
-    corpus = load_multiwoz(source, params.get("db_dir"))
+    corpus = load_multiwoz(source, section.db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     chats = {split: [seed_chat(d, database, env_seed=env_seed) for d in corpus.dialogues if d.split == split] for split in ("train", HELD_OUT_SPLIT)}
     data_version = {"source": str(source), "sha256": directory_sha256(source), "dialogues": {k: len(v) for k, v in chats.items()}}
@@ -121,15 +142,7 @@ def run(params: dict) -> dict:
     metrics = {**result.metrics, "data_version": data_version}
     timings = {"load_s": round(loaded - started, 2), **result.timings}
 
-    staging = staging_directory(output)  # also removes what a killed run left
-    try:
-        save_policy(result.model, result.tokenizer, staging)
-        (staging / "README.md").write_text(model_card(result, metrics, params), encoding="utf-8")
-        ordinary_permissions(staging)  # the safetensors writer makes its file 0600
-        replace_directory(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    save_model(result.model, result.tokenizer, output, card=model_card(result, metrics, params))
     write_json_atomic(metrics_path, metrics)
     timings["wall_s"] = round(time.perf_counter() - started, 2)
     write_timings("bootstrap", timings)

@@ -26,9 +26,11 @@ mutations (rewordings, anchor-pool examples as few-shot, output-format rules).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import RulesProposer, calibrate, calibrated
 from pipelines.learn_to_ask.calibration import (
@@ -59,11 +61,9 @@ from pipelines.learn_to_ask.completion import completer
 from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
 from pipelines.llm import Accounting, BackendConfig
 from stages.entry import main_wrapper
-from catalog.io import publish, read_params, read_text, write_json_atomic, write_timings
+from catalog.io import from_params, publish, read_params, read_text, write_json_atomic, write_timings
 from catalog.learn_to_ask import load_sessions
 
-_KEYS = {"source", "format", "db_dir", "tracks", "extractor", "grader", "policy", "anchors", "n_anchors", "n_pool", "iterations", "k", "seed",
-         "output", "metrics"}
 BUILT_TRACKS = ("extract", "grader", "rollout")
 ROLE_OF = {"extract": "extractor", "grader": "grader"}
 SCORE_NAMES = {"extract": "f1", "grader": "negative_mse", "rollout": "mean_reward"}
@@ -75,22 +75,55 @@ TRACK_PARTS = {
     # no human anchors: the fixed rules grader scores the policy's samples
     "rollout": (corpus_rollout_cases, None, as_policy_example, rollout_score, SEED_POLICY_PROMPT, POLICY_REWORDINGS, POLICY_EXTRA_RULES),
 }
-POLICY_KEYS = {"model_path", "samples", "batch_size", "sampling"}
 # Where corpus-built anchors get their labels: never from the model or prompt under calibration.
 ANCHORS_FROM = {"extract": "corpus annotations (belief states)", "grader": "corpus annotations (dialog acts)",
                 "rollout": "none (scored by the fixed rules grader)"}
 
 
-def policy_sampler(section: Any) -> tuple[Any, str]:
-    """``calibrate.policy``: the model whose sampler prompt ROLLOUT calibrates (``model_path``,
-    ``samples`` per context, ``batch_size``, ``sampling``; seeded, so a re-run samples the same)."""
+@dataclass(frozen=True)
+class CalibratePolicyParams:
+    """``calibrate.policy``: the model whose sampler prompt ROLLOUT calibrates, ``samples`` per
+    context, its ``batch_size`` and ``sampling`` (:class:`pipelines.llm.SamplingParams`' keys)."""
+
+    model_path: str
+    samples: int = 2
+    batch_size: int = 8
+    sampling: Any = field(default_factory=lambda: {"temperature": 0.7, "max_tokens": 48})
+
+
+@dataclass(frozen=True)
+class CalibrateParams:
+    """params.yaml ``calibrate``: the sessions (``source``, ``format``, ``db_dir``), the
+    ``tracks`` to calibrate, the ``extractor`` / ``grader`` under calibration (backend
+    sections, :meth:`BackendConfig.from_dict`), the rollout track's ``policy``, curated
+    ``anchors`` (extract / grader -> file or null), the search's sizes and seed, the outputs
+    (``output: {runs, prompts}``, ``metrics``)."""
+
+    source: str
+    output: Any
+    metrics: str
+    format: str = "multiwoz"
+    db_dir: str | None = None
+    tracks: tuple[str, ...] = ("extract",)
+    extractor: Any = None
+    grader: Any = None
+    policy: CalibratePolicyParams | None = None
+    anchors: Any = None
+    n_anchors: int = 8
+    n_pool: int = 3
+    iterations: int = 2
+    k: int = 2
+    seed: int = 0
+
+
+def policy_sampler(section: CalibratePolicyParams) -> tuple[Any, str]:
+    """The rollout track's sampler: ``section.samples`` draws per context, seeded, so a
+    re-run samples the same."""
     from pipelines.llm import HFConfig, SamplingParams
 
-    if not isinstance(section, Mapping) or "model_path" not in section or set(section) - POLICY_KEYS:
-        raise ConfigError(f"params.yaml calibrate.policy: expected a mapping with model_path and optionally {sorted(POLICY_KEYS - {'model_path'})}, got {section!r}")
-    samples = _count(section, "samples", 2, 1)
-    sampling = SamplingParams.from_dict(section.get("sampling", {"temperature": 0.7, "max_tokens": 48}), "params.yaml calibrate.policy.sampling")
-    config = HFConfig(model_path=str(section["model_path"]), batch_size=section.get("batch_size", 8))
+    samples = _count(section, "policy.samples", 1)
+    sampling = SamplingParams.from_dict(section.sampling, "params.yaml calibrate.policy.sampling")
+    config = HFConfig(model_path=section.model_path, batch_size=section.batch_size)
     if not Path(config.model_path).exists():
         raise ConfigError(f"params.yaml calibrate.policy.model_path: {config.model_path} does not exist (python -m stages.smollm2)")
     from pipelines.llm.hf import HFBackend
@@ -104,11 +137,8 @@ def policy_sampler(section: Any) -> tuple[Any, str]:
     return sample, "hf"
 
 
-def _count(params: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
-    value = params.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"params.yaml calibrate.{key}: expected an integer >= {minimum}, got {value!r}")
-    return value
+def _count(config: Any, key: str, minimum: int) -> int:
+    return positive_int(getattr(config, key.rpartition(".")[2]), f"params.yaml calibrate.{key}", minimum=minimum)
 
 
 def read_anchors(path: Path, parse: Any = anchor_from_record) -> list:
@@ -151,27 +181,25 @@ def _curated(path: Any, parse: Any) -> list | None:
 
 
 def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml calibrate: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    output = params.get("output") or {}
-    if "source" not in params or not isinstance(output, Mapping) or set(output) != {"runs", "prompts"} or "metrics" not in params:
+    config = from_params(CalibrateParams, params, "params.yaml calibrate")
+    output = config.output or {}
+    if not isinstance(output, Mapping) or set(output) != {"runs", "prompts"}:
         raise ConfigError("params.yaml calibrate: source, output: {runs, prompts} and metrics are required")
-    tracks = params.get("tracks", ["extract"])
-    if not isinstance(tracks, list) or not tracks or not set(tracks) <= set(BUILT_TRACKS) or len(set(tracks)) != len(tracks):
+    tracks = list(config.tracks)
+    if not tracks or not set(tracks) <= set(BUILT_TRACKS) or len(set(tracks)) != len(tracks):
         raise ConfigError(f"params.yaml calibrate.tracks: expected a list of distinct tracks among {list(BUILT_TRACKS)}, got {tracks!r}")
-    n_anchors, n_pool = _count(params, "n_anchors", 8, 1), _count(params, "n_pool", 3, 0)
-    iterations, k, seed = _count(params, "iterations", 2, 0), _count(params, "k", 2, 1), _count(params, "seed", 0, 0)
-    backends = {track: _llm_backend(ROLE_OF[track], params.get(ROLE_OF[track])) for track in tracks if track in ROLE_OF}
-    if "rollout" in tracks and "policy" not in params:
+    n_anchors, n_pool = _count(config, "n_anchors", 1), _count(config, "n_pool", 0)
+    iterations, k, seed = _count(config, "iterations", 0), _count(config, "k", 1), _count(config, "seed", 0)
+    backends = {track: _llm_backend(ROLE_OF[track], getattr(config, ROLE_OF[track])) for track in tracks if track in ROLE_OF}
+    if "rollout" in tracks and config.policy is None:
         raise ConfigError("params.yaml calibrate.policy: the rollout track needs the policy model")
     proposer_backend(llm)  # rules: the only proposer so far
-    anchor_files = params.get("anchors") or {}
+    anchor_files = config.anchors or {}
     if not isinstance(anchor_files, Mapping) or set(anchor_files) - {"extract", "grader"}:
         raise ConfigError(f"params.yaml calibrate.anchors: expected a mapping extract / grader -> file or null, got {anchor_files!r}")
 
     started = time.perf_counter()
-    sessions = [s for s in load_sessions({key: params[key] for key in ("source", "format", "db_dir") if key in params})
+    sessions = [s for s in load_sessions({"source": config.source, "format": config.format, "db_dir": config.db_dir})
                 if s.split in (None, "train")]  # val and test stay out of the prompts
     accounting = Accounting()
     history, winners, metrics, timings = [], {}, {}, {}
@@ -189,7 +217,7 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
                 taken = {a.point.session.session_id for a in anchors}
                 _, pool = build([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
             if track == "rollout":
-                complete, kind = policy_sampler(params["policy"])
+                complete, kind = policy_sampler(config.policy)
             else:
                 complete, kind = completer(backends[track], llm, accounting, EXTRACTION_SCHEMA if track == "extract" else None), backends[track].kind
             proposer = RulesProposer((seed_prompt.instruction, *rewordings), [to_example(a) for a in pool], (*seed_prompt.rules, *rules), seed)
@@ -217,7 +245,7 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
                   f"over {metrics[track]['candidates']} prompts on {len(anchors)} anchors [{timings[f'{track}_s']:.1f}s]")
     publish({Path(output["runs"]): (runs_table(history), CALIBRATION_RUNS)})
     write_json_atomic(Path(output["prompts"]), prompts_document(winners))
-    write_json_atomic(Path(params["metrics"]), metrics)
+    write_json_atomic(Path(config.metrics), metrics)
     write_timings("calibrate", {**timings, "wall_s": round(time.perf_counter() - started, 2)})
     return metrics
 

@@ -28,7 +28,7 @@ The stage is in the pipeline only when ``clarifier.enable`` lists ``taubench`` (
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -45,50 +45,63 @@ from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
 from stages.entry import main_wrapper
-from catalog.io import publish, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
-_KEYS = {"taubench", "splits", "seed", "budget", "patience", "teacher", "candidates", "judge", "cache_dir", "output", "metrics",
-         "max_llm_failure_rate"}
 
 
-def _client(backend: BackendConfig, params: Mapping[str, Any], accounting: Accounting) -> LLMClient:
-    return LLMClient(backend.client, cache=ResponseCache(params.get("cache_dir") or "data/cache/llm"), accounting=accounting)
+@dataclass(frozen=True)
+class ClarifierDataParams:
+    """params.yaml ``clarifier.data``: ``splits`` (label -> retail split; None: train and
+    dev), the ``teacher`` and ``judge`` backend sections (None: rules), ``candidates``
+    (``{noise, temperature}``: the two DPO candidates' rules noise / openai temperature)."""
+
+    output: str
+    metrics: str
+    taubench: str | None = None
+    splits: Any = None
+    seed: int = 0
+    budget: int = 3
+    patience: int = 2
+    teacher: Any = None
+    candidates: Any = None
+    judge: Any = None
+    cache_dir: str | None = None
+    max_llm_failure_rate: float = 0.05
+
+
+def _client(backend: BackendConfig, cache_dir: str | None, accounting: Accounting) -> LLMClient:
+    return LLMClient(backend.client, cache=ResponseCache(cache_dir or "data/cache/llm"), accounting=accounting)
 
 
 def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     cut = prompt_cut(prompt)
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml clarifier.data: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    try:
-        output, metrics_path = Path(params["output"]), Path(params["metrics"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml clarifier.data: {exc.args[0]!r} is required") from None
-    splits = params.get("splits") or {"train": "train", "val": "dev"}
+    config = from_params(ClarifierDataParams, params, "params.yaml clarifier.data")
+    output, metrics_path = Path(config.output), Path(config.metrics)
+    splits = config.splits or {"train": "train", "val": "dev"}
     if not isinstance(splits, Mapping) or not set(splits) <= {"train", "val"} or "train" not in splits:
         raise ConfigError(f"params.yaml clarifier.data.splits: expected {{train: <retail split>, val: <retail split>}}, got {splits!r}")
     if "test" in splits.values():
         raise ConfigError("params.yaml clarifier.data.splits: the retail test split is for evaluation only")
-    budget, patience, seed = params.get("budget", 3), params.get("patience", 2), params.get("seed", 0)
-    candidates = params.get("candidates") or {}
+    budget, patience, seed = config.budget, config.patience, config.seed
+    candidates = config.candidates or {}
     started = time.perf_counter()
-    domain = load_taubench_domain(taubench_root(params, "clarifier.data"), "retail", tuple(dict.fromkeys(splits.values())))
+    domain = load_taubench_domain(taubench_root({"taubench": config.taubench}, "clarifier.data"), "retail", tuple(dict.fromkeys(splits.values())))
     accounting = Accounting()
 
-    teacher_backend = BackendConfig.from_dict("clarifier", params.get("teacher") or {"backend": "rules"}, "clarifier.data.teacher")
+    teacher_backend = BackendConfig.from_dict("clarifier", config.teacher or {"backend": "rules"}, "clarifier.data.teacher")
     if teacher_backend.kind == "rules":
         teacher: Any = RulesClarifier()
         pair: tuple[Any, Any] = tuple(RulesClarifier(float(candidates.get("noise", 0.5)), sample) for sample in (0, 1))
     elif teacher_backend.kind == "openai":
-        client = _client(teacher_backend, params, accounting)
+        client = _client(teacher_backend, config.cache_dir, accounting)
         teacher = LLMClarifier(client, teacher_backend.sampling)
         sampled = replace(teacher_backend.sampling, temperature=float(candidates.get("temperature", 0.6)))
         pair = (LLMClarifier(client, sampled, sample=1), LLMClarifier(client, sampled, sample=2))
     else:
         raise ConfigError("params.yaml clarifier.data.teacher.backend: use rules or openai (hf is for evaluating trained Clarifiers)")
-    judge_backend = BackendConfig.from_dict("judge", params.get("judge") or {"backend": "rules"}, "clarifier.data.judge")
-    judge: Any = RulesGoalJudge() if judge_backend.kind == "rules" else LLMGoalJudge(_client(judge_backend, params, accounting), judge_backend.sampling)
+    judge_backend = BackendConfig.from_dict("judge", config.judge or {"backend": "rules"}, "clarifier.data.judge")
+    judge: Any = RulesGoalJudge() if judge_backend.kind == "rules" else LLMGoalJudge(_client(judge_backend, config.cache_dir, accounting), judge_backend.sampling)
     loaded = time.perf_counter()
 
     tasks = {label: domain.tasks[split] for label, split in splits.items()}
@@ -96,7 +109,7 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
         tasks, TauBenchWorld(domain), lambda by_episode: TauInformedAgent(by_episode, patience=patience), TauRulesUser(),
         tau_runner_config(domain, max_exchanges=30 + budget), teacher, pair, judge, budget=budget, seed=seed,
     )
-    check_failure_rate(accounting, params.get("max_llm_failure_rate", 0.05), "clarifier_data")
+    check_failure_rate(accounting, config.max_llm_failure_rate, "clarifier_data")
     collected = time.perf_counter()
     tables = {
         "clarifier_sft": (table(sft_rows(data, cut), CLARIFIER_SFT), CLARIFIER_SFT),

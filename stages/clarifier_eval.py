@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -49,11 +50,9 @@ from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, Respon
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauInstructionUser
 from stages.entry import main_wrapper
-from catalog.io import publish, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.io import from_params, publish, read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
-_KEYS = {"taubench", "domains", "seed", "seeds", "budget", "max_tasks", "agent", "user", "clarifiers", "cache_dir", "output",
-         "metrics", "markdown", "max_llm_failure_rate"}
 #: Agent kinds that never receive a task (its ground-truth actions and outputs); the rest are oracles.
 HONEST_AGENTS = ("policy", "openai", "hf")
 ORACLE_AGENTS = ("oracle_informed",)
@@ -77,6 +76,29 @@ NOTES = {
         "(meaningful when the backbone is a real instruct model; the embedded tiny models stay at the floor).",
     ],
 }
+
+
+@dataclass(frozen=True)
+class ClarifierEvalParams:
+    """params.yaml ``clarifier.eval``: ``domains`` (domain -> split; None: retail and airline
+    test), ``seeds`` (None: ``[seed]``), ``max_tasks`` (the first N tasks of each split; None:
+    all), the ``agent`` / ``user`` / ``clarifiers`` sections (read by :func:`make_agent`,
+    :func:`make_user`, :func:`make_clarifier`), the outputs."""
+
+    output: str
+    metrics: str
+    markdown: str
+    taubench: str | None = None
+    domains: Any = None
+    seed: int = 0
+    seeds: tuple[int, ...] | None = None
+    budget: int = 3
+    max_tasks: int | None = None
+    agent: Any = None
+    user: Any = None
+    clarifiers: Any = None
+    cache_dir: str | None = None
+    max_llm_failure_rate: float = 0.05
 
 
 def _backend(role: str, section: Any, where: str) -> BackendConfig:
@@ -141,35 +163,30 @@ def make_user(section: Any, accounting: Accounting, cache: ResponseCache) -> Any
 
 def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     cut = prompt_cut(prompt)
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml clarifier.eval: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    try:
-        output, metrics_path, markdown_path = Path(params["output"]), Path(params["metrics"]), Path(params["markdown"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml clarifier.eval: {exc.args[0]!r} is required") from None
-    domains = params.get("domains") or {"retail": "test", "airline": "test"}
-    clarifiers = params.get("clarifiers") or {"none": None, "oracle_rules": {"backend": "rules"}}
+    settings = from_params(ClarifierEvalParams, params, "params.yaml clarifier.eval")
+    output, metrics_path, markdown_path = Path(settings.output), Path(settings.metrics), Path(settings.markdown)
+    domains = settings.domains or {"retail": "test", "airline": "test"}
+    clarifiers = settings.clarifiers or {"none": None, "oracle_rules": {"backend": "rules"}}
     if not isinstance(clarifiers, Mapping) or not clarifiers:
         raise ConfigError("params.yaml clarifier.eval.clarifiers: expected a mapping name -> null | clarifier backend")
     bad = [name for name in clarifiers if not str(name).replace("_", "").isalnum()]
     if bad:
         raise ConfigError(f"params.yaml clarifier.eval.clarifiers: names must be letters, digits and _, got {bad}")
-    seeds = [int(s) for s in (params.get("seeds") or [params.get("seed", 0)])]
-    budget, max_tasks = int(params.get("budget", 3)), params.get("max_tasks")
-    root = taubench_root(params, "clarifier.eval")
-    accounting, cache = Accounting(), ResponseCache(params.get("cache_dir") or "data/cache/llm")
-    agent_kind = (params.get("agent") or {}).get("kind", "policy")
+    seeds = list(settings.seeds or (settings.seed,))
+    budget, max_tasks = settings.budget, settings.max_tasks
+    root = taubench_root({"taubench": settings.taubench}, "clarifier.eval")
+    accounting, cache = Accounting(), ResponseCache(settings.cache_dir or "data/cache/llm")
+    agent_kind = (settings.agent or {}).get("kind", "policy")
     started = time.perf_counter()
     timings: dict[str, float] = {}
     results, episodes = [], []
-    user = make_user(params.get("user"), accounting, cache)
+    user = make_user(settings.user, accounting, cache)
     built = {name: make_clarifier(name, section, accounting, cache, cut) for name, section in clarifiers.items()}
     for domain_name, split in domains.items():
         domain = load_taubench_domain(root, domain_name, (split,))
         world, tasks = TauBenchWorld(domain), domain.tasks[split]
         if max_tasks is not None:
-            tasks = tasks[: int(max_tasks)]
+            tasks = tasks[:max_tasks]
         fmt = FunctionCallingFormat(domain.tool_schemas)
         floor_episodes = asyncio.run(run_episodes(tau_specs(tasks, seeds[0]), DoNothingAgent(fmt), TauInstructionUser(), world, tau_runner_config(domain)))
         floor_passed = sum(e.success for e in floor_episodes)
@@ -178,17 +195,17 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
             played = []
             for seed in seeds:
                 specs = [EpisodeSpec(f"{name}:{task.task_id}#{seed}", task, seed) for task in tasks]
-                agent = make_agent(params.get("agent"), domain, {s.episode_id: s.goal for s in specs}, accounting, cache)
+                agent = make_agent(settings.agent, domain, {s.episode_id: s.goal for s in specs}, accounting, cache)
                 config = tau_runner_config(domain, max_exchanges=30 + budget)
                 played += asyncio.run(run_episodes(specs, agent, user, world, config, clarifier, budget))
             results.append(summarize(name, domain_name, played, floor_passed))
             episodes.extend(played)
             timings[f"{name}/{domain_name}_s"] = round(time.perf_counter() - t0, 2)
-    check_failure_rate(accounting, params.get("max_llm_failure_rate", 0.05), "clarifier_eval")
+    check_failure_rate(accounting, settings.max_llm_failure_rate, "clarifier_eval")
     tables = episode_tables(episodes)
     publish({output / f"{name}.parquet": (table, EPISODE_SPECS[name]) for name, table in tables.items()})
     setting = {"agent": agent_kind, "oracle_agent": agent_kind in ORACLE_AGENTS,
-               "user": (params.get("user") or {}).get("backend", "rules"), "budget": budget, "seeds": seeds,
+               "user": (settings.user or {}).get("backend", "rules"), "budget": budget, "seeds": seeds,
                "max_tasks": max_tasks, "domains": dict(domains),
                "oracle_rows": [name for name in clarifiers if str(name).startswith("oracle")]}
     metrics = results_json(results, setting)

@@ -5,9 +5,11 @@ this module and :mod:`stages.entry`; no stage imports another (``tests/test_laye
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from catalog.io import from_params
 from pipelines.errors import ConfigError
 from pipelines.llm import BackendConfig
 from pipelines.training.config import POLICY_DIRS
@@ -33,27 +35,38 @@ def configure_prefect(root: Path) -> None:
 
 # --- The policy switch (params.yaml ``policy``) ----------------------------------------------
 
-_POLICY_KEYS = {"use", "dir", "lora", "optim"}
+@dataclass(frozen=True)
+class PolicyParams:
+    """params.yaml ``policy``: ``use`` (``base``, ``smollm2`` or a hub id), ``dir`` (the local
+    directory it reads, DVC's dependency: ``models/base`` for a hub id; None: that one),
+    ``lora`` and ``optim`` (given to the methods' ``model.lora`` and ``optim``, which read them)."""
+
+    use: str = "base"
+    dir: str | None = None
+    lora: Any = None
+    optim: Any = None
+
+
+def policy_params(policy: Mapping[str, Any]) -> PolicyParams:
+    """params.yaml ``policy``, checked: ``dir``, where given, must be ``use``'s."""
+    config = from_params(PolicyParams, policy, "params.yaml policy")
+    expected = POLICY_DIRS.get(config.use, POLICY_DIRS["base"])
+    if "dir" in policy and config.dir != expected:
+        raise ConfigError(f"params.yaml policy.dir: {config.dir!r} does not go with use: {config.use!r}; set dir: {expected}")
+    return config
 
 
 def check_policy(policy: Mapping[str, Any]) -> str:
-    """params.yaml ``policy``: ``use`` (``base``, ``smollm2`` or a hub id) and ``dir``, the
-    local directory it reads (DVC's dependency; ``models/base`` for a hub id). Returns ``use``."""
-    unknown = sorted(set(policy) - _POLICY_KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml policy: unknown key(s) {unknown}; allowed: {sorted(_POLICY_KEYS)}")
-    use = str(policy.get("use", "base"))
-    expected = POLICY_DIRS.get(use, POLICY_DIRS["base"])
-    if policy.get("dir", expected) != expected:
-        raise ConfigError(f"params.yaml policy.dir: {policy.get('dir')!r} does not go with use: {use!r}; set dir: {expected}")
-    return use
+    """params.yaml ``policy`` checked (:func:`policy_params`). Returns ``use``."""
+    return policy_params(policy).use
 
 
 def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, Any]) -> dict[str, Any]:
     """A method's params with the policy switch applied: other than ``base``, SFT starts
     from the policy, every method without its own ``lora`` gets ``policy.lora`` and
     ``policy.optim`` overrides the method's optim keys (e.g. a LoRA learning rate)."""
-    use = check_policy(policy)
+    config = policy_params(policy)
+    use = config.use
     section = dict(section)
     if use == "base":
         return section
@@ -61,10 +74,10 @@ def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, A
     if method == "sft":
         model = {key: value for key, value in model.items() if key not in ("path", "hub_id", "revision")}
         model.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"path": None, "hub_id": use})
-    if "lora" not in model and policy.get("lora") is not None:
-        model["lora"] = policy["lora"]
+    if "lora" not in model and config.lora is not None:
+        model["lora"] = config.lora
     section["model"] = model
-    section["optim"] = {**(section.get("optim") or {}), **(policy.get("optim") or {})}
+    section["optim"] = {**(section.get("optim") or {}), **(config.optim or {})}
     return section
 
 

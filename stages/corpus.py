@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.embedded import generate_corpus, split_sizes
 from stages.entry import main_wrapper
@@ -35,8 +36,7 @@ def corpus_params(params: Mapping[str, Any]) -> CorpusParams:
     a truncated or an empty corpus)."""
     where = "params.yaml corpus"
     config = from_params(CorpusParams, params, where)
-    if config.n_dialogues < 1:
-        raise ConfigError(f"{where}.n_dialogues: expected an integer >= 1, got {config.n_dialogues}")
+    positive_int(config.n_dialogues, f"{where}.n_dialogues")
     for name in ("val_fraction", "test_fraction"):
         value = getattr(config, name)
         if not 0.0 <= value < 1.0:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.env.replay import has_annotations
 from pipelines.env.tools import Database
 from pipelines.episodes import EPISODE_EVENTS, EPISODES, EpisodeSpec, ReplayAgent, RunnerConfig, episode_tables, get_format, run_episodes_sync
@@ -96,8 +97,7 @@ def gold_replay_params(params: Mapping[str, Any], section: str = "gold_replay") 
         raise ConfigError(f"{where}.simulator.kind: only 'agenda' replays gold dialogues offline, got {config.simulator.kind!r}")
     if config.agent_format not in FORMATS:
         raise ConfigError(f"{where}.agent_format: expected one of {list(FORMATS)}, got {config.agent_format!r}")
-    if config.max_exchanges < 1:
-        raise ConfigError(f"{where}.max_exchanges: expected an integer >= 1, got {config.max_exchanges}")
+    positive_int(config.max_exchanges, f"{where}.max_exchanges")
     return config
 
 

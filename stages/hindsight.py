@@ -25,6 +25,7 @@ greedily (temperature 0), and ``llm.cache_dir`` caches the openai backend's repl
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -43,12 +44,28 @@ from pipelines.learn_to_ask.tables import L2A_SAMPLES, L2A_TRAIN, hindsight_metr
 from pipelines.llm import Accounting, BackendConfig
 from pipelines.llm.accounting import check_failure_rate
 from stages.entry import main_wrapper
-from catalog.io import publish, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
 from catalog.learn_to_ask import extractor_prompt, load_sessions, policy_prompt
 
-_KEYS = {"source", "format", "db_dir", "stop_when", "max_sessions", "prompts", "max_llm_failure_rate", "output", "metrics"}
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 ROLE = "extractor"
+
+
+@dataclass(frozen=True)
+class HindsightParams:
+    """params.yaml ``hindsight``: the sessions (``source``, ``format``, ``db_dir``,
+    ``max_sessions``: the first N by id, None for all), the stop rule, the calibrated
+    ``prompts`` file (None: the seed prompts), the LLM failure budget, the outputs."""
+
+    source: str
+    output: str
+    metrics: str
+    format: str = "multiwoz"
+    db_dir: str | None = None
+    max_sessions: int | None = None
+    stop_when: str = "no_info"
+    prompts: str | None = None
+    max_llm_failure_rate: float = DEFAULT_MAX_LLM_FAILURE_RATE
 
 
 def extractor_backend(llm: Mapping[str, Any] | None) -> BackendConfig:
@@ -68,29 +85,25 @@ def make_extractor(backend: BackendConfig, llm: Mapping[str, Any] | None, accoun
 
 
 def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml hindsight: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    for required in ("source", "output", "metrics"):
-        if required not in params:
-            raise ConfigError(f"params.yaml hindsight: {required!r} is required")
-    stop_when = params.get("stop_when", "no_info")
+    config = from_params(HindsightParams, params, "params.yaml hindsight")
+    stop_when = config.stop_when
     if stop_when not in STOP_RULES:
         raise ConfigError(f"params.yaml hindsight.stop_when: expected one of {list(STOP_RULES)}, got {stop_when!r}")
-    max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
+    max_failure_rate = config.max_llm_failure_rate
     check_failure_rate(Accounting(), max_failure_rate, "params.yaml hindsight")  # a bad value fails before any call
     backend = extractor_backend(llm)
-    output, metrics_path = Path(params["output"]), Path(params["metrics"])
+    output, metrics_path = Path(config.output), Path(config.metrics)
 
     started = time.perf_counter()
-    sessions = load_sessions(params)
+    sessions = load_sessions({"source": config.source, "format": config.format, "db_dir": config.db_dir,
+                              "max_sessions": config.max_sessions})
     accounting = Accounting()
-    extractor = make_extractor(backend, llm, accounting, extractor_prompt(params.get("prompts")))
+    extractor = make_extractor(backend, llm, accounting, extractor_prompt(config.prompts))
     loaded = time.perf_counter()
     samples = hindsight_samples(sessions, extractor, stop_when)
     check_failure_rate(accounting, max_failure_rate, "hindsight")
     extracted = time.perf_counter()
-    train = train_table(samples, policy_prompt(params.get("prompts")).render())
+    train = train_table(samples, policy_prompt(config.prompts).render())
     publish({output: (samples_table(samples), L2A_SAMPLES), output.parent / "l2a_train.parquet": (train, L2A_TRAIN)})
 
     metrics = {"extractor": backend.kind, "stop_when": stop_when, **hindsight_metrics(samples, len(sessions))}

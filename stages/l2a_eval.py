@@ -39,9 +39,11 @@ from __future__ import annotations
 from collections import Counter
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.metrics import (
     METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_seeds, bootstrap_seeds_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
@@ -50,29 +52,36 @@ from pipelines.learn_to_ask.tables import L2A_EVAL, SPECS as L2A_SPECS, eval_tab
 from pipelines.progress import Progress
 from pipelines.rewards.learn_to_ask import BETA, CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
 from stages.entry import main_wrapper
-from catalog.io import publish, read_artifact, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.io import from_params, publish, read_artifact, read_params, write_json_atomic, write_text_atomic, write_timings
 
-_KEYS = {"samples", "split", "max_samples", "models", "max_prompt_tokens", "generation", "beta", "stats", "compare", "model_grader", "output"}
 _SALT = "askflow-l2a-eval"
 _GRADER_SALT = "askflow-l2a-model-grader"
 
 
-def _positive_int(value: Any, where: str, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"params.yaml {where}: expected a positive integer{' or null' if allow_none else ''}, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class L2aEvalParams:
+    """params.yaml ``l2a.eval``: ``models`` (name -> model directory, or a list of them: one
+    per training seed), ``generation`` (``{max_new_tokens, batch_size}``), ``stats``
+    (``{resamples, alpha, seed}``), ``compare`` ([model, baseline] pairs), ``model_grader``
+    (null or ``{samples, backend, ...}``), ``output`` (``{generations, metrics, markdown}``);
+    checked further by :func:`check_params`."""
+
+    samples: str
+    models: Any
+    output: Any
+    split: str = "test"
+    max_samples: int | None = None
+    max_prompt_tokens: int = 512
+    generation: Any = None
+    beta: float = BETA
+    stats: Any = None
+    compare: Any = None
+    model_grader: Any = None
 
 
 def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml l2a.eval: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    for required in ("samples", "models", "output"):
-        if required not in params:
-            raise ConfigError(f"params.yaml l2a.eval: {required!r} is required")
-    models = params["models"]
+    config = from_params(L2aEvalParams, params, "params.yaml l2a.eval")
+    models = config.models
     if not isinstance(models, Mapping) or not models:
         raise ConfigError("params.yaml l2a.eval.models: expected a mapping of name -> model directory")
     for name, dirs in models.items():
@@ -81,34 +90,34 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of distinct ones (one per training seed), got {dirs!r}")
         if not isinstance(dirs, (str, list)):
             raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of them, got {dirs!r}")
-    output = params["output"]
+    output = config.output
     if not isinstance(output, Mapping) or sorted(output) != ["generations", "markdown", "metrics"]:
         raise ConfigError("params.yaml l2a.eval.output: expected {generations, metrics, markdown}")
-    for pair in params.get("compare") or ():
+    for pair in config.compare or ():
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(p in models for p in pair)):
             raise ConfigError(f"params.yaml l2a.eval.compare: {pair!r} is not a [model, baseline] pair of l2a.eval.models")
-    generation = dict(params.get("generation") or {})
+    generation = dict(config.generation or {})
     unknown = sorted(set(generation) - {"max_new_tokens", "batch_size"})
     if unknown:
         raise ConfigError(f"params.yaml l2a.eval.generation: unknown key(s) {unknown}")
-    stats = {"resamples": 1000, "alpha": 0.05, "seed": 0, **(params.get("stats") or {})}
+    stats = {"resamples": 1000, "alpha": 0.05, "seed": 0, **(config.stats or {})}
     if sorted(stats) != ["alpha", "resamples", "seed"]:
         raise ConfigError("params.yaml l2a.eval.stats: expected {resamples, alpha, seed}")
     for name in models:
         if name in REFERENCES:
             raise ConfigError(f"params.yaml l2a.eval.models: {name!r} is a reference row's name; rename the model")
     return {
-        "model_grader": _model_grader(params.get("model_grader")),
-        "samples": Path(params["samples"]),
-        "split": params.get("split", "test"),
-        "max_samples": _positive_int(params.get("max_samples"), "l2a.eval.max_samples", allow_none=True),
+        "model_grader": _model_grader(config.model_grader),
+        "samples": Path(config.samples),
+        "split": config.split,
+        "max_samples": positive_int(config.max_samples, "params.yaml l2a.eval.max_samples", optional=True),
         "models": {str(k): [Path(d) for d in (v if isinstance(v, list) else [v])] for k, v in models.items()},
-        "max_prompt_tokens": _positive_int(params.get("max_prompt_tokens", 512), "l2a.eval.max_prompt_tokens"),
-        "max_new_tokens": _positive_int(generation.get("max_new_tokens", 48), "l2a.eval.generation.max_new_tokens"),
-        "batch_size": _positive_int(generation.get("batch_size", 16), "l2a.eval.generation.batch_size"),
-        "beta": float(params.get("beta", BETA)),
+        "max_prompt_tokens": positive_int(config.max_prompt_tokens, "params.yaml l2a.eval.max_prompt_tokens"),
+        "max_new_tokens": positive_int(generation.get("max_new_tokens", 48), "params.yaml l2a.eval.generation.max_new_tokens"),
+        "batch_size": positive_int(generation.get("batch_size", 16), "params.yaml l2a.eval.generation.batch_size"),
+        "beta": config.beta,
         "stats": stats,
-        "compare": [tuple(p) for p in params.get("compare") or ()],
+        "compare": [tuple(p) for p in config.compare or ()],
         "output": {k: Path(v) for k, v in output.items()},
     }
 
@@ -122,7 +131,7 @@ def _model_grader(section: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(section, Mapping) or "samples" not in section:
         raise ConfigError("params.yaml l2a.eval.model_grader: expected null or {samples, backend, ...}")
-    samples = _positive_int(section["samples"], "l2a.eval.model_grader.samples")
+    samples = positive_int(section["samples"], "params.yaml l2a.eval.model_grader.samples")
     backend = BackendConfig.from_dict("grader", {k: v for k, v in section.items() if k != "samples"}, "params.yaml l2a.eval.model_grader")
     if backend.kind == "rules":
         raise ConfigError("params.yaml l2a.eval.model_grader.backend: a model grader is hf or openai (the rules grader is the default one)")

@@ -24,9 +24,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.config import positive_int
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFBackend, LLMClient, ResponseCache
@@ -38,14 +40,35 @@ from pipelines.pir.tables import SPECS, pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
 from pipelines.progress import Progress
 from stages.entry import main_wrapper
-from catalog.io import publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
+from catalog.io import from_params, publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
 
 # Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-_KEYS = {"source", "db_dir", "traces", "max_traces", "seed", "teacher", "threads", "top_k_percent", "scope",
-         "inserter", "cache_dir", "max_llm_failure_rate", "output", "metrics"}
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
+
+
+@dataclass(frozen=True)
+class PirAugmentParams:
+    """params.yaml ``pir``: the traces (a ``traces`` file, or built from the MultiWOZ
+    directory ``source``; the first ``max_traces``), the ``teacher`` and ``inserter`` backend
+    sections, the selection (``top_k_percent`` and ``scope``: :class:`PirConfig`), the outputs.
+    ``threads``: None takes the top-level params.yaml ``threads``."""
+
+    output: str
+    metrics: str
+    source: str | None = None
+    db_dir: str | None = None
+    traces: str | None = None
+    max_traces: int | None = None
+    seed: int = 0
+    teacher: Any = None
+    threads: int | None = None
+    top_k_percent: float = 20.0
+    scope: str = "trace"
+    inserter: Any = None
+    cache_dir: str | None = None
+    max_llm_failure_rate: float = DEFAULT_MAX_LLM_FAILURE_RATE
 
 
 def read_trace_file(path: Path) -> list[Trace]:
@@ -73,36 +96,33 @@ def read_trace_file(path: Path) -> list[Trace]:
     return traces_from_records(records, source)
 
 
-def load_traces(params: dict) -> list[Trace]:
-    max_traces = params.get("max_traces")
-    if max_traces is not None and (isinstance(max_traces, bool) or not isinstance(max_traces, int) or max_traces < 1):
-        raise ConfigError(f"params.yaml pir.max_traces: expected a positive integer or null, got {max_traces!r}")
-    if params.get("traces"):
-        traces = read_trace_file(Path(params["traces"]))
+def load_traces(params: PirAugmentParams) -> list[Trace]:
+    max_traces = positive_int(params.max_traces, "params.yaml pir.max_traces", optional=True)
+    if params.traces:
+        traces = read_trace_file(Path(params.traces))
         return traces[:max_traces] if max_traces else traces
     from catalog.multiwoz_dir import load_multiwoz
 
-    try:
-        source = params["source"]
-    except KeyError:
-        raise ConfigError("params.yaml pir: 'source' is required when 'traces' is null") from None
-    corpus = load_multiwoz(source, params.get("db_dir"))
-    traces = build_traces(corpus.dialogues, Database(corpus.entities, corpus.taxi_options), int(params.get("seed", 0)), max_traces)
+    source = params.source
+    if source is None:
+        raise ConfigError("params.yaml pir: 'source' is required when 'traces' is null")
+    corpus = load_multiwoz(source, params.db_dir)
+    traces = build_traces(corpus.dialogues, Database(corpus.entities, corpus.taxi_options), params.seed, max_traces)
     if not traces:
         raise DataError(str(source), "no decision point with an unstated constraint: no embedded trace to augment")
     return traces
 
 
-def make_inserter(params: dict, accounting: Accounting) -> RulesInserter | LLMInserter:
-    backend = BackendConfig.from_dict("pir_inserter", params.get("inserter") or {"backend": "rules"}, "pir.inserter")
+def make_inserter(params: PirAugmentParams, accounting: Accounting) -> RulesInserter | LLMInserter:
+    backend = BackendConfig.from_dict("pir_inserter", params.inserter or {"backend": "rules"}, "pir.inserter")
     if backend.kind == "rules":
-        return RulesInserter(int(params.get("seed", 0)))
-    client = LLMClient(backend.client, cache=ResponseCache(params.get("cache_dir") or "data/cache/llm"), accounting=accounting)
-    return LLMInserter(client, backend.sampling, int(params.get("seed", 0)))
+        return RulesInserter(params.seed)
+    client = LLMClient(backend.client, cache=ResponseCache(params.cache_dir or "data/cache/llm"), accounting=accounting)
+    return LLMInserter(client, backend.sampling, params.seed)
 
 
-def make_teacher(params: dict) -> tuple[HFBackend, str]:
-    backend = BackendConfig.from_dict("pir_teacher", params.get("teacher") or {}, "pir.teacher")
+def make_teacher(params: PirAugmentParams) -> tuple[HFBackend, str]:
+    backend = BackendConfig.from_dict("pir_teacher", params.teacher or {}, "pir.teacher")
     if not Path(backend.hf.model_path).exists():
         raise ConfigError(f"params.yaml pir.teacher.model_path: {backend.hf.model_path} does not exist")
     teacher = HFBackend.from_config(backend.hf)
@@ -111,19 +131,14 @@ def make_teacher(params: dict) -> tuple[HFBackend, str]:
     return teacher, backend.hf.model_path
 
 
-def run(params: dict) -> dict:
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml pir: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+def run(section: dict) -> dict:
+    params = from_params(PirAugmentParams, section, "params.yaml pir")
+    output, metrics_path = Path(params.output), Path(params.metrics)
     try:
-        output, metrics_path = Path(params["output"]), Path(params["metrics"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml pir: {exc.args[0]!r} is required") from None
-    try:
-        config = PirConfig(float(params.get("top_k_percent", 20)), params.get("scope", "trace"))
+        config = PirConfig(params.top_k_percent, params.scope)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"params.yaml pir: {exc}") from None
-    max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
+    max_failure_rate = params.max_llm_failure_rate
     check_failure_rate(Accounting(), max_failure_rate, "params.yaml pir")
     accounting = Accounting()
     inserter = make_inserter(params, accounting)  # a bad inserter section fails before the model loads
@@ -136,8 +151,8 @@ def run(params: dict) -> dict:
                               "traces from a file need an openai inserter")
         import torch
 
-        if params.get("threads") is not None:  # else the top-level params.yaml threads (stages/__init__.py)
-            torch.set_num_threads(int(params["threads"]))
+        if params.threads is not None:  # else the top-level params.yaml threads (stages/__init__.py)
+            torch.set_num_threads(params.threads)
         teacher, teacher_name = make_teacher(params)
         loaded = time.perf_counter()
         progress.update(0, len(traces))

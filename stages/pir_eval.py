@@ -5,7 +5,7 @@ fine-tunes on held-out goals.
 
 Every model of params.yaml ``pir_eval.models`` plays the first ``max_goals`` goals of the
 ``split`` (test; those that need the tools) once, greedily, with US-GRPO's conversation player
-(:class:`pipelines.episodes.rollout.ConversationRollout`: the agenda user simulator answers
+(:class:`pipelines.training.rollout.ConversationRollout`: the agenda user simulator answers
 its visible turns and the questions it asks inside its reasoning; the goal checker grades the
 conversation). Written: ``reports/pir_eval.json`` (metrics per model: success, TTR, tokens,
 questions, helpfulness from the rules judge, composite reward, and what ended the
@@ -18,77 +18,89 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
-from pipelines.episodes.rollout import RolloutConfig
+from pipelines.config import positive_int
+from pipelines.training.rollout import RolloutConfig
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaConfig
 from stages.entry import main_wrapper
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-_KEYS = {"source", "db_dir", "split", "max_goals", "seed", "simulator", "rollout", "threads", "models", "output"}
+
+@dataclass(frozen=True)
+class PirEvalParams:
+    """params.yaml ``pir_eval``; ``models``: name -> model directory, ``output``:
+    ``{metrics, markdown}``; ``threads``: None takes the top-level params.yaml ``threads``."""
+
+    source: str
+    models: Any
+    output: Any
+    db_dir: str | None = None
+    split: str = "test"
+    max_goals: int = 20
+    seed: int = 0
+    simulator: AgendaConfig = field(default_factory=AgendaConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    threads: int | None = None
 
 
 def check(params: Mapping[str, Any]) -> tuple[RolloutConfig, AgendaConfig, dict[str, str]]:
+    config, models = pir_eval_params(params)
+    return config.rollout, config.simulator, models
+
+
+def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str, str]]:
+    """The section, checked (ConfigError naming the setting), and its models as name -> directory."""
     where = "params.yaml pir_eval"
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    for key in ("source", "models", "output"):
-        if key not in params:
-            raise ConfigError(f"{where}.{key}: required")
-    if not Path(params["source"]).exists():
-        raise ConfigError(f"{where}.source: {params['source']} does not exist")
-    models = params["models"]
+    config = from_params(PirEvalParams, params, where)
+    if not Path(config.source).exists():
+        raise ConfigError(f"{where}.source: {config.source} does not exist")
+    models = config.models
     if not isinstance(models, Mapping) or not models:
         raise ConfigError(f"{where}.models: expected a mapping of name -> model directory")
     for name, path in models.items():
         if not (Path(str(path)) / "config.json").is_file():
             raise ConfigError(f"{where}.models.{name}: {path} is not a model directory (run its training stage first)")
-    output = params["output"]
-    if not isinstance(output, Mapping) or not {"metrics", "markdown"} <= set(output):
+    if not isinstance(config.output, Mapping) or not {"metrics", "markdown"} <= set(config.output):
         raise ConfigError(f"{where}.output: expected {{metrics, markdown}}")
-    max_goals = params.get("max_goals", 20)
-    if isinstance(max_goals, bool) or not isinstance(max_goals, int) or max_goals < 1:
-        raise ConfigError(f"{where}.max_goals: expected a positive integer, got {max_goals!r}")
-    rollout = from_params(RolloutConfig, params.get("rollout"), f"{where}.rollout")
-    simulator = from_params(AgendaConfig, params.get("simulator"), f"{where}.simulator")
-    return rollout, simulator, {str(k): str(v) for k, v in models.items()}
+    positive_int(config.max_goals, f"{where}.max_goals")
+    return config, {str(k): str(v) for k, v in models.items()}
 
 
 def run(params: Mapping[str, Any]) -> dict[str, Any]:
-    rollout_config, simulator_config, models = check(params)
+    config, models = pir_eval_params(params)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from catalog.multiwoz_dir import load_multiwoz
     from pipelines.env.tools import Database
-    from pipelines.episodes.rollout import ConversationRollout
+    from pipelines.training.rollout import ConversationRollout
     from pipelines.evaluation.play import held_out_goals
     from pipelines.pir.metrics import markdown_table, play_and_score
     from pipelines.rewards.pir import PIRReward, RulesHelpfulness
     from pipelines.simulators.agenda import AgendaSimulator
 
-    if params.get("threads") is not None:  # else the top-level params.yaml threads (stages/__init__.py)
-        torch.set_num_threads(int(params["threads"]))
+    if config.threads is not None:  # else the top-level params.yaml threads (stages/__init__.py)
+        torch.set_num_threads(config.threads)
     started = time.perf_counter()
-    corpus = load_multiwoz(params["source"], params.get("db_dir"))
+    corpus = load_multiwoz(config.source, config.db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
-    split = str(params.get("split", "test"))
-    dialogues = held_out_goals(corpus.dialogues, split, int(params.get("max_goals", 20)))
+    split, seed = config.split, config.seed
+    dialogues = held_out_goals(corpus.dialogues, split, config.max_goals)
     if not dialogues:
-        raise ConfigError(f"params.yaml pir_eval: no {split} goal in {params['source']}")
-    seed = int(params.get("seed", 0))
+        raise ConfigError(f"params.yaml pir_eval: no {split} goal in {config.source}")
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}
     for name, path in models.items():
         t0 = time.perf_counter()
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        rollout = ConversationRollout(database, AgendaSimulator(database, simulator_config), tokenizer, rollout_config, name=name)
+        rollout = ConversationRollout(database, AgendaSimulator(database, config.simulator), tokenizer, config.rollout, name=name)
         # A fresh reward per model: its branch counts are that model's.
         reward = PIRReward(RulesHelpfulness())
         metrics, _ = play_and_score(rollout, model, dialogues, seed, reward)
@@ -98,7 +110,7 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
         print(f"pir_eval: {name}: success {metrics['success']}, TTR {metrics['ttr']}, tokens {metrics['tokens']}, "
               f"questions {metrics['questions']}, helpfulness {metrics['helpfulness']} [{timings[f'{name}_s']:.1f}s]")
     report = {"split": split, "goals": len(dialogues), "seed": seed, "models": models, "results": results}
-    output = params["output"]
+    output = config.output
     write_json_atomic(output["metrics"], report)
     table = markdown_table(results)
     write_text_atomic(output["markdown"], (

@@ -5,7 +5,7 @@
 params.yaml ``pir_train.grpo``: ``model`` (``{path: models/pir_sft}``), ``env`` (the MultiWOZ
 directory, the train goals, the held-out goals played before and after, the agenda
 simulator, and ``rollout``: conversation limits and sampling,
-:class:`pipelines.episodes.rollout.RolloutConfig`), ``optim``, ``device``, ``objective``
+:class:`pipelines.training.rollout.RolloutConfig`), ``optim``, ``device``, ``objective``
 (GRPO's settings; ``rewards: {pir_composite_rules: 1.0}``) and
 ``output``. A bad setting fails here with ``error: <message>`` and exit status 1.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -23,7 +24,20 @@ from pipelines.errors import ConfigError
 from pipelines.training.config import DataSpec, DeviceSpec, GRPOObjective, ModelSpec, OptimSpec, OutputSpec, TrainConfig
 from stages.entry import main_wrapper
 
-_KEYS = {"model", "env", "optim", "device", "objective", "output", "allow_no_signal"}
+
+
+@dataclass(frozen=True)
+class PirGrpoParams:
+    """params.yaml ``pir_train.grpo``; ``env``: :class:`flows.us_grpo.ConversationEnv`'s
+    fields (read there: the flow module is imported only when the stage runs)."""
+
+    env: Any
+    output: OutputSpec
+    model: ModelSpec = field(default_factory=ModelSpec)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    device: DeviceSpec = field(default_factory=DeviceSpec)
+    objective: GRPOObjective = field(default_factory=GRPOObjective)
+    allow_no_signal: Any = False  # true or false, checked by run() (its message names the choice)
 
 
 def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> tuple[TrainConfig, Any]:
@@ -33,30 +47,25 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
     from stages.common import judge_backend
 
     where = "params.yaml pir_train.grpo"
-    unknown = sorted(set(section) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    for key in ("env", "output"):
-        if key not in section:
-            raise ConfigError(f"{where}.{key}: required")
-    env = from_params(ConversationEnv, section["env"], f"{where}.env")
+    params = from_params(PirGrpoParams, section, where)
+    env = from_params(ConversationEnv, params.env, f"{where}.env")
     if not Path(env.source).exists():
         raise ConfigError(f"{where}.env.source: {env.source} does not exist")
     config = TrainConfig(
         method="grpo",
-        model=from_params(ModelSpec, section.get("model"), f"{where}.model"),
+        model=params.model,
         data=DataSpec(sources=()),
-        output=from_params(OutputSpec, section["output"], f"{where}.output"),
-        optim=from_params(OptimSpec, section.get("optim"), f"{where}.optim"),
-        device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
-        objective=from_params(GRPOObjective, section.get("objective"), f"{where}.objective"),
+        output=params.output,
+        optim=params.optim,
+        device=params.device,
+        objective=params.objective,
         judge=judge_backend(llm),
     )
     objective = config.resolved_objective()
     if config.optim.batch_size % objective.num_generations:
         raise ConfigError(f"{where}: optim.batch_size ({config.optim.batch_size}) must be a multiple of "
                           f"objective.num_generations ({objective.num_generations})")
-    from pipelines.training.preflight import check_model
+    from pipelines.preflight import check_model
     from pipelines.training.trainers import reward_functions
 
     check_model(config)
@@ -68,7 +77,7 @@ def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dic
     from stages.common import configure_prefect
 
     config, env = grpo_config(section, llm)
-    allow_no_signal = section.get("allow_no_signal", False)
+    allow_no_signal = from_params(PirGrpoParams, section, "params.yaml pir_train.grpo").allow_no_signal
     if not isinstance(allow_no_signal, bool):
         raise ConfigError(f"params.yaml pir_train.grpo.allow_no_signal: true or false, got {allow_no_signal!r}")
     configure_prefect(Path.cwd())

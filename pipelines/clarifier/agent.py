@@ -25,6 +25,7 @@ import json
 from typing import Mapping
 
 from pipelines.clarifier.grounding import action_ready, said
+from pipelines.config import positive_int
 from pipelines.env.taubench.data import TauTask
 from pipelines.episodes.agents import ActionAgent, AgentContext
 from pipelines.episodes.formats import AgentAction, AgentFormat, FunctionCallingFormat
@@ -38,8 +39,7 @@ class TauInformedAgent(ActionAgent):
     """See the module docstring. ``tasks``: episode id -> task."""
 
     def __init__(self, tasks: Mapping[str, TauTask], fmt: AgentFormat | None = None, *, patience: int = 2, name: str = "tau_informed"):
-        if patience < 0:
-            raise ValueError(f"patience must be >= 0, got {patience}")
+        positive_int(patience, "patience", minimum=0)
         self.tasks = dict(tasks)
         self.format = fmt or FunctionCallingFormat()
         self.patience = patience

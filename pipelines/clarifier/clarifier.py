@@ -27,6 +27,7 @@ from typing import Any, Protocol, Sequence
 
 from pipelines.clarifier.grounding import QUESTIONS, missing_details, question_for
 from pipelines.clarifier.prompts import ClarifierDecision, clarifier_messages, cut_tool_outputs, fit_history, parse_clarifier
+from pipelines.config import rate
 from pipelines.env.taubench.data import TauTask
 from pipelines.episodes.clarify import ClarifyContext
 from pipelines.llm import Failure, LLMClient, SamplingParams
@@ -53,8 +54,7 @@ class RulesClarifier:
     draw this is (two teacher candidates per state are samples 0 and 1)."""
 
     def __init__(self, noise: float = 0.0, sample: int = 0, name: str = "rules"):
-        if not 0.0 <= noise <= 1.0:
-            raise ValueError(f"noise must be in [0, 1], got {noise!r}")
+        rate(noise, "noise")
         self.noise = noise
         self.sample = sample
         self.name = name

@@ -80,7 +80,7 @@ def task_interval(successes: Mapping[str, Sequence[bool]], resamples: int = 2000
     >>> task_interval({"a": [True, True], "b": [False, False]}, resamples=200)[1]
     1.0
     """
-    from pipelines.evaluation.metrics import LEVEL, resample_indices
+    from pipelines.stats import LEVEL, resample_indices
 
     means = np.array([sum(v) / len(v) for v in successes.values()], dtype=float)
     if not len(means):

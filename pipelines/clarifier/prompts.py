@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError
 
 NO_NEED = "NO NEED TO ASK"
@@ -208,9 +209,7 @@ def prompt_cut(prompt: Any) -> tuple[int | None, int | None]:
     if not isinstance(prompt, Mapping) or set(prompt) - set(keys):
         raise ConfigError(f"params.yaml clarifier.prompt: expected {{max_tool_chars: <int | null>, max_tool_outputs: <int | null>}}, got {prompt!r}")
     for key in keys:
-        value = prompt.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"params.yaml clarifier.prompt.{key}: expected an integer >= 1 or null, got {value!r}")
+        positive_int(prompt.get(key), f"params.yaml clarifier.prompt.{key}", optional=True)
     return prompt.get("max_tool_chars"), prompt.get("max_tool_outputs")
 
 

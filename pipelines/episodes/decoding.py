@@ -29,6 +29,8 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from pipelines.config import positive_int, rate
+
 if TYPE_CHECKING:
     import torch
 
@@ -51,12 +53,10 @@ class DecodeSpec:
     compact_share: float | None = 0.125
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        positive_int(self.max_new_tokens, "max_new_tokens")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_p is not None and not 0.0 <= self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in [0, 1], got {self.top_p}")
+        rate(self.top_p, "top_p", optional=True)
         if self.compact_share is not None and not 0.0 < self.compact_share <= 1.0:
             raise ValueError(f"compact_share must be in (0, 1] or None, got {self.compact_share}")
 

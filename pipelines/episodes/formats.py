@@ -70,6 +70,9 @@ ACTION_KINDS: tuple[str, ...] = (THINK, CLARIFY, RESPOND, TOOL_CALL, END)
 VISIBLE_KINDS: tuple[str, ...] = (CLARIFY, RESPOND)
 
 END_TOKEN = "<end>"
+# PIR's in-reasoning clarification (an interaction point in the trace) and the user's reply to it
+ASK_OPEN, ASK_CLOSE = "<asking>", "</asking>"
+RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
 
 DEFAULT_TASK_PROMPT = (
     "You are a travel agent for Cambridge, UK. You help the user find and book restaurants, hotels, "

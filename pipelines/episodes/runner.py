@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any, Callable, Sequence
 
+from pipelines.config import positive_int
 from pipelines.env.tools import Database
 from pipelines.env.world import EpisodeEnvironment, World, as_world
 from pipelines.episodes.agents import Agent, AgentContext, AgentOutput
@@ -105,9 +106,7 @@ class RunnerConfig:
 
     def __post_init__(self) -> None:
         for name, minimum in (("max_exchanges", 1), ("max_steps", 1), ("malformed_retries", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+            positive_int(getattr(self, name), name, minimum=minimum)
         if not self.apology.strip():
             raise ValueError("apology must not be empty")
 

@@ -38,15 +38,14 @@ class PromptSpec:
     system_prompt: str = "compact"
 
     def __post_init__(self) -> None:
+        from pipelines.config import positive_int
         from pipelines.errors import ConfigError
         from pipelines.policy.prompts import SYSTEM_PROMPT_NAMES
 
         if self.system_prompt not in SYSTEM_PROMPT_NAMES:
             raise ConfigError(f"system_prompt must be one of {list(SYSTEM_PROMPT_NAMES)}, got {self.system_prompt!r}")
         for name in ("max_prompt_tokens", "max_history_messages", "max_tool_results"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be an integer >= 1 or null, got {value!r}")
+            positive_int(getattr(self, name), name, optional=True)
 
 
 class PolicyPromptAgent:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipelines.config import positive_int, rate
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.play import EvalPlan
@@ -97,18 +98,14 @@ class EvalConfig:
     workers: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_llm_failure_rate, bool) or not isinstance(self.max_llm_failure_rate, (int, float)) or not 0 <= self.max_llm_failure_rate <= 1:
-            raise ConfigError(f"evaluate.max_llm_failure_rate: expected a number in [0, 1], got {self.max_llm_failure_rate!r}")
+        rate(self.max_llm_failure_rate, "evaluate.max_llm_failure_rate")
         if not self.models:
             raise ConfigError("evaluate.models: at least one model is required")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"evaluate.seeds: distinct seeds, at least one; got {list(self.seeds)}")
-        if self.max_goals is not None and self.max_goals < 1:
-            raise ConfigError(f"evaluate.max_goals: expected >= 1 or null, got {self.max_goals}")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
-            raise ConfigError(f"evaluate.workers: expected an integer >= 1, got {self.workers!r}")
-        if self.max_exchanges < 1:
-            raise ConfigError(f"evaluate.max_exchanges: expected >= 1, got {self.max_exchanges}")
+        positive_int(self.max_goals, "evaluate.max_goals", optional=True)
+        positive_int(self.workers, "evaluate.workers")
+        positive_int(self.max_exchanges, "evaluate.max_exchanges")
         for name, entry in self.models:
             if (entry.path is None) == (entry.hub_id is None):
                 raise ConfigError(f"evaluate.models.{name}: give exactly one of path and hub_id")

@@ -54,6 +54,8 @@ from pipelines.episodes.records import Episode
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.records import Goal
 from pipelines.rewards.verifiable import ASKS_KNOWN, VerifiableJudge, words
+from pipelines.stats import LEVEL, resample_indices
+from pipelines.stats import bounds as _bounds, holm as _holm, interval as _interval, resampled_ratios as _resampled_ratios
 
 _JUDGE = VerifiableJudge()
 
@@ -318,51 +320,6 @@ def goal_sums(scores: Sequence[EpisodeScore], goal_ids: Sequence[str], parts: An
         num[index[score.dialogue_id]] += n
         den[index[score.dialogue_id]] += d
     return num, den
-
-
-def resample_indices(n_goals: int, resamples: int, seed: int) -> np.ndarray:
-    """``resamples`` x ``n_goals`` goal indices drawn with replacement (seeded)."""
-    return np.random.default_rng(seed).integers(0, n_goals, size=(resamples, n_goals))
-
-
-def _resampled_ratios(num: np.ndarray, den: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """One ratio per resample (NaN where the resample has a zero denominator)."""
-    nums, dens = num[indices].sum(axis=1), den[indices].sum(axis=1)
-    out = np.full(len(indices), np.nan)
-    np.divide(nums, dens, out=out, where=dens > 0)
-    return out
-
-
-#: The intervals' coverage (the ``ci95`` keys).
-LEVEL = 0.95
-
-
-def _interval(values: np.ndarray) -> list[float] | None:
-    """The percentile interval of the resampled values (NaNs, empty resamples, left out)."""
-    values = values[~np.isnan(values)]
-    if not len(values):
-        return None
-    tail = (1.0 - LEVEL) / 2.0
-    lo, hi = np.quantile(values, [tail, 1.0 - tail])
-    return [round(float(lo), 6), round(float(hi), 6)]
-
-
-def _bounds(interval: list[float] | None) -> dict[str, float | None]:
-    """The interval as flat keys beside ``mean`` and ``std``: numbers that ``dvc metrics
-    show`` and ``diff`` list (they skip lists)."""
-    low, high = interval if interval else (None, None)
-    return {"ci95_low": low, "ci95_high": high}
-
-
-def _holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment (family-wise error over the comparisons given)."""
-    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    adjusted = [1.0] * len(pvalues)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def bootstrap_summary(

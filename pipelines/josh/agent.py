@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from pipelines.config import rate
 from pipelines.env.toolwoz import API_SPECS, TOOLWOZ_DOMAINS, ToolWozDatabase, book_api, search_api
 from pipelines.episodes.agents import ActionAgent, AgentContext
 from pipelines.episodes.formats import AgentAction, AgentFormat
-from pipelines.errors import ConfigError
 from pipelines.multiwoz.ontology import DAYS, UNIQUE_ID, norm_value
 from pipelines.simulators.understanding import words
 
@@ -61,9 +61,7 @@ class RulesPolicy:
 
     def __post_init__(self) -> None:
         for name in ("p_ask", "p_keep", "p_wrong"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ConfigError(f"rules agent: {name} must be a number in [0, 1], got {value!r}")
+            rate(getattr(self, name), f"rules agent: {name}")
 
 
 @dataclass

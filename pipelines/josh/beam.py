@@ -32,11 +32,11 @@ import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.env.toolwoz import ToolWozDatabase, ToolWozEnvironment, call_meets_goal
 from pipelines.episodes.agents import Agent
 from pipelines.episodes.records import EpisodeEvent
 from pipelines.episodes.runner import DONE, WAITS_FOR_AGENT, EpisodeSpec, EpisodeState, RunnerConfig
-from pipelines.errors import ConfigError
 from pipelines.josh.env import RunnerToolWoz
 from pipelines.josh.goals import JoshGoal
 from pipelines.simulators.base import UserSimulator
@@ -60,10 +60,8 @@ class BeamConfig:
     max_turns: int = 12
 
     def __post_init__(self) -> None:
-        for name, minimum in (("max_beam", 1), ("branching_factor", 1), ("max_turns", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ConfigError(f"josh.beam.{name}: expected an integer >= {minimum}, got {value!r}")
+        for name in ("max_beam", "branching_factor", "max_turns"):
+            positive_int(getattr(self, name), f"josh.beam.{name}")
 
 
 def children_per_leaf(n_leaves: int, config: BeamConfig) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.episodes.formats import FORMATS
-from pipelines.config import FanOutSpec
+from pipelines.config import FanOutSpec, positive_int
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.policy import GenerationSpec
@@ -108,10 +108,8 @@ class JoshConfig:
         if self.agent.backend == "hf" and not self.agent.model_path:
             raise ConfigError("agent.model_path: required for backend 'hf' (the policy M that harvests its own trees, "
                               "e.g. models/base, the model train.josh_sft fine-tunes); backend 'rules' is the template harvester")
-        if self.max_goals is not None and self.max_goals < 1:
-            raise ConfigError(f"max_goals: expected null or an integer >= 1, got {self.max_goals}")
-        if self.concurrency < 1:
-            raise ConfigError(f"concurrency: expected an integer >= 1, got {self.concurrency}")
+        positive_int(self.max_goals, "max_goals", optional=True)
+        positive_int(self.concurrency, "concurrency")
         if not 0.0 < self.min_reward <= 1.0:
             raise ConfigError(f"min_reward: expected a number in (0, 1], got {self.min_reward}")
 
@@ -190,8 +188,7 @@ class ToolWozEvalConfig:
                 raise ConfigError("models.rules: the name is the rules reference agent's; call the model something else")
         if self.max_goals < 1 or not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"max_goals must be >= 1 and seeds distinct and not empty, got {self.max_goals} and {list(self.seeds)}")
-        if self.max_turns < 1:
-            raise ConfigError(f"max_turns: expected >= 1, got {self.max_turns}")
+        positive_int(self.max_turns, "max_turns")
         if self.format not in FORMATS:
             raise ConfigError(f"format: expected one of {list(FORMATS)}, got {self.format!r}")
         if self.round is not None:

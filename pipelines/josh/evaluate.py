@@ -127,7 +127,7 @@ def toolwoz_intervals(episodes: Sequence[ToolWozEpisode], resamples: int = 2000,
     """
     import numpy as np
 
-    from pipelines.evaluation.metrics import _interval, _resampled_ratios, resample_indices
+    from pipelines.stats import interval, resample_indices, resampled_ratios
 
     goals = sorted({e.dialogue_id for e in episodes})
     if not goals:
@@ -139,6 +139,6 @@ def toolwoz_intervals(episodes: Sequence[ToolWozEpisode], resamples: int = 2000,
         success[where[e.dialogue_id]] += e.success
         count[where[e.dialogue_id]] += 1
     indices = resample_indices(len(goals), resamples, seed)
-    return {"avg_reward_ci95": _interval(_resampled_ratios(reward, count, indices)),
-            "success_rate_ci95": _interval(_resampled_ratios(success, count, indices)),
+    return {"avg_reward_ci95": interval(resampled_ratios(reward, count, indices)),
+            "success_rate_ci95": interval(resampled_ratios(success, count, indices)),
             "resamples": resamples, "seed": seed, "unit": "goal"}

@@ -56,6 +56,7 @@ except ImportError:  # tests/gpu/test_imports.py runs the library without it
 # takes ~1.4 s, which every stage importing pipelines.llm would pay without calling an endpoint.
 openai: Any = None
 
+from pipelines.config import positive_int
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.llm.accounting import Accounting
 from pipelines.llm.cache import ResponseCache
@@ -562,8 +563,7 @@ class LLMClient:
             raise ValueError(f"unknown role {role!r}; roles: {list(ROLES)}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        positive_int(n, "n")
         if not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
         messages = _normalise_messages(messages)

@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping, TypeVar
 from urllib.parse import urlsplit
 
+from pipelines.config import positive_int, rate
 from pipelines.errors import ConfigError
 from pipelines.secrets import refuse_secrets
 
@@ -86,23 +87,13 @@ def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> No
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
 
 
-def _number(value: Any, where: str, *, minimum: float | None = None, maximum: float | None = None) -> float:
+def _number(value: Any, where: str, *, minimum: float | None = None) -> float:
     # bool is an int subclass; `temperature: true` is a typo, not 1.0.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"{where}: expected a number, got {value!r}")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{where}: must be >= {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{where}: must be <= {maximum}, got {value!r}")
     return float(value)
-
-
-def _integer(value: Any, where: str, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{where}: must be >= {minimum}, got {value!r}")
-    return value
 
 
 def _string(value: Any, where: str) -> str:
@@ -150,9 +141,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         # Programmatic construction is validated like from_dict, so a bad value cannot slip in.
         _number(self.temperature, "temperature", minimum=0.0)
-        if self.top_p is not None:
-            _number(self.top_p, "top_p", minimum=0.0, maximum=1.0)
-        _integer(self.max_tokens, "max_tokens", minimum=1)
+        rate(self.top_p, "top_p", optional=True)
+        positive_int(self.max_tokens, "max_tokens")
         if isinstance(self.stop, str) or not all(isinstance(s, str) for s in self.stop):
             raise ConfigError(f"stop: expected a list of strings, got {self.stop!r}")
         for penalty in ("presence_penalty", "frequency_penalty"):
@@ -271,12 +261,12 @@ class ClientConfig:
         _string(self.model, "model")
         if self.api_key_env is not None:
             _string(self.api_key_env, "api_key_env")
-        _integer(self.max_concurrency, "max_concurrency", minimum=1)
+        positive_int(self.max_concurrency, "max_concurrency")
         _number(self.timeout_s, "timeout_s", minimum=0.001)
-        _integer(self.max_retries, "max_retries", minimum=0)
+        positive_int(self.max_retries, "max_retries", minimum=0)
         _number(self.backoff_base_s, "backoff_base_s", minimum=0.0)
         _number(self.backoff_max_s, "backoff_max_s", minimum=0.0)
-        _integer(self.repair_retries, "repair_retries", minimum=0)
+        positive_int(self.repair_retries, "repair_retries", minimum=0)
         _number(self.price_in_per_1k, "price_in_per_1k", minimum=0.0)
         _number(self.price_out_per_1k, "price_out_per_1k", minimum=0.0)
         _choice(self.structured_output, STRUCTURED_OUTPUT_MODES, "structured_output")
@@ -317,7 +307,7 @@ class HFConfig:
         _string(self.model_path, "model_path")
         _string(self.device, "device")
         _string(self.dtype, "dtype")
-        _integer(self.batch_size, "batch_size", minimum=1)
+        positive_int(self.batch_size, "batch_size")
 
     @classmethod
     def from_dict(cls, section: Any, where: str = "hf") -> "HFConfig":

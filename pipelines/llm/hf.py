@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.llm.config import HFConfig, SamplingParams
 
 if TYPE_CHECKING:
@@ -53,8 +54,7 @@ class HFBackend:
     forward pass, which bounds memory: scoring holds batch x length x vocabulary logits."""
 
     def __init__(self, model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", *, batch_size: int = 8):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        positive_int(batch_size, "batch_size")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size

@@ -25,6 +25,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.config import positive_int
 from pipelines.multiwoz.embedded_db import HOSPITAL_DEPARTMENTS, build_database
 from pipelines.multiwoz.ontology import ACT_SLOT, DAYS, format_time, parse_time, values_match
 
@@ -642,8 +643,7 @@ def generate_corpus(
     one), so embedded-style goals and dialogues can be grounded in it.
     Returns {"data": data.json contents, "db": {domain: records}, "splits": {"test": ids, "val": ids}}.
     """
-    if n_dialogues < 1:
-        raise ValueError("n_dialogues must be >= 1")
+    positive_int(n_dialogues, "n_dialogues")
     db = build_database(seed) if db is None else db
     data: dict[str, Any] = {}
     for index in range(n_dialogues):

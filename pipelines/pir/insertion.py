@@ -20,11 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
+from pipelines.episodes.formats import ASK_CLOSE, ASK_OPEN, RESPONSE_CLOSE, RESPONSE_OPEN
 from pipelines.pir.traces import Trace, committed_value, split_steps
 from pipelines.speaker import phrasing
 
-ASK_OPEN, ASK_CLOSE = "<asking>", "</asking>"
-RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
 LLM_FAILURE = "llm_failure"
 UNPARSABLE = "unparsable"
 

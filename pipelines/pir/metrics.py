@@ -1,5 +1,5 @@
 """PIR's evaluation numbers (section 4.1) for played conversations
-(:class:`pipelines.episodes.rollout.Rollout`): task success (the world's grade: on MultiWOZ the
+(:class:`pipelines.training.rollout.Rollout`): task success (the world's grade: on MultiWOZ the
 goal checker), TTR (turns to resolution: the simulator's replies after its opening), tokens
 (what the policy wrote), questions asked (in its reasoning and as visible clarifications),
 helpfulness of the asking (H from a :class:`~pipelines.rewards.pir.HelpfulnessJudge`) and the
@@ -65,9 +65,9 @@ def conversation_metrics(rollouts: Sequence[Any], unstated: Sequence[Sequence[st
 
 def play_and_score(rollout: Any, model: Any, dialogues: Sequence[Any], seed: int, reward: PIRReward) -> tuple[dict[str, Any], list]:
     """Play each dialogue's goal once (episode ``<id>#<seed>``, sampling seeded by ``seed``)
-    with ``rollout`` (a :class:`pipelines.episodes.rollout.ConversationRollout`) and
+    with ``rollout`` (a :class:`pipelines.training.rollout.ConversationRollout`) and
     ``model``; PIR's numbers over them (:func:`conversation_metrics`) and the rollouts."""
-    from pipelines.episodes.rollout import unstated_slots
+    from pipelines.rewards.pir import unstated_slots
     from pipelines.episodes.runner import EpisodeSpec
 
     specs = [EpisodeSpec(f"{d.dialogue_id}#{seed}", d.goal, seed) for d in dialogues]

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pipelines.evaluation.metrics import LEVEL, _interval, _resampled_ratios, resample_indices
+from pipelines.stats import LEVEL, interval, resample_indices, resampled_ratios
 from pipelines.pir.entropy import SCOPES, Scope, Scorer, StepScores, fidelity, score_steps, select_top_k
 from pipelines.pir.insertion import Inserter, Insertion, Skipped
 from pipelines.pir.tables import pir_rows
@@ -114,7 +114,7 @@ def fidelity_with_intervals(
 ) -> dict[str, Any]:
     """:func:`~pipelines.pir.entropy.fidelity`'s precision and recall of the picks and of a
     random pick of the same size, each with a 95 % percentile bootstrap interval over traces
-    (the project's helper, :func:`pipelines.evaluation.metrics.resample_indices`), and the
+    (the project's helper, :func:`pipelines.stats.resample_indices`), and the
     intervals of the differences entropy - random (paired: the same resampled traces).
 
     >>> out = fidelity_with_intervals([(1,), (0,), (2,)], [(1,), (2,), (2,)], [3, 4, 3], "trace", resamples=200)
@@ -136,10 +136,10 @@ def fidelity_with_intervals(
         random_hits, random_picked = rate * positives, rate * steps
     indices = resample_indices(len(selected), resamples, seed)
     draws = {
-        "precision": _resampled_ratios(hits, picked, indices),
-        "recall": _resampled_ratios(hits, positives, indices),
-        "random_precision": _resampled_ratios(random_hits, random_picked, indices),
-        "random_recall": _resampled_ratios(random_hits, positives, indices),
+        "precision": resampled_ratios(hits, picked, indices),
+        "recall": resampled_ratios(hits, positives, indices),
+        "random_precision": resampled_ratios(random_hits, random_picked, indices),
+        "random_recall": resampled_ratios(random_hits, positives, indices),
     }
     draws["precision_minus_random"] = draws["precision"] - draws["random_precision"]
     draws["recall_minus_random"] = draws["recall"] - draws["random_recall"]
@@ -149,7 +149,7 @@ def fidelity_with_intervals(
     values["recall_minus_random"] = _difference(values["recall"], values["random_recall"])
     out: dict[str, Any] = {key: check[key] for key in ("selected", "positives", "steps", "hits")}
     for key, value in values.items():
-        low, high = _interval(draws[key]) or (None, None)
+        low, high = interval(draws[key]) or (None, None)
         out[key] = {"value": value, "ci95_low": None if low is None else round(low, 4), "ci95_high": None if high is None else round(high, 4)}
     return out
 

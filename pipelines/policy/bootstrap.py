@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.episodes.formats import CLARIFY, END, RESPOND, THINK, TOOL_CALL, AgentAction, Malformed, SpeakRLFormat
 from pipelines.policy.model import (
     Architecture,
@@ -66,9 +67,7 @@ class BootstrapConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_length", "eval_windows", "eval_prompts", "max_new_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(getattr(self, name), name)
         if self.max_new_tokens >= self.max_length:
             raise ValueError("max_new_tokens must be smaller than max_length")
         if self.max_length > self.architecture.max_position_embeddings:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.policy.pretrain_data import IGNORE_INDEX, Window, batch_stream, collate
 
 if TYPE_CHECKING:
@@ -41,9 +41,7 @@ class Architecture:
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "max_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(getattr(self, name), name)
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be divisible by num_attention_heads")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -83,17 +81,6 @@ def build_model(architecture: Architecture, tokenizer: "PreTrainedTokenizerFast"
 def count_parameters(model: "torch.nn.Module") -> int:
     """Distinct parameters (tied embeddings counted once)."""
     return sum(p.numel() for p in model.parameters())
-
-
-def save_policy(model: "Qwen2ForCausalLM", tokenizer: "PreTrainedTokenizerFast", directory: str | Path) -> Path:
-    """``save_pretrained`` of both into ``directory``: loadable with
-    ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained`` and servable with
-    ``transformers serve``."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(directory)
-    model.save_pretrained(directory)
-    return directory
 
 
 # --------------------------------------------------------------------------------------
@@ -136,9 +123,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(getattr(self, name), name)
         if not 0 <= self.warmup_steps <= self.steps:
             raise ValueError(f"warmup_steps must be in [0, steps], got {self.warmup_steps}")
         if self.learning_rate <= 0 or not 0 <= self.min_lr_ratio <= 1:

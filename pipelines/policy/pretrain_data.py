@@ -29,6 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.env.replay import replay
 from pipelines.env.tools import Database, ToolEnvironment
 from pipelines.episodes.formats import AgentAction, AgentFormat, Message, SpeakRLFormat
@@ -195,8 +196,7 @@ def without_loss_mask(window: Window) -> Window:
 def length_grouped_batches(windows: Sequence[Window], batch_size: int, rng: random.Random) -> list[list[Window]]:
     """One epoch of batches: ``windows`` shuffled by ``rng``, then sorted by length within
     groups of 16 batches, so that a batch pads little; the batches in random order."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    positive_int(batch_size, "batch_size")
     order = list(range(len(windows)))
     rng.shuffle(order)
     group = 16 * batch_size

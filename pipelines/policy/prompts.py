@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.env.tools import TOOL_SCHEMAS
 from pipelines.episodes.formats import END_TOKEN, FEEDBACK_TEMPLATE
 
@@ -113,10 +114,7 @@ def compact_messages(
     Messages are copied (as dicts), never changed in place. The cut is by message count,
     not by tokens, so the kept history may begin with any role, e.g. a ``<tool_response>``
     whose call was cut away; pretraining sees such histories too."""
-    if max_history_messages is not None and (
-        isinstance(max_history_messages, bool) or not isinstance(max_history_messages, int) or max_history_messages < 0
-    ):
-        raise ValueError(f"max_history_messages must be an integer >= 0 or None, got {max_history_messages!r}")
+    positive_int(max_history_messages, "max_history_messages", optional=True, minimum=0)
     history = list(messages[1:] if messages and messages[0]["role"] == "system" else messages)
     if any(m["role"] == "system" for m in history):
         raise ValueError("only the first message may be a system message")
@@ -204,10 +202,7 @@ def compact_history(
     >>> [m["content"] for m in compact_history(chat, system_prompt="S")]
     ['S', 'a boat trip', '<clarify>when?</clarify>', 'at noon']
     """
-    if max_history_messages is not None and (
-        isinstance(max_history_messages, bool) or not isinstance(max_history_messages, int) or max_history_messages < 0
-    ):
-        raise ValueError(f"max_history_messages must be an integer >= 0 or None, got {max_history_messages!r}")
+    positive_int(max_history_messages, "max_history_messages", optional=True, minimum=0)
     first = 1 if messages and messages[0]["role"] == "system" else 0
     system = [] if system_prompt is None and not first else [{"role": "system", "content": system_prompt if system_prompt is not None else messages[0]["content"]}]
     history = [_compact_message(m, shorten) for m in messages[first:]]

@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
-from pipelines.pir.insertion import ASK_CLOSE, ASK_OPEN
+from pipelines.episodes.formats import ASK_CLOSE, ASK_OPEN
+from pipelines.records import Goal
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,29 @@ def _text(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt
     return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in prompt)
+
+
+def unstated_slots(goal: Goal, opening: str) -> list[str]:
+    """The goal's constraint slots whose values the user's opening turn does not state: what
+    a helpful question can ask about (the ``unstated_slots`` column :class:`RulesHelpfulness` reads).
+
+    >>> from pipelines.records import DomainGoal
+    >>> unstated_slots(Goal("d1", (DomainGoal("restaurant", {"food": "thai", "area": "north"}),)), "some thai food please")
+    ['area']
+    """
+    from pipelines.multiwoz.ontology import is_dont_care
+    from pipelines.rewards.verifiable import words
+
+    said = f" {words(opening)} "
+    slots: dict[str, bool] = {}
+    for domain in goal.domains:
+        for part in (domain.info, domain.book):
+            for slot, value in part.items():
+                if is_dont_care(value):
+                    continue
+                needle = words(str(value))
+                slots[slot] = slots.get(slot, False) or bool(needle) and f" {needle} " in said
+    return sorted(s for s, stated in slots.items() if not stated)
 
 
 class RulesHelpfulness:

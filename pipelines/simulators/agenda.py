@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from pipelines.config import positive_int, rate
 from pipelines.env.tools import Database, name_key, same_name
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.ontology import ACT_SLOT, BOOK_SLOTS, INFO_SLOTS, is_dont_care, norm_value, parse_time, values_match
@@ -83,10 +84,8 @@ class AgendaConfig:
     def __post_init__(self) -> None:
         if self.verbosity not in VERBOSITIES:
             raise ConfigError(f"verbosity: expected one of {list(VERBOSITIES)}, got {self.verbosity!r}")
-        if isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) or not 0.0 <= self.noise <= 1.0:
-            raise ConfigError(f"noise: expected a number in [0, 1], got {self.noise!r}")
-        if isinstance(self.max_stalled_turns, bool) or not isinstance(self.max_stalled_turns, int) or self.max_stalled_turns < 1:
-            raise ConfigError(f"max_stalled_turns: expected an integer >= 1, got {self.max_stalled_turns!r}")
+        rate(self.noise, "noise")
+        positive_int(self.max_stalled_turns, "max_stalled_turns")
 
 
 def _constraints(values: Mapping[str, str]) -> dict[str, str]:

@@ -25,6 +25,7 @@ import random
 import re
 from typing import Protocol, runtime_checkable
 
+from pipelines.config import positive_int
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.records import Dialogue, Goal
 from pipelines.simulators.base import SimulatorSession, UserSimulator, UserTurn
@@ -63,8 +64,7 @@ class ProtectionConfig:
     turn_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ConfigError(f"max_retries: expected an integer >= 0, got {self.max_retries!r}")
+        positive_int(self.max_retries, "max_retries", minimum=0)
         timeout = self.turn_timeout_s
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise ConfigError(f"turn_timeout_s: expected a positive number or null, got {timeout!r}")

@@ -56,6 +56,8 @@ from typing import AbstractSet, Sequence
 
 import numpy as np
 
+from pipelines.config import positive_int
+
 # The relative costs of the two LSH errors when choosing (bands, rows). A false positive costs
 # one exact Jaccard check; a false negative silently keeps a duplicate. Equal weights (the
 # datasketch default) choose 5 bands x 11 rows for threshold 0.8 and 64 permutations, which
@@ -178,10 +180,8 @@ def near_duplicates_exact(documents: Sequence[str], threshold: float, ngram: int
 def _check(threshold: float, ngram: int = 1, num_perm: int = 1) -> None:
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    if ngram < 1:
-        raise ValueError(f"ngram must be >= 1, got {ngram}")
-    if num_perm < 1:
-        raise ValueError(f"num_perm must be >= 1, got {num_perm}")
+    positive_int(ngram, "ngram")
+    positive_int(num_perm, "num_perm")
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from pipelines.config import positive_int
 from pipelines.env.tools import Database
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed
 from pipelines.llm.client import FAILURE_REASONS
@@ -81,20 +82,16 @@ class SpeakerConfig:
     contrast_points: int = 3  # contrasts (the asked slot stated, the agent recommends) per kept dialogue, at most
 
     def __post_init__(self) -> None:
-        if isinstance(self.contrast_points, bool) or not isinstance(self.contrast_points, int) or self.contrast_points < 0:
-            raise ValueError(f"contrast_points must be an integer >= 0, got {self.contrast_points!r}")
-        if isinstance(self.act_points, bool) or not isinstance(self.act_points, int) or self.act_points < 0:
-            raise ValueError(f"act_points must be an integer >= 0, got {self.act_points!r}")
+        positive_int(self.contrast_points, "contrast_points", minimum=0)
+        positive_int(self.act_points, "act_points", minimum=0)
         if "test" in self.splits:
             raise ValueError("splits must not include test: the test split is for evaluation only")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if isinstance(self.max_clarifications, bool) or not isinstance(self.max_clarifications, int) or self.max_clarifications < 1:
-            raise ValueError(f"max_clarifications must be an integer >= 1, got {self.max_clarifications!r}")
+        positive_int(self.max_clarifications, "max_clarifications")
         if not 0 < self.dedup_threshold <= 1:
             raise ValueError(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold!r}")
-        if isinstance(self.dedup_ngram, bool) or not isinstance(self.dedup_ngram, int) or self.dedup_ngram < 1:
-            raise ValueError(f"dedup_ngram must be an integer >= 1, got {self.dedup_ngram!r}")
+        positive_int(self.dedup_ngram, "dedup_ngram")
 
 
 @dataclass(frozen=True)

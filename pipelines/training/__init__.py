@@ -1,10 +1,10 @@
 """Post-training recipes with TRL: SFT, DPO, KTO and GRPO, as configs and building blocks.
 
 The Prefect flows in :mod:`flows.train` put these together; the DVC stages
-(``stages/train.py``) read ``params.yaml`` into the configs.
+(``stages/train.py``) read ``params.yaml`` into the configs. Every check that can fail before
+training starts is :mod:`pipelines.preflight`, above the methods (it knows every artifact).
 
 * :mod:`~pipelines.training.config` - a run as frozen dataclasses (:class:`TrainConfig`);
-* :mod:`~pipelines.training.preflight` - every check that can fail before training starts;
 * :mod:`~pipelines.training.device` - GPU/CPU, bf16, gradient checkpointing, vLLM;
 * :mod:`~pipelines.training.data` - column contract, dialogue-level hold-out, compact
   prompts fitted to the context, TRL rows;
@@ -23,6 +23,5 @@ from __future__ import annotations
 
 from pipelines.training import config as _config
 from pipelines.training.config import *  # noqa: F403 - the configs are the package's vocabulary
-from pipelines.training.preflight import preflight
 
-__all__ = [*_config.__all__, "preflight"]
+__all__ = list(_config.__all__)

@@ -12,7 +12,7 @@ place that reads params. A :class:`TrainConfig` says everything one run needs::
         objective=GRPOObjective(num_generations=4),
     )
 
-Nothing here touches torch or the file system: :mod:`pipelines.training.preflight`
+Nothing here touches torch or the file system: :mod:`pipelines.preflight`
 checks a config against the machine and the data before anything is loaded.
 """
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError
 
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
@@ -109,7 +110,7 @@ class SourceSpec:
     training (``speaker_sft``, ``speaker_grpo``, ``speaker_dpo``, ``pir_traces``, ``josh_sft``,
     ``josh_kto``, ``l2a_train``, ``clarifier_sft``, ...), whatever the file is called; None:
     the artifact the file is named after, else the method's training contract
-    (:mod:`pipelines.training.inputs`)."""
+    (:mod:`pipelines.preflight.inputs`)."""
 
     path: str
     max_rows: int | None = None
@@ -434,8 +435,7 @@ def with_training_seed(config: TrainConfig, seed: int, start: str | None = None)
         p = PurePosixPath(path)
         return str(p.with_name(f"{p.stem}_s{seed}{p.suffix}"))
 
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"training seed: expected an integer >= 0, got {seed!r}")
+    positive_int(seed, "training seed", minimum=0)
     model = config.model if start is None else dataclasses.replace(config.model, path=start, hub_id=None)
     output = OutputSpec(f"{config.output.model_dir.rstrip('/')}_s{seed}", suffixed(config.output.metrics), suffixed(config.output.curve))
     return dataclasses.replace(config, optim=dataclasses.replace(config.optim, seed=seed), output=output, model=model)

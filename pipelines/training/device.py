@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError
 from pipelines.training.config import DeviceSpec, ModelSpec
 
@@ -74,9 +75,7 @@ def resolve_device(spec: DeviceSpec, model: ModelSpec, method: str, machine: Mac
     bf16 = machine.bf16_supported if spec.bf16 is None else spec.bf16
     checkpointing = gpu if spec.gradient_checkpointing is None else spec.gradient_checkpointing
     for key in ("threads", "data_workers"):
-        value = getattr(spec, key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"device.{key} must be a positive integer or null, got {value!r}")
+        positive_int(getattr(spec, key), f"device.{key}", optional=True)
     return DeviceSettings(machine.accelerator, bf16, checkpointing, spec.use_vllm, spec.vllm_mode, spec.threads, spec.data_workers)
 
 

@@ -1,4 +1,5 @@
-"""Loading the starting model and tokenizer, the PEFT and quantization configs, saving.
+"""Loading the starting model and tokenizer, the PEFT and quantization configs (saving is
+:func:`catalog.models.save_model`, the one place a model directory is written).
 
 A local ``ModelSpec.path`` is loaded with ``local_files_only`` (never a hub lookup); a
 ``hub_id`` goes through the hub (or its cache). A chat model must carry a chat template:
@@ -9,13 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import ConfigError
-from pipelines.files import ordinary_permissions, remove_stale_staging, replace_directory, staging_path
 from pipelines.training.config import LoraSpec, ModelSpec, QuantizationSpec
 from pipelines.training.device import DeviceSettings
 
@@ -111,33 +109,4 @@ def parameter_counts(model: Any) -> dict[str, int]:
     return {"total": total, "trainable": trainable}
 
 
-def save_model(
-    model: Any, tokenizer: Any, directory: str | os.PathLike[str], *, merge_adapter: bool = False, card: str | None = None
-) -> Path:
-    """Save in Hugging Face layout (weights, config, generation config, tokenizer) into
-    ``directory``, replacing it whole: everything is written to a sibling staging directory
-    first and swapped in by renames, so a failed or killed save leaves the previous model
-    in place (or restorable: the next save puts a model left mid-swap back).
-
-    A PEFT model saves its adapter (``adapter_config.json`` naming the base model), or,
-    with ``merge_adapter``, the merged full model. ``card`` becomes ``README.md``."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(directory)  # what a killed save left: partial copies, a model mid-swap
-    temp = staging_path(directory)
-    try:
-        if merge_adapter and hasattr(model, "merge_and_unload"):
-            model = model.merge_and_unload()
-        model.save_pretrained(temp)
-        tokenizer.save_pretrained(temp)
-        if card is not None:
-            (temp / "README.md").write_text(card, encoding="utf-8")
-        ordinary_permissions(temp)  # safetensors writes 0600
-        replace_directory(temp, directory)
-    finally:
-        if temp.exists():
-            shutil.rmtree(temp)
-    return directory
-
-
-__all__ = ["load_model", "load_tokenizer", "parameter_counts", "peft_config", "quantization_config", "save_model"]
+__all__ = ["load_model", "load_tokenizer", "parameter_counts", "peft_config", "quantization_config"]

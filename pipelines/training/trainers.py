@@ -91,7 +91,7 @@ def build_trainer(
     """The TRL trainer for ``config.method``, ready to ``train()``. Its progress goes to
     the callbacks (e.g. :class:`~pipelines.training.callbacks.LoggingCallback`), not to
     stdout. ``rollout_func`` (GRPO): TRL's custom rollouts, e.g. whole conversations with a
-    user simulator (:func:`pipelines.episodes.rollout.trl_rollout_func`)."""
+    user simulator (:func:`pipelines.training.rollout.trl_rollout_func`)."""
     from transformers import PrinterCallback
 
     shared = {

@@ -1,4 +1,4 @@
-"""Conversation rollouts for GRPO (pipelines/episodes/rollout.py): the policy's tokens have
+"""Conversation rollouts for GRPO (pipelines/training/rollout.py): the policy's tokens have
 env_mask 1, everything injected (the simulator's answers inside the reasoning, its replies,
 tool results, template markers) 0; the sequence only grows; TRL's trainer takes the mask as
 its loss mask."""
@@ -12,7 +12,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipelines.env.tools import Database
-from pipelines.episodes.rollout import ConversationRollout, RolloutConfig, prompt_key, trl_rollout_func, unstated_slots
+from pipelines.rewards.pir import unstated_slots
+from pipelines.training.rollout import ConversationRollout, RolloutConfig, prompt_key, trl_rollout_func
 from pipelines.episodes.runner import EpisodeSpec
 from pipelines.simulators.agenda import AgendaSimulator
 

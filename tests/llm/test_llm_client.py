@@ -151,7 +151,7 @@ def test_bad_arguments_are_programming_errors(server):
         client.complete_sync(user("a"), "jduge", SamplingParams(), seed=0)
     with pytest.raises(TypeError, match="seed"):
         client.complete_sync(user("a"), "judge", SamplingParams(), seed="0")
-    with pytest.raises(ValueError, match="n must be"):
+    with pytest.raises(ValueError, match="n: expected an integer >= 1, got 0"):
         client.complete_sync(user("a"), "judge", SamplingParams(), seed=0, n=0)
     with pytest.raises(ValueError, match="role"):
         client.complete_sync([{"content": "no role"}], "judge", SamplingParams(), seed=0)

@@ -52,7 +52,7 @@ def test_eval_section_errors_name_the_setting(params, tiny_model_dir, small_corp
 
 
 def test_sft_section_reads_the_traces_with_the_response_mask(params):
-    from pipelines.training.preflight import preflight
+    from pipelines.preflight import preflight
     from stages.train import train_config
 
     config = train_config("sft", params["pir_train"], section_name="sft")

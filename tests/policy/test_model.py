@@ -13,6 +13,7 @@ from pipelines.episodes.agents import AgentContext, HFAgent
 from pipelines.episodes.formats import SpeakRLFormat
 from pipelines.llm.config import SamplingParams
 from pipelines.llm.hf import HFBackend
+from catalog.models import save_model
 from pipelines.policy.model import (
     Architecture,
     TrainConfig,
@@ -20,7 +21,6 @@ from pipelines.policy.model import (
     count_parameters,
     greedy_generate,
     mean_loss,
-    save_policy,
     target_losses,
     train_causal_lm,
 )
@@ -57,7 +57,7 @@ def test_build_is_seeded_and_uses_the_tokenizers_special_tokens(tokenizer):
 
 def test_save_load_and_generate(tokenizer, tmp_path):
     model = build_model(TINY, tokenizer, seed=0)
-    save_policy(model, tokenizer, tmp_path / "policy")
+    save_model(model, tokenizer, tmp_path / "policy")
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "policy")
     loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "policy")
     assert loaded_tokenizer.chat_template == tokenizer.chat_template

@@ -21,7 +21,7 @@ import yaml
 
 from pipelines.errors import ConfigError, DataError, ValidationFailed
 from pipelines.training.config import SourceSpec
-from pipelines.training.inputs import check_inputs
+from pipelines.preflight.inputs import check_inputs
 from catalog.io import read_artifact
 from tests.conftest import REPO
 

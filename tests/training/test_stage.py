@@ -121,7 +121,7 @@ def test_the_stage_exits_1_with_the_message(tiny_model_dir, tiny_data_dir, tmp_p
     proc = subprocess.run([sys.executable, "-m", "stages.train", "sft", "--params", str(path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "error: optim.max_steps must be a positive integer, got 0"
+    assert proc.stderr.strip() == "error: optim.max_steps: expected an integer >= 1, got 0"
     assert not (tmp_path / ".prefect").exists()  # no flow run was started
 
     proc = subprocess.run([sys.executable, "-m", "stages.train", "rlhf", "--params", str(path)],

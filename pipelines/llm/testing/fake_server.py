@@ -37,6 +37,8 @@ from typing import Any, Callable, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from pipelines.config import rate
+
 FaultKind = Literal[
     "timeout",  # hang past the client's timeout, then answer normally
     "http_500",
@@ -66,8 +68,7 @@ class FaultPlan:
     kinds: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.rate <= 1.0:
-            raise ValueError(f"fault rate must be in [0, 1], got {self.rate}")
+        rate(self.rate, "fault rate")
         if self.rate > 0 and not self.kinds:
             raise ValueError("a fault rate > 0 needs at least one fault kind")
         unknown = set(self.kinds) - set(FAULT_KINDS)
@@ -172,8 +173,7 @@ class FakeOpenAIServer:
         tool_arguments: Any = "{}",
         reply_fn: Callable[[list[dict[str, Any]], int | None, int, bool], str] | None = None,
     ):
-        if not 0.0 <= latency_spread <= 1.0:
-            raise ValueError(f"latency_spread must be in [0, 1], got {latency_spread}")
+        rate(latency_spread, "latency_spread")
         self.latency_spread = latency_spread
         self.tool_arguments = tool_arguments
         self.reply_fn = reply_fn

@@ -5,7 +5,7 @@ training.
 Checked: the method and its objective, the numbers (steps, batch, lengths, GRPO's group
 size), the starting model's directory, every dataset file and its columns, the rewards, the
 device settings against the machine, and last every dataset's rows against its declared
-schema (:mod:`pipelines.training.inputs`: by the source's ``schema``, whatever the file is
+schema (:mod:`pipelines.preflight.inputs`: by the source's ``schema``, whatever the file is
 called), so that a bad file stops the run before the Prefect server and the tokenizer start.
 """
 
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from pipelines.config import positive_int
 from pipelines.errors import ConfigError
 from pipelines.training.config import METHODS, OBJECTIVES, GRPOObjective, TrainConfig
 from pipelines.training.data import JOIN_COLUMN, reward_columns, source_layout
 from pipelines.training.device import DeviceSettings, Machine, resolve_device
-from pipelines.training.inputs import check_inputs, check_schema_name
+from pipelines.preflight.inputs import check_inputs, check_schema_name
 from pipelines.training.trainers import reward_functions
 
 #: Files that make a directory a loadable model: full weights' config, or a PEFT adapter.
@@ -54,8 +55,7 @@ def check_numbers(config: TrainConfig) -> None:
         "optim.logging_steps": optim.logging_steps,
     }
     for name, value in positive.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        positive_int(value, name)
     if not optim.learning_rate > 0:
         raise ConfigError(f"optim.learning_rate must be positive, got {optim.learning_rate!r}")
     if optim.max_time_s is not None and not optim.max_time_s > 0:

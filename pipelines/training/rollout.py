@@ -35,18 +35,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from pipelines.config import positive_int
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.env.world import World
 from pipelines.episodes.agents import AgentOutput
-from pipelines.episodes.formats import AgentFormat, SpeakRLFormat
+from pipelines.episodes.formats import ASK_CLOSE, ASK_OPEN, RESPONSE_CLOSE, RESPONSE_OPEN, AgentFormat, SpeakRLFormat
 from pipelines.episodes.records import Episode
 from pipelines.episodes.runner import WAITS_FOR_AGENT, WAITS_FOR_USER, EpisodeSpec, EpisodeState, RunnerConfig
-from pipelines.records import Goal
 from pipelines.simulators.base import UserSimulator
 
-ASK_OPEN, ASK_CLOSE = "<asking>", "</asking>"
-RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
 
 
 @dataclass(frozen=True)
@@ -72,9 +70,7 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_exchanges", "max_steps", "max_turn_tokens", "max_total_tokens", "max_asks"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+            positive_int(getattr(self, name), name)
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
 
@@ -110,24 +106,6 @@ class Rollout:
         """Turns to resolution: the simulator's replies after its opening turn (answers to
         in-reasoning questions and replies to the agent's visible turns)."""
         return len(self.asks) + sum(1 for e in self.episode.events if e.actor == "user" and e.turn > 0)
-
-
-def unstated_slots(goal: Goal, opening: str) -> list[str]:
-    """The goal's constraint slots whose values the user's opening turn does not state: what
-    a helpful question can ask about (PIR's helpfulness, :class:`pipelines.rewards.pir.RulesHelpfulness`)."""
-    from pipelines.multiwoz.ontology import is_dont_care
-    from pipelines.rewards.verifiable import words
-
-    said = f" {words(opening)} "
-    slots: dict[str, bool] = {}
-    for domain in goal.domains:
-        for part in (domain.info, domain.book):
-            for slot, value in part.items():
-                if is_dont_care(value):
-                    continue
-                needle = words(str(value))
-                slots[slot] = slots.get(slot, False) or bool(needle) and f" {needle} " in said
-    return sorted(s for s, stated in slots.items() if not stated)
 
 
 class _PolicyName:
@@ -363,4 +341,4 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps([[m["role"], m["content"]] for m in prompt], ensure_ascii=False)
 
 
-__all__ = ["ConversationRollout", "Rollout", "RolloutConfig", "prompt_key", "trl_rollout_func", "unstated_slots"]
+__all__ = ["ConversationRollout", "Rollout", "RolloutConfig", "prompt_key", "trl_rollout_func"]

@@ -1,12 +1,12 @@
 """Training inputs checked by their declared schema, whatever the file is called.
 
 Every source of a run (and the table it takes prompts from) is read and validated before
-the Prefect server, the tokenizer or torch start (:func:`pipelines.training.preflight.preflight`
+the Prefect server, the tokenizer or torch start (:func:`pipelines.preflight.preflight`
 calls :func:`check_inputs`). The contract a file is checked by:
 
 * ``schema: <artifact>`` on the source (``speaker_sft``, ``speaker_grpo``, ``speaker_dpo``,
   ``pir_traces``, ``josh_sft``, ``josh_kto``, ``l2a_train``, ``clarifier_*``, any name of
-  :func:`~pipelines.artifacts.registry.artifact_specs`): that artifact's schema and
+  :func:`~pipelines.registry.artifact_specs`): that artifact's schema and
   expectation suite, over the columns the file has, whatever its path. An unknown name is a
   ConfigError naming the key.
 * no ``schema``, a file named like an artifact (``speaker_sft.parquet``): that artifact, as
@@ -32,7 +32,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.artifacts.registry import artifact_specs
+from pipelines.registry import artifact_specs
 from pipelines.artifacts.spec import ArtifactSpec, Expectation, between, in_set, length_between, not_null
 from pipelines.artifacts.validate import check_table
 from pipelines.errors import ConfigError, DataError
