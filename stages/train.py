@@ -76,7 +76,6 @@ from stages.entry import main_wrapper
 from catalog.io import from_params, read_json, read_params, write_json_atomic, write_text_atomic
 
 
-
 @dataclass(frozen=True)
 class TrainSectionParams:
     """A training section (params.yaml ``train.<method>``, ``l2a.train.sft``, ...): what
