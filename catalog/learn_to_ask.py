@@ -14,7 +14,7 @@ from pipelines.learn_to_ask.autoprompt import Prompt
 from pipelines.learn_to_ask.calibration import SEED_GRADER_PROMPT, SEED_POLICY_PROMPT, prompt_from_document
 from pipelines.learn_to_ask.hindsight import SEED_EXTRACTOR_PROMPT
 from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_dialogue
-from catalog.io import read_json, read_text
+from catalog.io import read_json, read_jsonl
 
 FORMATS = ("multiwoz", "chat_log")
 
@@ -25,16 +25,7 @@ def read_chat_log(path: Path) -> list[Session]:
     if not path.is_file():
         raise DataError(str(path), "file not found")
     if path.suffix == ".jsonl":
-        import json
-
-        records = []
-        for number, line in enumerate(read_text(path).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((f"line {number}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(str(path), f"invalid JSON: {exc.msg} at column {exc.colno}", f"line {number}") from None
+        records = read_jsonl(path)
     else:
         raw = read_json(path)
         if not isinstance(raw, list):

@@ -61,7 +61,7 @@ from pipelines.learn_to_ask.completion import completer
 from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
 from pipelines.llm import Accounting, BackendConfig
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, read_text, write_json_atomic, write_timings
+from catalog.io import from_params, publish, read_jsonl, read_params, write_json_atomic, write_timings
 from catalog.learn_to_ask import load_sessions
 
 BUILT_TRACKS = ("extract", "grader", "rollout")
@@ -142,19 +142,9 @@ def _count(config: Any, key: str, minimum: int) -> int:
 
 
 def read_anchors(path: Path, parse: Any = anchor_from_record) -> list:
-    import json
-
     if not path.is_file():
         raise DataError(str(path), "file not found")
-    anchors = []
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(str(path), f"invalid JSON: {exc.msg} at column {exc.colno}", f"line {number}") from None
-        anchors.append(parse(raw, str(path), f"line {number}"))
+    anchors = [parse(raw, str(path), where) for where, raw in read_jsonl(path)]
     if not anchors:
         raise DataError(str(path), "no anchors")
     return anchors

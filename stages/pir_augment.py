@@ -21,7 +21,6 @@ the table passes its expectation suite.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from pipelines.pir.tables import SPECS, pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
 from pipelines.progress import Progress
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_parquet, read_params, read_text, write_json_atomic, write_timings
+from catalog.io import from_params, publish, read_jsonl, read_parquet, read_params, write_json_atomic, write_timings
 
 # Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -77,14 +76,7 @@ def read_trace_file(path: Path) -> list[Trace]:
     if path.suffix == ".parquet":
         records: list[Any] = read_parquet(path).to_pylist()
     elif path.suffix == ".jsonl":
-        records = []
-        for number, line in enumerate(read_text(path).splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise DataError(source, f"invalid JSON: {error.msg} at column {error.colno}", f"line {number}") from None
+        records = [record for _, record in read_jsonl(path)]
     elif path.suffix == ".json":
         from catalog.io import read_json
 
