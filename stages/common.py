@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from catalog.io import from_params
 from pipelines.errors import ConfigError
 from pipelines.llm import BackendConfig
-from pipelines.training.config import POLICY_DIRS
+from pipelines.training.config import POLICY_DIRS, policy_model
 
 # --- Process set-up --------------------------------------------------------------------------
 
@@ -61,6 +61,14 @@ def check_policy(policy: Mapping[str, Any]) -> str:
     return policy_params(policy).use
 
 
+def policy_source(use: str) -> dict[str, Any]:
+    """Where the starting policy ``use`` is read from, as a model section's keys: the typed
+    :func:`~pipelines.training.config.policy_model`'s ``path`` or ``hub_id`` (training's
+    ``model`` and evaluation's ``models.base`` take the same keys)."""
+    spec = policy_model(use)
+    return {"path": spec.path} if spec.local else {"path": None, "hub_id": spec.hub_id}
+
+
 def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, Any]) -> dict[str, Any]:
     """A method's params with the policy switch applied: other than ``base``, SFT starts
     from the policy, every method without its own ``lora`` gets ``policy.lora`` and
@@ -73,7 +81,7 @@ def apply_policy(section: Mapping[str, Any], method: str, policy: Mapping[str, A
     model = dict(section.get("model") or {})
     if method == "sft":
         model = {key: value for key, value in model.items() if key not in ("path", "hub_id", "revision")}
-        model.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"path": None, "hub_id": use})
+        model.update(policy_source(use))
     if "lora" not in model and config.lora is not None:
         model["lora"] = config.lora
     section["model"] = model
@@ -89,7 +97,7 @@ def with_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> 
     models = dict(params.get("models") or {})
     if use != "base" and "base" in models:
         entry = {key: value for key, value in dict(models["base"]).items() if key not in ("path", "hub_id", "revision")}
-        entry.update({"path": POLICY_DIRS[use]} if use in POLICY_DIRS else {"hub_id": use})
+        entry.update({key: value for key, value in policy_source(use).items() if value is not None})  # ModelEntry's path defaults to None
         models["base"] = entry
         params["models"] = models
     return params
