@@ -14,7 +14,7 @@ params.yaml ``bootstrap``:
   CPU threads; default: the top-level ``threads``);
 * ``vocab_size``, ``max_length`` (tokens per training window), ``assistant_only_loss``;
 * ``model``: :class:`pipelines.policy.model.Architecture` fields;
-* ``train``: :class:`pipelines.policy.model.TrainConfig` fields except ``seed``;
+* ``train``: :class:`pipelines.policy.model.PretrainConfig` fields except ``seed``;
 * ``eval``: ``windows`` (held-out windows for the loss), ``prompts`` (held-out prompts for
   greedy generation), ``max_new_tokens``;
 * ``output`` (model directory), ``metrics`` (JSON).
@@ -40,7 +40,7 @@ from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.records import VAL
 from pipelines.policy.bootstrap import BootstrapConfig, BootstrapResult, bootstrap_policy
-from pipelines.policy.model import Architecture, TrainConfig
+from pipelines.policy.model import Architecture, PretrainConfig
 from pipelines.policy.pretrain_data import seed_chat
 from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
 from stages.entry import main_wrapper
@@ -78,7 +78,7 @@ class BootstrapParams:
     max_length: int = _DEFAULT["max_length"]
     assistant_only_loss: bool = _DEFAULT["assistant_only_loss"]
     model: Architecture = field(default_factory=Architecture)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: PretrainConfig = field(default_factory=PretrainConfig)
     eval: BootstrapEvalParams = field(default_factory=BootstrapEvalParams)
 
 
@@ -89,7 +89,7 @@ def bootstrap_params(params: Mapping[str, Any]) -> BootstrapParams:
         raise ConfigError(f"{where}.train.seed: use bootstrap.seed")
     try:
         config = from_params(BootstrapParams, params, where)
-    except ValueError as exc:  # Architecture's and TrainConfig's own checks
+    except ValueError as exc:  # Architecture's and PretrainConfig's own checks
         raise ConfigError(f"{where}: {exc}") from None
     positive_int(config.threads, f"{where}.threads", optional=True)
     positive_int(config.env_seed, f"{where}.env_seed", optional=True, minimum=0)

@@ -30,7 +30,7 @@ from pipelines.episodes.formats import CLARIFY, END, RESPOND, THINK, TOOL_CALL, 
 from pipelines.policy.model import (
     Architecture,
     Generation,
-    TrainConfig,
+    PretrainConfig,
     TrainResult,
     build_model,
     count_parameters,
@@ -58,7 +58,7 @@ class BootstrapConfig:
     vocab_size: int = 4096
     max_length: int = 512
     architecture: Architecture = field(default_factory=Architecture)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: PretrainConfig = field(default_factory=PretrainConfig)
     assistant_only_loss: bool = True
     seed: int = 0
     eval_windows: int = 128

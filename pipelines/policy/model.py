@@ -106,7 +106,7 @@ def target_losses(model: "Qwen2ForCausalLM", batch: Mapping[str, "torch.Tensor"]
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class PretrainConfig:
     """``steps`` optimizer steps of ``batch_size`` windows. ``warmup_steps`` of linear
     warm-up, then cosine decay to ``min_lr_ratio`` of the peak. ``max_seconds``: stop
     early when training has taken that long (None: never)."""
@@ -162,7 +162,7 @@ class TrainResult:
 def train_causal_lm(
     model: "Qwen2ForCausalLM",
     windows: Sequence[Window],
-    config: TrainConfig,
+    config: PretrainConfig,
     pad_id: int,
     *,
     log: Callable[[int, float], None] | None = None,

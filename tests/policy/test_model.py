@@ -16,7 +16,7 @@ from pipelines.llm.hf import HFBackend
 from catalog.models import save_model
 from pipelines.policy.model import (
     Architecture,
-    TrainConfig,
+    PretrainConfig,
     build_model,
     count_parameters,
     greedy_generate,
@@ -82,7 +82,7 @@ def test_batched_generation_equals_one_at_a_time(tokenizer):
 def test_pretraining_reduces_the_loss(tokenizer, windows):
     model = build_model(TINY, tokenizer, seed=0)
     before = mean_loss(model, windows[:16], tokenizer.pad_token_id)
-    result = train_causal_lm(model, windows, TrainConfig(steps=30, batch_size=4, learning_rate=1e-2, warmup_steps=3), tokenizer.pad_token_id)
+    result = train_causal_lm(model, windows, PretrainConfig(steps=30, batch_size=4, learning_rate=1e-2, warmup_steps=3), tokenizer.pad_token_id)
     after = mean_loss(model, windows[:16], tokenizer.pad_token_id)
     assert result.steps == 30 and not result.stopped_early
     assert after < 0.75 * before, (before, after)
@@ -91,7 +91,7 @@ def test_pretraining_reduces_the_loss(tokenizer, windows):
 
 
 def test_training_is_deterministic_for_a_seed(tokenizer, windows):
-    config = TrainConfig(steps=4, batch_size=4, warmup_steps=1, seed=5)
+    config = PretrainConfig(steps=4, batch_size=4, warmup_steps=1, seed=5)
     runs = []
     for _ in range(2):
         model = build_model(TINY, tokenizer, seed=0)
@@ -101,18 +101,18 @@ def test_training_is_deterministic_for_a_seed(tokenizer, windows):
 
 def test_a_time_budget_stops_training_early(tokenizer, windows):
     model = build_model(TINY, tokenizer, seed=0)
-    result = train_causal_lm(model, windows, TrainConfig(steps=1000, warmup_steps=0, max_seconds=1e-6), tokenizer.pad_token_id)
+    result = train_causal_lm(model, windows, PretrainConfig(steps=1000, warmup_steps=0, max_seconds=1e-6), tokenizer.pad_token_id)
     assert result.stopped_early and result.steps == 1
 
 
 def test_the_schedule_warms_up_then_decays_to_the_floor():
-    config = TrainConfig(steps=10, warmup_steps=2, min_lr_ratio=0.1)
+    config = PretrainConfig(steps=10, warmup_steps=2, min_lr_ratio=0.1)
     factors = [config.lr_factor(step) for step in range(10)]
     assert factors[:3] == [0.5, 1.0, 1.0]
     assert all(a >= b for a, b in zip(factors[2:], factors[3:]))
     assert math.isclose(config.lr_factor(10), 0.1)
     with pytest.raises(ValueError, match="warmup_steps"):
-        TrainConfig(steps=5, warmup_steps=6)
+        PretrainConfig(steps=5, warmup_steps=6)
 
 
 def test_target_losses_are_the_models_own_loss_at_the_labelled_tokens(tokenizer, windows):
