@@ -26,7 +26,7 @@ import asyncio
 import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -39,11 +39,11 @@ from pipelines.episodes.formats import get_format
 from pipelines.errors import ConfigError
 from pipelines.josh.agent import RulesToolWozAgent
 from pipelines.josh.beam import JoshTree, harvest
-from pipelines.josh.config import JoshConfig, SamplingSpec, SimulatorSpec
+from pipelines.josh.config import JoshConfig, SamplingSpec
 from pipelines.josh.goals import JoshGoal, harvest_goals, toolwoz_goals
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import Corpus
-from pipelines.simulators.agenda import AgendaConfig
+from pipelines.simulators.agenda import SimulatorSpec
 from catalog.io import read_json, write_text_atomic
 from catalog.multiwoz_dir import load_multiwoz
 from flows.runners import task_runner
@@ -188,7 +188,7 @@ def build_simulator(spec: SimulatorSpec, corpus_db: Database, llm_params: Mappin
     """(the user simulator of ``spec``, its LLM client or None); also the ToolWOZ evaluation's."""
     from pipelines.simulators.factory import simulator_from_config
 
-    agenda = AgendaConfig(**{f.name: getattr(spec, f.name) for f in fields(AgendaConfig)})
+    agenda = spec.agenda()
     client = None if spec.kind == "agenda" else _client("user_simulator", llm_params)
     return simulator_from_config(spec.kind, database=corpus_db, client=client, agenda=agenda), client
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -35,7 +35,7 @@ from pipelines.env.tools import Database
 from pipelines.episodes import EPISODE_EVENTS, EPISODES, EpisodeSpec, ReplayAgent, RunnerConfig, episode_tables, get_format, run_episodes_sync
 from pipelines.episodes.formats import FORMATS
 from pipelines.errors import ConfigError
-from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
+from pipelines.simulators.agenda import AgendaSimulator, SimulatorSpec
 from stages.entry import main_wrapper
 from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
 from catalog.multiwoz_dir import load_multiwoz
@@ -68,19 +68,12 @@ def summary(episodes, unverifiable: frozenset[str] = frozenset()) -> dict:
 
 
 @dataclass(frozen=True)
-class GoldSimulatorParams(AgendaConfig):
-    # Only the agenda simulator replays gold dialogues offline; kind is kept for the
-    # params' shape shared with evaluate.
-    kind: str = "agenda"
-
-
-@dataclass(frozen=True)
 class GoldReplayParams:
     source: str
     output: str
     db_dir: str | None = None
     agent_format: str = "speakrl"
-    simulator: GoldSimulatorParams = field(default_factory=GoldSimulatorParams)
+    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)  # only kind agenda replays offline
     max_exchanges: int = 20
     seed: int = 0
     strict: bool = False
@@ -108,8 +101,7 @@ def run(params: Mapping[str, Any], section: str = "gold_replay") -> dict:
     unverifiable = frozenset(d.dialogue_id for d in corpus.dialogues if not has_annotations(d))
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=config.seed) for d in corpus.dialogues]
-    agenda = {f.name: getattr(config.simulator, f.name) for f in fields(AgendaConfig)}
-    simulator = AgendaSimulator(database, AgendaConfig(**agenda))
+    simulator = AgendaSimulator(database, config.simulator.agenda())
     agent = ReplayAgent(get_format(config.agent_format), database=database)
     start = time.perf_counter()
     episodes = run_episodes_sync(specs, agent, simulator, database, RunnerConfig(max_exchanges=config.max_exchanges))

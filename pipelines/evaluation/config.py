@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pipelines.config import positive_int, rate
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.play import EvalPlan
 from pipelines.evaluation.policy import GenerationSpec, PolicySpec
-
-if TYPE_CHECKING:
-    from pipelines.simulators.agenda import AgendaConfig
+from pipelines.simulators.agenda import SimulatorSpec
 
 
 @dataclass(frozen=True)
@@ -24,24 +21,6 @@ class ModelEntry:
     hub_id: str | None = None
     revision: str | None = None
     prompt: PromptSpec | None = None
-
-
-@dataclass(frozen=True)
-class SimulatorSpec:
-    """``kind``: agenda (rules, the default), goal_llm or guide_llm (the ``user_simulator``
-    LLM role of params.yaml ``llm``); agenda settings for the agenda simulator and for the
-    LLM simulators' fallback."""
-
-    kind: str = "agenda"
-    verbosity: str = "normal"
-    noise: float = 0.0
-    max_stalled_turns: int = 4
-
-    def agenda(self) -> "AgendaConfig":
-        """The agenda simulator's settings (the LLM simulators' fallback too)."""
-        from pipelines.simulators.agenda import AgendaConfig
-
-        return AgendaConfig(verbosity=self.verbosity, noise=self.noise, max_stalled_turns=self.max_stalled_turns)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.policy import GenerationSpec
 from pipelines.josh.agent import RulesPolicy
 from pipelines.josh.beam import BeamConfig
-from pipelines.simulators.agenda import AgendaConfig
+from pipelines.simulators.agenda import SimulatorSpec
 
 # JOSH's ReACT prompt (Table 8), for the four ToolWOZ domains.
 TOOLWOZ_TASK_PROMPT = (
@@ -57,11 +57,6 @@ class AgentSpec:
     device: str = "cpu"
     batch_size: int = 8
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
-
-
-@dataclass(frozen=True)
-class SimulatorSpec(AgendaConfig):
-    kind: str = "agenda"
 
 
 @dataclass(frozen=True)

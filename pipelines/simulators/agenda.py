@@ -88,6 +88,23 @@ class AgendaConfig:
         positive_int(self.max_stalled_turns, "max_stalled_turns")
 
 
+@dataclass(frozen=True)
+class SimulatorSpec(AgendaConfig):
+    """A params ``simulator`` section (``evaluate``, the gold replays, JOSH): ``kind``
+    (``agenda``, the rules simulator and the default; ``goal_llm`` or ``guide_llm``, the
+    ``user_simulator`` LLM role) and the agenda settings, which the LLM simulators fall back to.
+
+    >>> SimulatorSpec(kind="goal_llm", noise=0.1).agenda()
+    AgendaConfig(verbosity='normal', noise=0.1, max_stalled_turns=4)
+    """
+
+    kind: str = "agenda"
+
+    def agenda(self) -> AgendaConfig:
+        """The agenda settings alone."""
+        return AgendaConfig(verbosity=self.verbosity, noise=self.noise, max_stalled_turns=self.max_stalled_turns)
+
+
 def _constraints(values: Mapping[str, str]) -> dict[str, str]:
     return {slot: value for slot, value in values.items() if not is_dont_care(value)}
 
