@@ -168,9 +168,11 @@ def _items(definition: dict, context: dict) -> list[dict]:
     for a plain stage."""
     if "foreach" in definition:
         values = _value(definition["foreach"], context)
-        if isinstance(values, dict):
+        # An empty foreach (a stage the default switches off, e.g. evaluate_seeds) still
+        # gets its code deps: a profile that switches it on must find them right.
+        if isinstance(values, dict) and values:
             return [{"key": k, "item": v} for k, v in values.items()]
-        if isinstance(values, list):
+        if isinstance(values, list) and values:
             return [{"item": v} for v in values]
         return [{}]
     if "matrix" in definition:

@@ -23,9 +23,12 @@ from prefect.cache_policies import NO_CACHE
 from flows.train import retry_on_transient
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from pipelines.evaluation.metrics import avg_at_k, bootstrap_summary, fault_counts, score_episode
+from pipelines.evaluation.metrics import avg_at_k, bootstrap_summary_seeds, fault_counts, score_episode
 from pipelines.evaluation.policy import PolicySpec, check_policy
 from pipelines.evaluation.report import pattern_notes, plot_rows, report_markdown
+
+#: The rates reported per training seed beside a pooled row.
+SEED_COLUMNS = ("success", "turns", "inform_rate", "request_rate", "clarifications_per_dialogue", "malformed_per_dialogue")
 
 _TASK = {"cache_policy": NO_CACHE, "persist_result": False}
 _RETRY = {"retries": 2, "retry_delay_seconds": 3, "retry_condition_fn": retry_on_transient}
@@ -154,27 +157,37 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     database, goals = load_goals(config)
     simulator = build_simulator(config, database, simulator_client)
     started = time.monotonic()
-    scores: dict[str, list[Any]] = {}
+    scores: dict[str, list[list[Any]]] = {}
     faults: dict[str, dict[str, Any]] = {}
     episodes: list[Any] = []
     timings: dict[str, Any] = {"models": {}}
-    for spec in config.policy_specs():
-        agent = load_policy(config, spec)
-        played, wall_s = play(config, agent, goals, simulator, database)
-        summary, scores[spec.name] = score(spec.name, played, goals, wall_s)
-        faults[spec.name] = summary["faults"]
-        timings["models"][spec.name] = {
-            "episodes": len(played), "wall_s": round(wall_s, 2),
-            "dialogues_per_second": round(len(played) / wall_s, 3) if wall_s else None,
-        }
-        episodes += played
-        del agent
+    for row, specs in config.rows().items():
+        scores[row], played_row = [], []
+        for spec in specs:  # one per training seed of the row
+            agent = load_policy(config, spec)
+            played, wall_s = play(config, agent, goals, simulator, database)
+            summary, seed_scores = score(spec.name, played, goals, wall_s)
+            scores[row].append(seed_scores)
+            timings["models"][spec.name] = {
+                "episodes": len(played), "wall_s": round(wall_s, 2),
+                "dialogues_per_second": round(len(played) / wall_s, 3) if wall_s else None,
+            }
+            played_row += played
+            del agent
+        faults[row] = fault_counts(played_row) if len(specs) > 1 else summary["faults"]
+        episodes += played_row
     if simulator_client is not None:
         from pipelines.llm.accounting import check_failure_rate
 
         # An outage of the simulator's endpoint leaves fallback turns only: no evaluation.
         check_failure_rate(simulator_client.accounting, config.max_llm_failure_rate, "evaluate")
-    results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
+    results, statistics = bootstrap_summary_seeds(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
+    for row, specs in config.rows().items():
+        if len(specs) > 1:  # what each re-training scored alone, beside the pooled row
+            results[row]["per_training_seed"] = {
+                spec.name: {key: (avg_at_k(seed_scores)[key] or {}).get("mean") for key in SEED_COLUMNS}
+                for spec, seed_scores in zip(specs, scores[row])
+            }
     for name, counts in faults.items():
         results[name]["faults"] = counts
     setup = setup_summary(config, len(goals))

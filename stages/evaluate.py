@@ -1,7 +1,7 @@
 """DVC stage ``evaluate``: simulated collaborative evaluation of every trained model, one
 Prefect flow run (:mod:`flows.evaluate`).
 
-    python -m stages.evaluate [--params params.yaml] [--one-at-a-time]
+    python -m stages.evaluate [--params params.yaml] [--one-at-a-time] [--seeds-table NAME]
 
 params.yaml ``evaluate`` (fields and defaults: :mod:`pipelines.evaluation.config`):
 ``source`` / ``db_dir`` (the corpus whose ``split`` goals are played), ``max_goals``,
@@ -15,6 +15,11 @@ Outputs: ``data/episodes/eval/episodes.parquet`` / ``episode_events.parquet`` (e
 episode, ``agent`` = the model's name; ``askflow sql`` names them ``eval_episodes`` /
 ``eval_episode_events``), ``reports/eval.json`` (DVC metrics), ``reports/eval.md`` (the
 table) and ``reports/eval_plot.csv`` (success vs turns, a DVC plot).
+
+``--seeds-table NAME`` (stage ``evaluate_seeds``, the ``seeds`` profile): the same evaluation
+with params.yaml ``evaluate_seeds.models`` (a row may list one model per training seed: pooled,
+its interval and tests resample the seeds) written to ``data/episodes/NAME`` and
+``reports/NAME{.json,.md,_plot.csv}``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,27 @@ def eval_config(params: Mapping[str, Any]) -> EvalConfig:
     if "source" not in params:
         raise ConfigError(f"{where}.source: required (a MultiWOZ-layout directory)")
     return from_params(EvalConfig, params, where)
+
+
+def seeds_table_params(evaluate: Mapping[str, Any], seeds: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """``evaluate``'s section for stage ``evaluate_seeds``'s table ``table``: its models from
+    ``evaluate_seeds.models``, its outputs named after the table.
+
+    >>> seeds_table_params({"split": "test", "models": {"base": {"path": "b"}}},
+    ...                    {"tables": ["t"], "models": {"sft": [{"path": "s"}, {"path": "s_s1"}]}}, "t")["output"]
+    {'episodes': 'data/episodes/t', 'metrics': 'reports/t.json', 'markdown': 'reports/t.md', 'plot': 'reports/t_plot.csv'}
+    """
+    where = "params.yaml evaluate_seeds"
+    unknown = sorted(set(seeds) - {"tables", "models"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['models', 'tables']")
+    if table not in (seeds.get("tables") or []):
+        raise ConfigError(f"{where}.tables: {table!r} is not one of them ({seeds.get('tables')})")
+    if not table or not table.replace("_", "").isalnum():
+        raise ConfigError(f"{where}.tables: {table!r}: a file name of letters, digits and _")
+    output = {"episodes": f"data/episodes/{table}", "metrics": f"reports/{table}.json",
+              "markdown": f"reports/{table}.md", "plot": f"reports/{table}_plot.csv"}
+    return {**evaluate, "models": seeds.get("models"), "output": output}
 
 
 def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -> Any:
@@ -90,10 +116,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--one-at-a-time", action="store_true", help="play episodes one at a time (for comparison)")
+    parser.add_argument("--seeds-table", default=None, metavar="NAME",
+                        help="stage evaluate_seeds: evaluate_seeds.models (rows over training seeds), outputs named NAME")
     args = parser.parse_args(argv)
     # Unlike the training stages, evaluation keeps OpenMP's default wait policy: its many
     # small decoding steps run 20-30 % faster when idle threads spin briefly before sleeping.
     evaluate_params = read_params("evaluate", args.params)
+    if args.seeds_table is not None:
+        evaluate_params = seeds_table_params(evaluate_params, read_params("evaluate_seeds", args.params), args.seeds_table)
     # Read and checked even when the simulator is the agenda one: llm is a DVC param of this
     # stage, so every role of it (used or not) reaches dvc.lock once the stage succeeds.
     llm = read_params("llm", args.params)

@@ -51,7 +51,7 @@ def test_repro_refuses_an_unknown_profile_before_running_anything(project, monke
     monkeypatch.chdir(project)
     monkeypatch.setattr(repro, "repro_keeping_outputs", lambda *a, **k: pytest.fail("dvc repro must not start"))
     assert repro.main(["--profile", "nosuch"]) == 1
-    assert "no such profile (known: full)" in capsys.readouterr().err
+    assert "no such profile (known: full, seeds)" in capsys.readouterr().err
 
 
 def test_profile_argument_is_taken_out_of_dvcs_arguments():

@@ -54,7 +54,8 @@ class EvalConfig:
     sets the confidence intervals over goals and the paired tests between models."""
 
     source: str
-    models: tuple[tuple[str, ModelEntry], ...]
+    # name -> one model, or a list: one policy trained under several seeds (a row pooled over them)
+    models: tuple[tuple[str, ModelEntry | tuple[ModelEntry, ...]], ...]
     db_dir: str | None = None
     split: str = "test"
     max_goals: int | None = 100
@@ -85,9 +86,12 @@ class EvalConfig:
         positive_int(self.max_goals, "evaluate.max_goals", optional=True)
         positive_int(self.workers, "evaluate.workers")
         positive_int(self.max_exchanges, "evaluate.max_exchanges")
-        for name, entry in self.models:
-            if (entry.path is None) == (entry.hub_id is None):
-                raise ConfigError(f"evaluate.models.{name}: give exactly one of path and hub_id")
+        for name, entries in self.models:
+            if isinstance(entries, tuple) and not entries:
+                raise ConfigError(f"evaluate.models.{name}: an empty list (give the model of each training seed)")
+            for entry in entries if isinstance(entries, tuple) else (entries,):
+                if (entry.path is None) == (entry.hub_id is None):
+                    raise ConfigError(f"evaluate.models.{name}: give exactly one of path and hub_id")
         from pipelines.episodes import FORMATS
 
         if self.agent_format not in FORMATS:
@@ -97,12 +101,24 @@ class EvalConfig:
         if self.simulator.kind not in SIMULATOR_KINDS:
             raise ConfigError(f"evaluate.simulator.kind: unknown {self.simulator.kind!r}; one of {list(SIMULATOR_KINDS)}")
 
+    def rows(self) -> dict[str, list[PolicySpec]]:
+        """Each table row's models as :class:`PolicySpec` s, with their own prompt settings or
+        the shared ones: one for a single model (named as the row), one per training seed for
+        a list (the first named as the row, the others ``row@k``, k their place in the list, as
+        Learn-to-Ask's table names them)."""
+        rows: dict[str, list[PolicySpec]] = {}
+        for name, entries in self.models:
+            many = isinstance(entries, tuple)
+            rows[name] = [
+                PolicySpec(f"{name}@{k}" if k else name, path=entry.path, hub_id=entry.hub_id, revision=entry.revision,
+                           prompt=entry.prompt or self.prompt)
+                for k, entry in enumerate(entries if many else (entries,))
+            ]
+        return rows
+
     def policy_specs(self) -> list[PolicySpec]:
-        """Every model as a :class:`PolicySpec`, with its own prompt settings or the shared ones."""
-        return [
-            PolicySpec(name, path=entry.path, hub_id=entry.hub_id, revision=entry.revision, prompt=entry.prompt or self.prompt)
-            for name, entry in self.models
-        ]
+        """Every model to play, row by row (:meth:`rows`)."""
+        return [spec for specs in self.rows().values() for spec in specs]
 
     def plan(self) -> EvalPlan:
         """The seeds, the runner's limits and the batching of every model's play."""

@@ -239,11 +239,33 @@ def avg_at_k(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
     """Avg@k over the seeded runs in ``scores`` (grouped by seed): every rate's mean and
     std across runs; a rate that applies to no episode of a run is left out of that run
     (``None`` when it applies in none). ``runs``: the seeds, ``episodes``: the total."""
-    by_seed: dict[int, list[EpisodeScore]] = defaultdict(list)
-    for score in scores:
-        by_seed[score.seed].append(score)
-    runs = [run_rates(by_seed[seed]) for seed in sorted(by_seed)]
-    summary: dict[str, Any] = {"runs": len(runs), "episodes": len(scores), "seeds": sorted(by_seed)}
+    return avg_over_training_seeds([scores])
+
+
+def avg_over_training_seeds(per_seed: Sequence[Sequence[EpisodeScore]]) -> dict[str, Any]:
+    """:func:`avg_at_k` of one policy trained under several seeds (``per_seed[k]``: training
+    seed k's episodes): a run is one (training seed, evaluation seed) pair, so the std is
+    across re-trainings too; ``training_seeds``: how many (only when more than one).
+
+    >>> def score(seed, ok):
+    ...     return EpisodeScore("e", "g", seed, ok, 4, "done", {}, (0, 0), (0, 0), (0, 0), 0, 0, 0, 0)
+    >>> summary = avg_over_training_seeds([[score(0, True)], [score(0, False)]])
+    >>> summary["runs"], summary["training_seeds"], summary["success"]
+    (2, 2, {'mean': 0.5, 'std': 0.7071067811865476})
+    """
+    runs = []
+    seeds: set[int] = set()
+    for scores in per_seed:
+        by_seed: dict[int, list[EpisodeScore]] = defaultdict(list)
+        for score in scores:
+            by_seed[score.seed].append(score)
+        runs += [run_rates(by_seed[seed]) for seed in sorted(by_seed)]
+        seeds |= set(by_seed)
+    if not runs:
+        raise ValueError("no runs to average")
+    summary: dict[str, Any] = {"runs": len(runs), "episodes": sum(len(s) for s in per_seed), "seeds": sorted(seeds)}
+    if len(per_seed) > 1:
+        summary["training_seeds"] = len(per_seed)
     for key in runs[0]:
         if key == "domain_success":
             continue
@@ -333,28 +355,87 @@ def bootstrap_summary(
     on every rate and per-domain success, and the paired comparisons of :data:`COMPARED`
     between every two models.
     Every model must have played the same goals."""
-    goal_sets = {name: sorted({s.dialogue_id for s in scores}) for name, scores in scores_by_model.items()}
+    return bootstrap_summary_seeds({name: [scores] for name, scores in scores_by_model.items()},
+                                   resamples=resamples, seed=seed, alpha=alpha)
+
+
+def seed_draws(k: int, resamples: int, seed: int) -> np.ndarray | None:
+    """``resamples`` x ``k`` training-seed indices drawn with replacement (None for one seed),
+    from a generator of their own: the goal resamples stay those of one seed."""
+    return None if k == 1 else np.random.default_rng([seed, k]).integers(0, k, size=(resamples, k))
+
+
+def seeds_resampled_ratios(nums: Sequence[np.ndarray], dens: Sequence[np.ndarray], indices: np.ndarray,
+                           draws: np.ndarray | None) -> np.ndarray:
+    """One ratio per resample of a policy trained under ``len(nums)`` seeds: the goals of
+    ``indices`` and, with ``draws``, the seeds drawn with replacement (seed k of every row
+    draws the same column: paired rows pair their seeds); one seed is
+    :func:`pipelines.stats.resampled_ratios`.
+
+    >>> indices = np.array([[0, 1], [1, 1]])
+    >>> seeds_resampled_ratios([np.array([1, 0])], [np.array([1, 1])], indices, None).tolist()
+    [0.5, 0.0]
+    >>> seeds_resampled_ratios([np.array([1, 0]), np.array([1, 1])], [np.array([1, 1])] * 2, indices,
+    ...                        np.array([[1, 1], [0, 1]])).tolist()
+    [1.0, 0.5]
+    """
+    if len(nums) == 1:
+        return _resampled_ratios(nums[0], dens[0], indices)
+    if draws is None or draws.shape[1] != len(nums):
+        raise ValueError(f"{len(nums)} training seeds need seed draws of as many columns")
+    columns = np.arange(len(indices))
+    num = np.stack([n[indices].sum(axis=1) for n in nums])[draws.T, columns].sum(axis=0)
+    den = np.stack([d[indices].sum(axis=1) for d in dens])[draws.T, columns].sum(axis=0)
+    out = np.full(len(indices), np.nan)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def bootstrap_summary_seeds(
+    scores_by_row: Mapping[str, Sequence[Sequence[EpisodeScore]]],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """:func:`bootstrap_summary` where a row is one policy trained under one or several seeds
+    (``scores_by_row[row][k]``: training seed k's episodes; issue 28: intervals over goals
+    alone miss what a re-training moves). A resample draws the goals and, for rows of several
+    seeds, the seeds too (with replacement; rows of one seed, an untrained model, keep theirs);
+    rows with several seeds must have as many, and seed k of one is paired with seed k of
+    another (DPO from SFT seed k). All rows of one seed: the same figures as before."""
+    goal_sets = {name: sorted({s.dialogue_id for scores in per_seed for s in scores}) for name, per_seed in scores_by_row.items()}
     goal_ids = next(iter(goal_sets.values()), [])
     if any(ids != goal_ids for ids in goal_sets.values()):
         raise ValueError("every model must play the same goals for a paired comparison")
+    counts = {name: len(per_seed) for name, per_seed in scores_by_row.items()}
+    k = max(counts.values(), default=1)
+    if any(n not in (1, k) for n in counts.values()):
+        raise ValueError(f"rows trained under several seeds must have as many to be paired: {counts}")
     indices = resample_indices(len(goal_ids), resamples, seed)
+    draws = seed_draws(k, resamples, seed)
     results: dict[str, dict[str, Any]] = {}
     resampled: dict[str, dict[str, np.ndarray]] = {}
-    for name, scores in scores_by_model.items():
-        summary = avg_at_k(scores)
+    for name, per_seed in scores_by_row.items():
+        row_draws = draws if len(per_seed) > 1 else None
+        summary = avg_over_training_seeds(per_seed)
         resampled[name] = {}
         for key, parts in RATE_PARTS.items():
-            num, den = goal_sums(scores, goal_ids, parts)
-            resampled[name][key] = _resampled_ratios(num, den, indices)
+            sums = [goal_sums(scores, goal_ids, parts) for scores in per_seed]
+            resampled[name][key] = seeds_resampled_ratios([n for n, _ in sums], [d for _, d in sums], indices, row_draws)
             if summary.get(key) is not None:
                 summary[key].update(_bounds(_interval(resampled[name][key])))
         for domain, cell in summary["domain_success"].items():
-            num, den = goal_sums(scores, goal_ids, _domain_parts(domain))
-            cell.update(_bounds(_interval(_resampled_ratios(num, den, indices))))
+            sums = [goal_sums(scores, goal_ids, _domain_parts(domain)) for scores in per_seed]
+            cell.update(_bounds(_interval(seeds_resampled_ratios([n for n, _ in sums], [d for _, d in sums], indices, row_draws))))
         results[name] = summary
     comparisons = paired_comparisons(results, resampled, alpha=alpha)
     setup = {"unit": "goal", "goals": len(goal_ids), "resamples": resamples, "seed": seed, "level": LEVEL,
              "alpha": alpha, "test": "paired bootstrap over goals, two-sided, Holm-adjusted over model pairs per metric"}
+    if k > 1:
+        setup.update(unit="training seed, then goal", training_seeds=counts,
+                     test="paired bootstrap over training seeds (seed k with seed k) and goals, two-sided, "
+                          "Holm-adjusted over model pairs per metric")
     return results, {"method": setup, "comparisons": comparisons}
 
 

@@ -82,13 +82,25 @@ def report_markdown(
 ) -> str:
     k = max((r["runs"] for r in results.values()), default=0)
     method = (statistics or {}).get("method")
+    trained = (method or {}).get("training_seeds") or {}
     spread = (
         f"[95 % confidence interval: percentile bootstrap over the {method['goals']} goals, {method['resamples']} "
         f"resamples, seed {method['seed']}]" if method else "± standard deviation over the runs"
     )
+    if trained:
+        spread = (f"[95 % confidence interval: percentile bootstrap over the {max(trained.values())} training seeds and then the "
+                  f"{method['goals']} goals, {method['resamples']} resamples, seed {method['seed']}]")
+    pooled = [name for name, n in trained.items() if n > 1]
+    if pooled:  # runs per row = training seeds x evaluation seeds
+        k = len(setup["seeds"])
     parts = [
         "# Simulated collaborative evaluation",
         "",
+        *([f"Training seeds: {', '.join(pooled)} were each trained under {max(trained.values())} seeds and every seed's model "
+           f"played the goals; a row pools them (its mean is over its runs, one per training seed and "
+           f"evaluation seed), its interval and the paired tests resample the seeds (seed k with seed k) and then "
+           "the goals, so they carry what a re-training moves. A row of one model (the untrained base) "
+           "keeps its interval over goals.", ""] if pooled else []),
         f"Avg@{k}: mean over {k} seeded runs of {setup['goals']} held-out goals "
         f"({setup['split']} split) each {spread}, against the {setup['simulator']} user simulator, "
         f"at most {setup['max_exchanges']} agent turns; {setup['agent_format']} format, "
@@ -122,9 +134,24 @@ def report_markdown(
             "",
             *[f"- {line}" for line in significance_lines(statistics)],
         ]
+    if pooled:
+        parts += ["", "## Per training seed", "", seed_table(results)]
     if notes:
         parts += ["", "## Notes", "", *[f"- {n}" for n in notes]]
     return "\n".join(parts) + "\n"
+
+
+def seed_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per training seed of every pooled row: what each re-training scored alone."""
+    titles = {key: (title, digits, percent) for key, title, digits, percent in COLUMNS}
+    keys = next(iter(r["per_training_seed"].values() for r in results.values() if r.get("per_training_seed")))
+    keys = [key for key in next(iter(keys)) if key in titles]
+    lines = ["| Model | " + " | ".join(titles[key][0] for key in keys) + " |", "|---|" + "---|" * len(keys)]
+    for result in results.values():
+        for name, values in (result.get("per_training_seed") or {}).items():
+            cells = ["–" if values[key] is None else f"{values[key] * (100.0 if titles[key][2] else 1.0):.{titles[key][1]}f}" for key in keys]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def plot_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

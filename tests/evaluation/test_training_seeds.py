@@ -1,0 +1,117 @@
+"""SpeakRL's table across training seeds (issue 28): the `seeds` profile trains sft/dpo/kto/grpo
+again under further seeds and stage evaluate_seeds pools each trained row over its seeds, its
+intervals and paired tests resampling the seeds and then the goals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from catalog.io import read_artifact
+from catalog.profiles import merge
+from pipelines.errors import ConfigError
+from pipelines.evaluation.metrics import EpisodeScore, bootstrap_summary, bootstrap_summary_seeds
+from stages.evaluate import eval_config, run, seeds_table_params
+from tests.evaluation.test_stage import params_for
+
+ROOT = Path(__file__).resolve().parents[2]
+METHODS = ("sft", "dpo", "kto", "grpo")
+
+
+def _profile_params() -> dict:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    merge(params, yaml.safe_load((ROOT / "profiles" / "seeds.yaml").read_text()), "", "profiles/seeds.yaml")
+    return params
+
+
+def test_the_default_runs_no_seed_stage_and_the_profile_lists_every_seed():
+    """The default keeps its 20 minutes (no seed stage); under the profile evaluate_seeds
+    names each seed's model and depends on each (so it runs after the seed stages)."""
+    default = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert default["train"]["more_seeds"] == [] and default["evaluate_seeds"]["tables"] == []
+    params = _profile_params()
+    seeds = params["train"]["more_seeds"]
+    assert len(seeds) >= 2 and 0 not in seeds and params["evaluate_seeds"]["tables"]
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    deps = stages["evaluate_seeds"]["do"]["deps"]
+    models = params["evaluate_seeds"]["models"]
+    assert models["base"] == params["evaluate"]["models"]["base"]
+    for method in METHODS:
+        base = params["train"][method]["output"]["model_dir"]
+        assert params["train"][method]["optim"].get("seed", 0) == 0
+        assert models[method] == [{"path": base}, *[{"path": f"{base}_s{k}"} for k in seeds]]
+        assert [f"${{train.{method}.output.model_dir}}_s{k}" for k in seeds] == [d for d in deps if d.startswith(f"${{train.{method}.")]
+        stage = stages[f"train_{method}_seeds"]
+        assert stage["foreach"] == "${train.more_seeds}"
+        assert f"stages.train {method} --seed ${{item}}" in stage["do"]["cmd"]
+        if method != "sft":  # from SFT of the same seed
+            assert "--start ${train.sft.output.model_dir}_s${item}" in stage["do"]["cmd"]
+    # every setting but the models and outputs is evaluate's: the same goals and decoding
+    section = seeds_table_params(params["evaluate"], params["evaluate_seeds"], "eval_seeds")
+    assert {k: v for k, v in section.items() if k not in ("models", "output")} == {
+        k: v for k, v in params["evaluate"].items() if k not in ("models", "output")}
+    config = eval_config(section)
+    assert [len(specs) for specs in config.rows().values()] == [1, 3, 3, 3, 3]
+    assert [s.name for s in config.rows()["sft"]] == ["sft", "sft@1", "sft@2"]
+
+
+@pytest.mark.parametrize("seeds, table, message", [
+    ({"tables": ["t"], "models": {}, "extra": 1}, "t", "unknown key(s) ['extra']"),
+    ({"tables": [], "models": {}}, "t", "'t' is not one of them"),
+    ({"tables": ["../t"], "models": {}}, "../t", "a file name of letters"),
+])
+def test_bad_seeds_sections_are_refused(seeds, table, message):
+    with pytest.raises(ConfigError, match="params.yaml evaluate_seeds") as error:
+        seeds_table_params({}, seeds, table)
+    assert message in str(error.value)
+
+
+def test_an_empty_list_of_seed_models_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"evaluate.models.sft: an empty list"):
+        eval_config({"source": str(tmp_path), "models": {"sft": []}})
+
+
+def _score(goal: int, ok: bool, questions: int) -> EpisodeScore:
+    return EpisodeScore(f"e{goal}", f"g{goal:02d}", 0, ok, 6 + questions, "done", {"hotel": ok}, (int(ok), 1), (0, 0), (0, 0),
+                        questions, 0, 0, 0)
+
+
+def test_one_seed_per_row_gives_the_figures_of_before_and_seeds_widen_the_interval():
+    first = [_score(g, g % 2 == 0, g % 3) for g in range(30)]
+    second = [_score(g, g % 5 == 0, g % 2) for g in range(30)]
+    base = [_score(g, g % 7 == 0, 0) for g in range(30)]
+    before = bootstrap_summary({"base": base, "sft": first}, resamples=400, seed=1)
+    assert json.dumps(bootstrap_summary_seeds({"base": [base], "sft": [first]}, resamples=400, seed=1)) == json.dumps(before)
+    results, statistics = bootstrap_summary_seeds({"base": [base], "sft": [first, second]}, resamples=400, seed=1)
+    sft = results["sft"]
+    assert sft["training_seeds"] == 2 and sft["runs"] == 2 and sft["episodes"] == 60
+    assert sft["success"]["mean"] == pytest.approx((15 / 30 + 6 / 30) / 2) and sft["success"]["std"] > 0
+    one_seed = before[0]["sft"]["success"]
+    assert sft["success"]["ci95_high"] - sft["success"]["ci95_low"] > one_seed["ci95_high"] - one_seed["ci95_low"]
+    assert statistics["method"]["training_seeds"] == {"base": 1, "sft": 2}
+    assert "training seeds" in statistics["method"]["test"]
+    with pytest.raises(ValueError, match="as many to be paired"):
+        bootstrap_summary_seeds({"a": [first, second], "b": [first, second, first]}, resamples=100)
+
+
+def test_a_row_of_seeds_is_pooled_and_each_seed_reported(prefect_api, small_corpus_dir, tiny_model_dir, tmp_path):
+    copy = tmp_path / "copy"  # the same weights as a second "seed" (the directories must differ)
+    shutil.copytree(tiny_model_dir, copy)
+    params = params_for(tmp_path, small_corpus_dir, tiny_model_dir, seeds=[0],
+                        models={"one": {"path": str(tiny_model_dir)}, "seeded": [{"path": str(tiny_model_dir)}, {"path": str(copy)}]})
+    report = run(params)
+    one, seeded = report["models"]["one"], report["models"]["seeded"]
+    assert "training_seeds" not in one and seeded["training_seeds"] == 2 and seeded["runs"] == 2
+    # the same greedy model twice: each seed scores as the single row, and so does the pool
+    assert seeded["per_training_seed"]["seeded"] == seeded["per_training_seed"]["seeded@1"]
+    assert seeded["per_training_seed"]["seeded"]["turns"] == one["turns"]["mean"] == seeded["turns"]["mean"]
+    assert report["statistics"]["method"]["training_seeds"] == {"one": 1, "seeded": 2}
+    episodes = read_artifact(tmp_path / "data" / "episodes" / "eval" / "episodes.parquet")
+    assert sorted(set(episodes.column("agent").to_pylist())) == ["one", "seeded", "seeded@1"]
+    markdown = (tmp_path / "reports" / "eval.md").read_text()
+    assert "Training seeds: seeded were each trained under 2 seeds" in markdown
+    assert "## Per training seed" in markdown and "| seeded@1 |" in markdown
