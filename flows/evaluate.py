@@ -132,7 +132,9 @@ def write_reports(config: EvalConfig, report: dict[str, Any], markdown: str, tim
     csv = "\n".join([",".join(header), *(",".join(str(r[h]) for h in header) for r in rows)]) + "\n"
     write_text_atomic(Path(config.output.plot), csv)
     # Machine-dependent: outside the metrics (DVC hashes those; `dvc metrics diff` stays clean).
-    write_timings("evaluate", timings)
+    # reports/timings/evaluate.json for reports/eval.json, else named after the report (a seeds table's)
+    stem = Path(config.output.metrics).stem
+    write_timings("evaluate" if stem == "eval" else stem, timings)
 
 
 def setup_summary(config: EvalConfig, n_goals: int) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Bootstrap statistics shared by every method's report: seeded goal resamples, the ratio of
-two per-unit sums under them, percentile intervals and Holm's adjustment.
+two per-unit sums under them, training-seed draws, percentile intervals and Holm's adjustment.
 
 The bottom floor of the library (numpy only): evaluation, the Clarifier, PIR and JOSH all
 draw their intervals here, so they resample the same way.
@@ -15,6 +15,17 @@ import numpy as np
 def resample_indices(n_goals: int, resamples: int, seed: int) -> np.ndarray:
     """``resamples`` x ``n_goals`` goal indices drawn with replacement (seeded)."""
     return np.random.default_rng(seed).integers(0, n_goals, size=(resamples, n_goals))
+
+
+def seed_draws(k: int, resamples: int, seed: int) -> np.ndarray | None:
+    """``resamples`` x ``k`` training-seed indices drawn with replacement (None for one seed),
+    from a generator of their own: the goal resamples stay those of one seed (issue 28:
+    intervals that resample the training seeds, then the goals).
+
+    >>> seed_draws(1, 5, 0) is None, seed_draws(3, 4, 0).shape
+    (True, (4, 3))
+    """
+    return None if k == 1 else np.random.default_rng([seed, k]).integers(0, k, size=(resamples, k))
 
 
 def resampled_ratios(num: np.ndarray, den: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -57,4 +68,4 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-__all__ = ["LEVEL", "bounds", "holm", "interval", "resample_indices", "resampled_ratios"]
+__all__ = ["LEVEL", "bounds", "holm", "interval", "resample_indices", "resampled_ratios", "seed_draws"]

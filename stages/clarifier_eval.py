@@ -29,16 +29,17 @@ params.yaml ``clarifier.eval``:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pipelines.clarifier.agent import TauInformedAgent
 from pipelines.clarifier.policy_agent import TauPolicyAgent
 from pipelines.clarifier.clarifier import HFClarifier, LLMClarifier, RulesClarifier
-from pipelines.clarifier.evaluation import DoNothingAgent, results_json, summarize, table1_markdown
+from pipelines.clarifier.evaluation import DoNothingAgent, results_json, summarize_seeds, table1_markdown
 from pipelines.clarifier.prompts import prompt_cut
 from pipelines.env.world import TauBenchWorld
 from pipelines.episodes import FunctionCallingFormat, episode_tables
@@ -49,6 +50,7 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, ResponseCache, SamplingParams
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauInstructionUser
+from stages.common import seeds_table_section
 from stages.entry import main_wrapper
 from catalog.io import from_params, publish, read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog.taubench_dir import load_taubench_domain, taubench_root
@@ -181,7 +183,14 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     timings: dict[str, float] = {}
     results, episodes = [], []
     user = make_user(settings.user, accounting, cache)
-    built = {name: make_clarifier(name, section, accounting, cache, cut) for name, section in clarifiers.items()}
+    # name -> (label, Clarifier) per training seed: a list is one Clarifier trained under several
+    # seeds (the seeds profile), pooled into one row; the first keeps the row's name, then name@k
+    built: dict[str, list[tuple[str, Any]]] = {}
+    for name, section in clarifiers.items():
+        sections = section if isinstance(section, list) else [section]
+        if not sections or (len(sections) > 1 and any(s is None for s in sections)):
+            raise ConfigError(f"params.yaml clarifier.eval.clarifiers.{name}: a list names one trained Clarifier per training seed, got {section!r}")
+        built[name] = [(f"{name}@{k}" if k else name, make_clarifier(name, s, accounting, cache, cut)) for k, s in enumerate(sections)]
     for domain_name, split in domains.items():
         domain = load_taubench_domain(root, domain_name, (split,))
         world, tasks = TauBenchWorld(domain), domain.tasks[split]
@@ -190,16 +199,19 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
         fmt = FunctionCallingFormat(domain.tool_schemas)
         floor_episodes = asyncio.run(run_episodes(tau_specs(tasks, seeds[0]), DoNothingAgent(fmt), TauInstructionUser(), world, tau_runner_config(domain)))
         floor_passed = sum(e.success for e in floor_episodes)
-        for name, clarifier in built.items():
+        for name, seeded in built.items():
             t0 = time.perf_counter()
-            played = []
-            for seed in seeds:
-                specs = [EpisodeSpec(f"{name}:{task.task_id}#{seed}", task, seed) for task in tasks]
-                agent = make_agent(settings.agent, domain, {s.episode_id: s.goal for s in specs}, accounting, cache)
-                config = tau_runner_config(domain, max_exchanges=30 + budget)
-                played += asyncio.run(run_episodes(specs, agent, user, world, config, clarifier, budget))
-            results.append(summarize(name, domain_name, played, floor_passed))
-            episodes.extend(played)
+            per_seed = []
+            for label, clarifier in seeded:  # one per training seed of the row
+                played = []
+                for seed in seeds:
+                    specs = [EpisodeSpec(f"{label}:{task.task_id}#{seed}", task, seed) for task in tasks]
+                    agent = make_agent(settings.agent, domain, {s.episode_id: s.goal for s in specs}, accounting, cache)
+                    config = tau_runner_config(domain, max_exchanges=30 + budget)
+                    played += asyncio.run(run_episodes(specs, agent, user, world, config, clarifier, budget))
+                per_seed.append(played)
+            results.append(summarize_seeds(name, domain_name, per_seed, floor_passed))
+            episodes.extend(ep for played in per_seed for ep in played)
             timings[f"{name}/{domain_name}_s"] = round(time.perf_counter() - t0, 2)
     check_failure_rate(accounting, settings.max_llm_failure_rate, "clarifier_eval")
     tables = episode_tables(episodes)
@@ -212,7 +224,8 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     metrics["llm"] = accounting.as_dict()
     # A model Clarifier's consultations whose history was compacted to fit its positions, and
     # those that did not fit even so (asked nothing, counted as unreadable), both domains.
-    metrics["prompts"] = {name: {"compacted": c.compacted, "too_long": c.too_long} for name, c in built.items() if isinstance(c, HFClarifier)}
+    metrics["prompts"] = {label: {"compacted": c.compacted, "too_long": c.too_long}
+                          for seeded in built.values() for label, c in seeded if isinstance(c, HFClarifier)}
     write_json_atomic(metrics_path, metrics)
     notes = NOTES.get(agent_kind, NOTES["model"]) + [
         f"Floor: a do-nothing agent against the same user (tasks that change nothing and require no output). "
@@ -220,11 +233,18 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
         f"per seed (pass@1 is the mean over tasks and seeds; the interval is a 95 % bootstrap over tasks, 2,000 resamples)."
         + (f" The first {max_tasks} tasks of each split." if max_tasks is not None else "")
     ]
+    pooled = [name for name, seeded in built.items() if len(seeded) > 1]
+    if pooled:
+        notes.append(f"Training seeds: {', '.join(pooled)} each pool {max(len(v) for v in built.values())} Clarifiers trained "
+                     "under different seeds (every one plays every task and seed); pass@1 is the mean over all their "
+                     "episodes and the interval resamples the training seeds, then the tasks, so it carries what a "
+                     "re-training moves.")
     title = ("# τ-bench Clarifier evaluation: ORACLE agent (it replays the solution)" if agent_kind in ORACLE_AGENTS
              else "# τ-bench Clarifier evaluation (Table 1 layout)")
     write_text_atomic(markdown_path, title + "\n\n" + table1_markdown(results, list(domains), notes))
     timings["wall_s"] = round(time.perf_counter() - started, 2)
-    write_timings("clarifier_eval", timings)
+    # named after the report (clarifier_eval, or a seeds table's name): a table never overwrites another's
+    write_timings(metrics_path.stem, timings)
     for result in results:
         print(f"clarifier_eval: {result.clarifier:>8} {result.domain:>8}: pass@1 {result.passed}/{result.n_tasks} "
               f"(floor {result.floor_passed}), agent steps {result.agent_steps:.2f}, clarify {result.clarifications:.2f}")
@@ -232,9 +252,19 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
 
 
 @main_wrapper
-def main() -> None:
-    section = read_params("clarifier")
-    run(dict(section.get("eval") or {}), section.get("prompt"))
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.clarifier_eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument("--seeds-table", default=None, metavar="NAME",
+                        help="stage clarifier_eval_seeds: clarifier_eval_seeds.models as the clarifiers (rows over training seeds), outputs named NAME")
+    args = parser.parse_args(argv)
+    section = read_params("clarifier", args.params)
+    params = dict(section.get("eval") or {})
+    if args.seeds_table is not None:
+        params = seeds_table_section(params, read_params("clarifier_eval_seeds", args.params), args.seeds_table, "clarifier_eval_seeds",
+                                     {"output": "data/episodes/{table}", "metrics": "reports/{table}.json", "markdown": "reports/{table}.md"},
+                                     models_key="clarifiers")
+    run(params, section.get("prompt"))
 
 
 if __name__ == "__main__":

@@ -103,6 +103,35 @@ def with_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> 
     return params
 
 
+# --- Tables across training seeds (issue 28) --------------------------------------------------
+
+
+def seeds_table_section(section: Mapping[str, Any], seeds: Mapping[str, Any], table: str, name: str,
+                        output: Mapping[str, Any], models_key: str = "models") -> dict[str, Any]:
+    """An evaluation section for table ``table`` of the switch section ``seeds`` (params.yaml
+    ``name``: ``tables``, the tables the seeds profile switches on, and ``models``, rows that
+    may list one model per training seed): ``section`` with those models under ``models_key``
+    and ``output`` (paths with ``{table}``) written over its outputs.
+
+    >>> seeds_table_section({"split": "test", "models": {"base": "b"}}, {"tables": ["t"], "models": {"sft": ["s", "s_s1"]}},
+    ...                     "t", "x_seeds", {"output": {"metrics": "reports/{table}.json"}})
+    {'split': 'test', 'models': {'sft': ['s', 's_s1']}, 'output': {'metrics': 'reports/t.json'}}
+    """
+    where = f"params.yaml {name}"
+    unknown = sorted(set(seeds) - {"tables", "models"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['models', 'tables']")
+    if table not in (seeds.get("tables") or []):
+        raise ConfigError(f"{where}.tables: {table!r} is not one of them ({seeds.get('tables')})")
+    if not table or not table.replace("_", "").isalnum():
+        raise ConfigError(f"{where}.tables: {table!r}: a file name of letters, digits and _")
+
+    def named(value: Any) -> Any:
+        return {k: named(v) for k, v in value.items()} if isinstance(value, Mapping) else value.format(table=table)
+
+    return {**section, models_key: seeds.get("models"), **named(output)}
+
+
 # --- The judge role --------------------------------------------------------------------------
 
 

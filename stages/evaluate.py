@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from stages.common import configure_prefect, with_policy
+from stages.common import configure_prefect, seeds_table_section, with_policy
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_params
 
@@ -48,27 +48,6 @@ def eval_config(params: Mapping[str, Any]) -> EvalConfig:
     if "source" not in params:
         raise ConfigError(f"{where}.source: required (a MultiWOZ-layout directory)")
     return from_params(EvalConfig, params, where)
-
-
-def seeds_table_params(evaluate: Mapping[str, Any], seeds: Mapping[str, Any], table: str) -> dict[str, Any]:
-    """``evaluate``'s section for stage ``evaluate_seeds``'s table ``table``: its models from
-    ``evaluate_seeds.models``, its outputs named after the table.
-
-    >>> seeds_table_params({"split": "test", "models": {"base": {"path": "b"}}},
-    ...                    {"tables": ["t"], "models": {"sft": [{"path": "s"}, {"path": "s_s1"}]}}, "t")["output"]
-    {'episodes': 'data/episodes/t', 'metrics': 'reports/t.json', 'markdown': 'reports/t.md', 'plot': 'reports/t_plot.csv'}
-    """
-    where = "params.yaml evaluate_seeds"
-    unknown = sorted(set(seeds) - {"tables", "models"})
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['models', 'tables']")
-    if table not in (seeds.get("tables") or []):
-        raise ConfigError(f"{where}.tables: {table!r} is not one of them ({seeds.get('tables')})")
-    if not table or not table.replace("_", "").isalnum():
-        raise ConfigError(f"{where}.tables: {table!r}: a file name of letters, digits and _")
-    output = {"episodes": f"data/episodes/{table}", "metrics": f"reports/{table}.json",
-              "markdown": f"reports/{table}.md", "plot": f"reports/{table}_plot.csv"}
-    return {**evaluate, "models": seeds.get("models"), "output": output}
 
 
 def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -> Any:
@@ -123,7 +102,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     # small decoding steps run 20-30 % faster when idle threads spin briefly before sleeping.
     evaluate_params = read_params("evaluate", args.params)
     if args.seeds_table is not None:
-        evaluate_params = seeds_table_params(evaluate_params, read_params("evaluate_seeds", args.params), args.seeds_table)
+        evaluate_params = seeds_table_section(
+            evaluate_params, read_params("evaluate_seeds", args.params), args.seeds_table, "evaluate_seeds",
+            {"output": {"episodes": "data/episodes/{table}", "metrics": "reports/{table}.json",
+                        "markdown": "reports/{table}.md", "plot": "reports/{table}_plot.csv"}})
     # Read and checked even when the simulator is the agenda one: llm is a DVC param of this
     # stage, so every role of it (used or not) reaches dvc.lock once the stage succeeds.
     llm = read_params("llm", args.params)

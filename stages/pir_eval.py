@@ -1,7 +1,7 @@
 """DVC stage ``pir_eval``: PIR's metrics (section 4.1) for the starting policy and its PIR
 fine-tunes on held-out goals.
 
-    python -m stages.pir_eval [--params params.yaml]
+    python -m stages.pir_eval [--params params.yaml] [--seeds-table NAME]
 
 Every model of params.yaml ``pir_eval.models`` plays the first ``max_goals`` goals of the
 ``split`` (test; those that need the tools) once, greedily, with US-GRPO's conversation player
@@ -11,22 +11,30 @@ conversation). Written: ``reports/pir_eval.json`` (metrics per model: success, T
 questions, helpfulness from the rules judge, composite reward, and what ended the
 conversations) and ``reports/pir_eval.md`` (the table); wall times in
 ``reports/timings/pir_eval.json``.
+
+A model may be a list of directories, one per training seed (stage ``pir_eval_seeds`` of the
+``seeds`` profile, ``--seeds-table NAME``: params.yaml ``pir_eval_seeds.models``, written to
+``reports/NAME.{json,md}``): every seed's model plays the goals, the row pools them
+(:func:`pipelines.pir.metrics.pool_seeds`: the mean over seeds and each metric's range) and
+each seed's numbers are kept beside it.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
 from pipelines.config import positive_int
 from pipelines.training.rollout import RolloutConfig
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaConfig
+from stages.common import seeds_table_section
 from stages.entry import main_wrapper
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -34,7 +42,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 @dataclass(frozen=True)
 class PirEvalParams:
-    """params.yaml ``pir_eval``; ``models``: name -> model directory, ``output``:
+    """params.yaml ``pir_eval``; ``models``: name -> model directory (or a list: one per
+    training seed), ``output``:
     ``{metrics, markdown}``; ``threads``: None takes the top-level params.yaml ``threads``."""
 
     source: str
@@ -54,8 +63,9 @@ def check(params: Mapping[str, Any]) -> tuple[RolloutConfig, AgendaConfig, dict[
     return config.rollout, config.simulator, models
 
 
-def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str, str]]:
-    """The section, checked (ConfigError naming the setting), and its models as name -> directory."""
+def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str, list[str]]]:
+    """The section, checked (ConfigError naming the setting), and its models as name -> the
+    directories of its training seeds (one for a single model)."""
     where = "params.yaml pir_eval"
     config = from_params(PirEvalParams, params, where)
     if not Path(config.source).exists():
@@ -63,13 +73,19 @@ def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str,
     models = config.models
     if not isinstance(models, Mapping) or not models:
         raise ConfigError(f"{where}.models: expected a mapping of name -> model directory")
-    for name, path in models.items():
-        if not (Path(str(path)) / "config.json").is_file():
-            raise ConfigError(f"{where}.models.{name}: {path} is not a model directory (run its training stage first)")
+    dirs: dict[str, list[str]] = {}
+    for name, paths in models.items():
+        paths = [paths] if isinstance(paths, str) else paths
+        if not isinstance(paths, list) or not paths or len(set(map(str, paths))) != len(paths):
+            raise ConfigError(f"{where}.models.{name}: expected a model directory or a list of distinct ones (one per training seed), got {paths!r}")
+        for path in paths:
+            if not (Path(str(path)) / "config.json").is_file():
+                raise ConfigError(f"{where}.models.{name}: {path} is not a model directory (run its training stage first)")
+        dirs[str(name)] = [str(p) for p in paths]
     if not isinstance(config.output, Mapping) or not {"metrics", "markdown"} <= set(config.output):
         raise ConfigError(f"{where}.output: expected {{metrics, markdown}}")
     positive_int(config.max_goals, f"{where}.max_goals")
-    return config, {str(k): str(v) for k, v in models.items()}
+    return config, dirs
 
 
 def run(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,7 +97,7 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
     from pipelines.env.tools import Database
     from pipelines.training.rollout import ConversationRollout
     from pipelines.evaluation.play import held_out_goals
-    from pipelines.pir.metrics import markdown_table, play_and_score
+    from pipelines.pir.metrics import markdown_table, play_and_score, pool_seeds
     from pipelines.rewards.pir import PIRReward, RulesHelpfulness
     from pipelines.simulators.agenda import AgendaSimulator
 
@@ -96,36 +112,59 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"params.yaml pir_eval: no {split} goal in {config.source}")
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}
-    for name, path in models.items():
-        t0 = time.perf_counter()
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        rollout = ConversationRollout(database, AgendaSimulator(database, config.simulator), tokenizer, config.rollout, name=name)
-        # A fresh reward per model: its branch counts are that model's.
-        reward = PIRReward(RulesHelpfulness())
-        metrics, _ = play_and_score(rollout, model, dialogues, seed, reward)
-        metrics["reward_branches"] = dict(sorted(reward.stats.items()))
-        results[name] = metrics
-        timings[f"{name}_s"] = round(time.perf_counter() - t0, 2)
-        print(f"pir_eval: {name}: success {metrics['success']}, TTR {metrics['ttr']}, tokens {metrics['tokens']}, "
-              f"questions {metrics['questions']}, helpfulness {metrics['helpfulness']} [{timings[f'{name}_s']:.1f}s]")
-    report = {"split": split, "goals": len(dialogues), "seed": seed, "models": models, "results": results}
+    for name, paths in models.items():
+        per_seed: dict[str, dict[str, Any]] = {}
+        for k, path in enumerate(paths):  # one per training seed; the first named as the row
+            label = f"{name}@{k}" if k else name
+            t0 = time.perf_counter()
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            rollout = ConversationRollout(database, AgendaSimulator(database, config.simulator), tokenizer, config.rollout, name=label)
+            # A fresh reward per model: its branch counts are that model's.
+            reward = PIRReward(RulesHelpfulness())
+            metrics, _ = play_and_score(rollout, model, dialogues, seed, reward)
+            metrics["reward_branches"] = dict(sorted(reward.stats.items()))
+            per_seed[label] = metrics
+            timings[f"{label}_s"] = round(time.perf_counter() - t0, 2)
+            print(f"pir_eval: {label}: success {metrics['success']}, TTR {metrics['ttr']}, tokens {metrics['tokens']}, "
+                  f"questions {metrics['questions']}, helpfulness {metrics['helpfulness']} [{timings[f'{label}_s']:.1f}s]")
+        if len(paths) == 1:
+            results[name] = per_seed[name]
+        else:
+            results[name] = {**pool_seeds(list(per_seed.values())), "per_training_seed": per_seed}
+    report = {"split": split, "goals": len(dialogues), "seed": seed,
+              "models": {name: paths[0] if len(paths) == 1 else paths for name, paths in models.items()}, "results": results}
     output = config.output
     write_json_atomic(output["metrics"], report)
     table = markdown_table(results)
+    pooled = [name for name, paths in models.items() if len(paths) > 1]
+    seeds_note = (f"Training seeds: {', '.join(pooled)} each pool {max(len(p) for p in models.values())} models trained under "
+                  "different seeds (the row: the mean over them; indented: each seed alone; report: each metric's range "
+                  "over the seeds), so a difference smaller than the seeds' spread is not one a re-training keeps.\n\n"
+                  if pooled else "")
     write_text_atomic(output["markdown"], (
-        f"# PIR metrics on {len(dialogues)} held-out {split} goals (one greedy conversation each)\n\n{table}\n\n"
+        f"# PIR metrics on {len(dialogues)} held-out {split} goals (one greedy conversation each)\n\n{seeds_note}{table}\n\n"
         "success: the goal checker's verdict; TTR: the simulator's replies after its opening (answers to questions "
         "asked inside the reasoning included); tokens: what the policy wrote; questions: in its reasoning and as "
         "visible clarifications; help.: the rules judge's H over the conversations that asked; reward: PIR's "
         "composite reward (0 unless the goal is met).\n"))
-    write_timings("pir_eval", {**timings, "wall_s": round(time.perf_counter() - started, 2)})
+    # named after the report (pir_eval, or a seeds table's name): a table never overwrites another's
+    write_timings(Path(output["metrics"]).stem, {**timings, "wall_s": round(time.perf_counter() - started, 2)})
     return report
 
 
 @main_wrapper
-def main() -> None:
-    run(read_params("pir_eval"))
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.pir_eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument("--seeds-table", default=None, metavar="NAME",
+                        help="stage pir_eval_seeds: pir_eval_seeds.models (rows over training seeds), outputs named NAME")
+    args = parser.parse_args(argv)
+    section = read_params("pir_eval", args.params)
+    if args.seeds_table is not None:
+        section = seeds_table_section(section, read_params("pir_eval_seeds", args.params), args.seeds_table, "pir_eval_seeds",
+                                      {"output": {"metrics": "reports/{table}.json", "markdown": "reports/{table}.md"}})
+    run(section)
 
 
 if __name__ == "__main__":

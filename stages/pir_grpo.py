@@ -1,13 +1,15 @@
 """DVC stage ``train_pir_grpo``: PIR's US-GRPO, one Prefect flow run (:mod:`flows.us_grpo`).
 
-    python -m stages.pir_grpo [--params params.yaml]
+    python -m stages.pir_grpo [--params params.yaml] [--seed N [--start DIR]]
 
 params.yaml ``pir_train.grpo``: ``model`` (``{path: models/pir_sft}``), ``env`` (the MultiWOZ
 directory, the train goals, the held-out goals played before and after, the agenda
 simulator, and ``rollout``: conversation limits and sampling,
 :class:`pipelines.training.rollout.RolloutConfig`), ``optim``, ``device``, ``objective``
 (GRPO's settings; ``rewards: {pir_composite_rules: 1.0}``) and
-``output``. A bad setting fails here with ``error: <message>`` and exit status 1.
+``output``. ``--seed N`` / ``--start DIR``: the same run under training seed N (``optim.seed``,
+outputs ``_s<N>``) from another start model (``models/pir_sft_s<N>``), as ``stages.train``'s
+(stage ``train_pir_grpo_seeds``, the ``seeds`` profile). A bad setting fails here with ``error: <message>`` and exit status 1.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from catalog.io import from_params, read_params
 from pipelines.errors import ConfigError
-from pipelines.training.config import DataSpec, DeviceSpec, GRPOObjective, ModelSpec, OptimSpec, OutputSpec, TrainConfig
+from pipelines.training.config import DataSpec, DeviceSpec, GRPOObjective, ModelSpec, OptimSpec, OutputSpec, TrainConfig, with_training_seed
 from stages.entry import main_wrapper
 
 
@@ -40,9 +42,11 @@ class PirGrpoParams:
     allow_no_signal: Any = False  # true or false, checked by run() (its message names the choice)
 
 
-def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> tuple[TrainConfig, Any]:
+def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None,
+                seed: int | None = None, start: str | None = None) -> tuple[TrainConfig, Any]:
     """The run's :class:`TrainConfig` (no Parquet source: the conversations are the data)
-    and its :class:`flows.us_grpo.ConversationEnv`."""
+    and its :class:`flows.us_grpo.ConversationEnv`; under training seed ``seed`` from
+    ``start`` when given (:func:`pipelines.training.config.with_training_seed`)."""
     from flows.us_grpo import ConversationEnv
     from stages.common import judge_backend
 
@@ -61,6 +65,10 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
         objective=params.objective,
         judge=judge_backend(llm),
     )
+    if seed is not None:  # another training seed of the same run: its own outputs (``_s<seed>``)
+        config = with_training_seed(config, seed, start)
+    elif start is not None:
+        raise ConfigError("--start names the start model of another training seed: give --seed too")
     objective = config.resolved_objective()
     if config.optim.batch_size % objective.num_generations:
         raise ConfigError(f"{where}: optim.batch_size ({config.optim.batch_size}) must be a multiple of "
@@ -73,10 +81,11 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
     return config, env
 
 
-def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None,
+        seed: int | None = None, start: str | None = None) -> dict[str, Any]:
     from stages.common import configure_prefect
 
-    config, env = grpo_config(section, llm)
+    config, env = grpo_config(section, llm, seed, start)
     allow_no_signal = from_params(PirGrpoParams, section, "params.yaml pir_train.grpo").allow_no_signal
     if not isinstance(allow_no_signal, bool):
         raise ConfigError(f"params.yaml pir_train.grpo.allow_no_signal: true or false, got {allow_no_signal!r}")
@@ -101,6 +110,9 @@ def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None) -> dic
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.pir_grpo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="another training seed of the run (optim.seed); outputs get the suffix _s<seed>")
+    parser.add_argument("--start", default=None, help="with --seed: the start model of that seed (its PIR SFT model)")
     args = parser.parse_args(argv)
     from stages.common import configure_threads
 
@@ -108,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     section = read_params("pir_train", args.params).get("grpo")
     if not isinstance(section, Mapping):
         raise ConfigError("params.yaml pir_train.grpo: missing (or not a mapping)")
-    run(section, read_params("llm", args.params, required=False))
+    run(section, read_params("llm", args.params, required=False), seed=args.seed, start=args.start)
 
 
 if __name__ == "__main__":

@@ -50,12 +50,19 @@ class RunResult:
     consultations: float
     malformed: int
     seeds: int = 1
-    ci95: tuple[float, float] | None = None  # of pass@1, bootstrap over tasks
+    ci95: tuple[float, float] | None = None  # of pass@1, bootstrap over tasks (and training seeds)
     passed_by_seed: tuple[int, ...] = ()
+    # A Clarifier trained under several seeds, pooled (issue 28): how many, each one's passes.
+    training_seeds: int = 1
+    passed_by_training_seed: tuple[int, ...] = ()
+
+    @property
+    def episodes(self) -> int:
+        return self.n_tasks * self.seeds * self.training_seeds
 
     @property
     def pass_at_1(self) -> float:
-        return self.passed / (self.n_tasks * self.seeds)
+        return self.passed / self.episodes
 
     @property
     def floor(self) -> float:
@@ -70,6 +77,8 @@ class RunResult:
             "avg_agent_steps": round(self.agent_steps, 3), "avg_clarify": round(self.clarifications, 3),
             "avg_sum": round(self.agent_steps + self.clarifications, 3),
             "avg_consultations": round(self.consultations, 3), "clarifier_malformed": self.malformed,
+            **({"training_seeds": self.training_seeds, "passed_by_training_seed": list(self.passed_by_training_seed)}
+               if self.training_seeds > 1 else {}),
         }
 
 
@@ -91,25 +100,64 @@ def task_interval(successes: Mapping[str, Sequence[bool]], resamples: int = 2000
     return round(float(low), 4), round(float(high), 4)
 
 
+def task_interval_seeds(per_seed: Sequence[Mapping[str, Sequence[bool]]], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """:func:`task_interval` of a Clarifier trained under several seeds (``per_seed[k]``: task
+    -> successes of training seed k's model, the same tasks): each resample draws the training
+    seeds, then the tasks, with replacement, so the interval carries what a re-training moves.
+    One seed: :func:`task_interval`.
+
+    >>> task_interval_seeds([{"a": [True], "b": [True]}, {"a": [False], "b": [False]}], resamples=200)
+    (0.0, 1.0)
+    """
+    from pipelines.stats import LEVEL, resample_indices, seed_draws
+
+    if len(per_seed) == 1:
+        return task_interval(per_seed[0], resamples, seed)
+    tasks = list(per_seed[0])
+    if any(list(s) != tasks for s in per_seed):
+        raise ValueError("every training seed must play the same tasks")
+    means = np.array([[sum(s[t]) / len(s[t]) for t in tasks] for s in per_seed], dtype=float)  # seeds x tasks
+    by_seed = means[:, resample_indices(len(tasks), resamples, seed)].mean(axis=2)  # seeds x resamples
+    draws = seed_draws(len(per_seed), resamples, seed)
+    values = by_seed[draws.T, np.arange(resamples)].mean(axis=0)
+    tail = (1.0 - LEVEL) / 2.0
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return round(float(low), 4), round(float(high), 4)
+
+
 def summarize(clarifier: str, domain: str, episodes: Sequence[Episode], floor_passed: int) -> RunResult:
     """One cell over every seed's episodes (the same tasks in each seed)."""
+    return summarize_seeds(clarifier, domain, [episodes], floor_passed)
+
+
+def summarize_seeds(clarifier: str, domain: str, per_seed: Sequence[Sequence[Episode]], floor_passed: int) -> RunResult:
+    """One cell of a Clarifier trained under ``len(per_seed)`` seeds (``per_seed[k]``: the
+    episodes of training seed k's model, every evaluation seed): pooled, its interval over
+    training seeds and tasks (:func:`task_interval_seeds`)."""
+    episodes = [ep for played in per_seed for ep in played]
     n = len(episodes)
-    if n == 0:
+    if n == 0 or any(not played for played in per_seed):
         raise ValueError(f"no episodes for clarifier {clarifier!r} on {domain}")
-    by_task: dict[str, list[bool]] = {}
+    tasks_by_seed: list[dict[str, list[bool]]] = []
     by_seed: dict[int, int] = {}
-    for ep in episodes:
-        by_task.setdefault(ep.dialogue_id, []).append(bool(ep.success))
-        by_seed[ep.seed] = by_seed.get(ep.seed, 0) + int(ep.success)
+    for played in per_seed:
+        by_task: dict[str, list[bool]] = {}
+        seeds_here: set[int] = set()
+        for ep in played:
+            by_task.setdefault(ep.dialogue_id, []).append(bool(ep.success))
+            by_seed[ep.seed] = by_seed.get(ep.seed, 0) + int(ep.success)
+            seeds_here.add(ep.seed)
+        if any(len(v) != len(seeds_here) for v in by_task.values()):
+            raise ValueError(f"clarifier {clarifier!r} on {domain}: every task must be played once per seed")
+        tasks_by_seed.append(by_task)
     seeds = len(by_seed)
-    if any(len(v) != seeds for v in by_task.values()):
-        raise ValueError(f"clarifier {clarifier!r} on {domain}: every task must be played once per seed")
     decisions = [e for ep in episodes for e in ep.events if e.actor == "clarifier" and e.kind == "think"]
     return RunResult(
         clarifier, domain, len(by_task), sum(ep.success for ep in episodes), floor_passed,
         sum(agent_steps(ep) for ep in episodes) / n, sum(clarifications(ep) for ep in episodes) / n,
         len(decisions) / n, sum(1 for e in decisions if e.detail == "malformed"),
-        seeds, task_interval(by_task), tuple(by_seed[s] for s in sorted(by_seed)),
+        seeds, task_interval_seeds(tasks_by_seed), tuple(by_seed[s] for s in sorted(by_seed)),
+        len(per_seed), tuple(sum(ep.success for ep in played) for played in per_seed) if len(per_seed) > 1 else (),
     )
 
 
@@ -138,7 +186,10 @@ def table1_markdown(results: Iterable[RunResult], domains: Sequence[str], notes:
               "Avg Agent", "Avg Clarify", "Avg Sum", "Unreadable % (of consultations)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, cells in by_clarifier.items():
-        row = [name]
+        k = max(c.training_seeds for c in cells.values())
+        # a row pooled over training seeds says so, with what each seed's model passed per domain
+        row = [name if k == 1 else f"{name} ({k} training seeds; passed per seed: " + ", ".join(
+            f"{d} {'/'.join(str(p) for p in c.passed_by_training_seed)}" for d, c in cells.items()) + ")"]
         present = [cells[d] for d in domains if d in cells]
         for domain in domains:
             cell = cells.get(domain)
@@ -146,13 +197,13 @@ def table1_markdown(results: Iterable[RunResult], domains: Sequence[str], notes:
                 row.append("n/a")
                 continue
             ci = f" [{100 * cell.ci95[0]:.1f}, {100 * cell.ci95[1]:.1f}]" if cell.ci95 else ""
-            row.append(f"{100 * cell.pass_at_1:.1f}{ci} ({100 * cell.floor:.1f}; {cell.passed}/{cell.n_tasks * cell.seeds})")
+            row.append(f"{100 * cell.pass_at_1:.1f}{ci} ({100 * cell.floor:.1f}; {cell.passed}/{cell.episodes})")
         mean = lambda values: sum(values) / len(values)  # noqa: E731
         row.append(f"{100 * mean([c.pass_at_1 for c in present]):.1f}")
         agent, clarify = mean([c.agent_steps for c in present]), mean([c.clarifications for c in present])
         row += [f"{agent:.2f}", f"{clarify:.2f}", f"{agent + clarify:.2f}"]
         # An unreadable answer asks nothing: a trained row equal to `none` may just be this.
-        consulted = sum(c.consultations * c.n_tasks * c.seeds for c in present)
+        consulted = sum(c.consultations * c.episodes for c in present)
         row.append(f"{100 * sum(c.malformed for c in present) / consulted:.1f}" if consulted else "–")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"

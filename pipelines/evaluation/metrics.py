@@ -54,7 +54,7 @@ from pipelines.episodes.records import Episode
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.records import Goal
 from pipelines.rewards.verifiable import ASKS_KNOWN, VerifiableJudge, words
-from pipelines.stats import LEVEL, resample_indices
+from pipelines.stats import LEVEL, resample_indices, seed_draws
 from pipelines.stats import bounds as _bounds, holm as _holm, interval as _interval, resampled_ratios as _resampled_ratios
 
 _JUDGE = VerifiableJudge()
@@ -357,12 +357,6 @@ def bootstrap_summary(
     Every model must have played the same goals."""
     return bootstrap_summary_seeds({name: [scores] for name, scores in scores_by_model.items()},
                                    resamples=resamples, seed=seed, alpha=alpha)
-
-
-def seed_draws(k: int, resamples: int, seed: int) -> np.ndarray | None:
-    """``resamples`` x ``k`` training-seed indices drawn with replacement (None for one seed),
-    from a generator of their own: the goal resamples stay those of one seed."""
-    return None if k == 1 else np.random.default_rng([seed, k]).integers(0, k, size=(resamples, k))
 
 
 def seeds_resampled_ratios(nums: Sequence[np.ndarray], dens: Sequence[np.ndarray], indices: np.ndarray,

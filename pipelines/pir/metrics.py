@@ -76,6 +76,43 @@ def play_and_score(rollout: Any, model: Any, dialogues: Sequence[Any], seed: int
     return conversation_metrics(played, unstated, reward), played
 
 
+#: What pooling training seeds adds up rather than averages.
+_COUNTS = ("conversations", "helpfulness_scored", "truncated", "asked_conversations")
+
+
+def pool_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One row for a policy trained under several seeds from each seed's
+    :func:`conversation_metrics` on the same goals: counts summed, every other number the
+    mean over the seeds that have it, ``seed_range`` its lowest and highest value
+    (issue 28: what a re-training moves), ``training_seeds`` how many.
+
+    >>> row = pool_seeds([{"conversations": 4, "success": 0.5, "helpfulness": None, "ended_by": {"goal": 2}},
+    ...                   {"conversations": 4, "success": 0.0, "helpfulness": 0.8, "ended_by": {"goal": 1}}])
+    >>> row["conversations"], row["success"], row["helpfulness"], row["seed_range"]["success"], row["ended_by"]
+    (8, 0.25, 0.8, [0.0, 0.5], {'goal': 3})
+    """
+    pooled: dict[str, Any] = {}
+    ranges: dict[str, list[float]] = {}
+    for key in per_seed[0]:
+        values = [m.get(key) for m in per_seed]
+        if key in _COUNTS:
+            pooled[key] = sum(v or 0 for v in values)
+        elif isinstance(values[0], dict):
+            merged: dict[str, int] = {}
+            for v in values:
+                for k, n in (v or {}).items():
+                    merged[k] = merged.get(k, 0) + n
+            pooled[key] = dict(sorted(merged.items()))
+        else:
+            numbers = [float(v) for v in values if v is not None]
+            pooled[key] = _mean(numbers)
+            if numbers:
+                ranges[key] = [min(numbers), max(numbers)]
+    pooled["training_seeds"] = len(per_seed)
+    pooled["seed_range"] = ranges
+    return pooled
+
+
 def opening_text(rollout: Any) -> str:
     """The user's opening turn of a played conversation."""
     return next((e.text or "" for e in rollout.episode.events if e.actor == "user"), "")
@@ -102,10 +139,14 @@ def markdown_table(results: dict[str, dict[str, Any]]) -> str:
     """
     head = "| model | conversations | " + " | ".join(label for _, label, _ in COLUMNS) + " |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+
+    def cells(m: dict[str, Any]) -> str:
+        return " | ".join("–" if m.get(key) is None else (f"{100 * m[key]:.1f} %" if percent else (
+            f"{m[key]:.3f}" if key == "reward" else f"{m[key]:.2f}")) for key, _, percent in COLUMNS)
+
     for name, m in results.items():
-        cells = []
-        for key, _, percent in COLUMNS:
-            value = m.get(key)
-            cells.append("–" if value is None else (f"{100 * value:.1f} %" if percent else (f"{value:.3f}" if key == "reward" else f"{value:.2f}")))
-        lines.append(f"| {name} | {m.get('conversations')} | " + " | ".join(cells) + " |")
+        seeds = f" ({m['training_seeds']} seeds)" if m.get("training_seeds") else ""
+        lines.append(f"| {name}{seeds} | {m.get('conversations')} | {cells(m)} |")
+        for seed_name, seed_metrics in (m.get("per_training_seed") or {}).items():  # each re-training alone
+            lines.append(f"| &nbsp;&nbsp;{seed_name} | {seed_metrics.get('conversations')} | {cells(seed_metrics)} |")
     return "\n".join(lines)

@@ -15,7 +15,8 @@ from catalog.io import read_artifact
 from catalog.profiles import merge
 from pipelines.errors import ConfigError
 from pipelines.evaluation.metrics import EpisodeScore, bootstrap_summary, bootstrap_summary_seeds
-from stages.evaluate import eval_config, run, seeds_table_params
+from stages.common import seeds_table_section
+from stages.evaluate import eval_config, run
 from tests.evaluation.test_stage import params_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +52,7 @@ def test_the_default_runs_no_seed_stage_and_the_profile_lists_every_seed():
         if method != "sft":  # from SFT of the same seed
             assert "--start ${train.sft.output.model_dir}_s${item}" in stage["do"]["cmd"]
     # every setting but the models and outputs is evaluate's: the same goals and decoding
-    section = seeds_table_params(params["evaluate"], params["evaluate_seeds"], "eval_seeds")
+    section = seeds_table_section(params["evaluate"], params["evaluate_seeds"], "eval_seeds", "evaluate_seeds", {"output": {}})
     assert {k: v for k, v in section.items() if k not in ("models", "output")} == {
         k: v for k, v in params["evaluate"].items() if k not in ("models", "output")}
     config = eval_config(section)
@@ -66,7 +67,7 @@ def test_the_default_runs_no_seed_stage_and_the_profile_lists_every_seed():
 ])
 def test_bad_seeds_sections_are_refused(seeds, table, message):
     with pytest.raises(ConfigError, match="params.yaml evaluate_seeds") as error:
-        seeds_table_params({}, seeds, table)
+        seeds_table_section({}, seeds, table, "evaluate_seeds", {})
     assert message in str(error.value)
 
 

@@ -44,9 +44,14 @@ def test_eval_section_errors_name_the_setting(params, tiny_model_dir, small_corp
     section = copy.deepcopy(params["pir_eval"])
     section.update(source=str(small_corpus_dir), models={"base": str(tiny_model_dir)})
     rollout, _, models = check(section)
-    assert rollout.temperature == 0.0 and models == {"base": str(tiny_model_dir)}
+    assert rollout.temperature == 0.0 and models == {"base": [str(tiny_model_dir)]}  # one per training seed
     with pytest.raises(ConfigError, match="pir_eval.models.pir_sft: models/nowhere is not a model directory"):
         check({**section, "models": {"pir_sft": "models/nowhere"}})
+    with pytest.raises(ConfigError, match="pir_eval.models.pir_sft: models/nowhere is not a model directory"):
+        check({**section, "models": {"pir_sft": [str(tiny_model_dir), "models/nowhere"]}})
+    for seeds in ([], [str(tiny_model_dir)] * 2):  # a list: distinct directories, one per training seed
+        with pytest.raises(ConfigError, match="pir_eval.models.pir_sft: expected a model directory or a list of distinct ones"):
+            check({**section, "models": {"pir_sft": seeds}})
     with pytest.raises(ConfigError, match="unknown key"):
         check({**section, "extra": 1})
 
