@@ -128,8 +128,10 @@ def report_markdown(
             "",
             "## Significant differences",
             "",
-            f"Paired bootstrap over goals (the same {method['resamples']} goal resamples for every model): two-sided "
-            f"p-value of each difference, Holm-adjusted over the {len(results) * (len(results) - 1) // 2} model pairs "
+            (f"Paired bootstrap over training seeds (seed k of one row with seed k of another; a row of one model keeps "
+             f"its own) and then goals (the same {method['resamples']} resamples for every model): two-sided "
+             if trained else f"Paired bootstrap over goals (the same {method['resamples']} goal resamples for every model): two-sided ")
+            + f"p-value of each difference, Holm-adjusted over the {len(results) * (len(results) - 1) // 2} model pairs "
             f"of each metric; significant when below {method['alpha']}.",
             "",
             *[f"- {line}" for line in significance_lines(statistics)],
