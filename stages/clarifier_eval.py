@@ -50,7 +50,7 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, ResponseCache, SamplingParams
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauInstructionUser
-from stages.common import seeds_table_section
+from stages.common import add_seeds_table_option, seeds_table_section
 from stages.entry import main_wrapper
 from catalog.io import from_params, publish, read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog.taubench_dir import load_taubench_domain, taubench_root
@@ -255,8 +255,7 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.clarifier_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    parser.add_argument("--seeds-table", default=None, metavar="NAME",
-                        help="stage clarifier_eval_seeds: clarifier_eval_seeds.models as the clarifiers (rows over training seeds), outputs named NAME")
+    add_seeds_table_option(parser, "clarifier_eval_seeds")
     args = parser.parse_args(argv)
     section = read_params("clarifier", args.params)
     params = dict(section.get("eval") or {})

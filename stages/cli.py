@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import duckdb
 
-from pipelines.errors import ConfigError, DataError
+from pipelines.errors import ConfigError
 from stages.entry import main_wrapper
 from catalog.io import read_params
 

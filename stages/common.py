@@ -106,6 +106,13 @@ def with_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> 
 # --- Tables across training seeds (issue 28) --------------------------------------------------
 
 
+def add_seeds_table_option(parser: Any, name: str) -> None:
+    """``--seeds-table NAME`` of an evaluation stage: its stage ``name`` (the seeds profile)
+    evaluates params.yaml ``name.models`` and writes outputs named NAME."""
+    parser.add_argument("--seeds-table", default=None, metavar="NAME",
+                        help=f"stage {name}: {name}.models (rows over training seeds), outputs named NAME")
+
+
 def seeds_table_section(section: Mapping[str, Any], seeds: Mapping[str, Any], table: str, name: str,
                         output: Mapping[str, Any], models_key: str = "models") -> dict[str, Any]:
     """An evaluation section for table ``table`` of the switch section ``seeds`` (params.yaml

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from stages.common import configure_prefect, seeds_table_section, with_policy
+from stages.common import add_seeds_table_option, configure_prefect, seeds_table_section, with_policy
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_params
 
@@ -95,8 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--one-at-a-time", action="store_true", help="play episodes one at a time (for comparison)")
-    parser.add_argument("--seeds-table", default=None, metavar="NAME",
-                        help="stage evaluate_seeds: evaluate_seeds.models (rows over training seeds), outputs named NAME")
+    add_seeds_table_option(parser, "evaluate_seeds")
     args = parser.parse_args(argv)
     # Unlike the training stages, evaluation keeps OpenMP's default wait policy: its many
     # small decoding steps run 20-30 % faster when idle threads spin briefly before sleeping.

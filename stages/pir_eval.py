@@ -34,7 +34,7 @@ from pipelines.config import positive_int
 from pipelines.training.rollout import RolloutConfig
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaConfig
-from stages.common import seeds_table_section
+from stages.common import add_seeds_table_option, seeds_table_section
 from stages.entry import main_wrapper
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -157,8 +157,7 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.pir_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    parser.add_argument("--seeds-table", default=None, metavar="NAME",
-                        help="stage pir_eval_seeds: pir_eval_seeds.models (rows over training seeds), outputs named NAME")
+    add_seeds_table_option(parser, "pir_eval_seeds")
     args = parser.parse_args(argv)
     section = read_params("pir_eval", args.params)
     if args.seeds_table is not None:

@@ -116,3 +116,35 @@ def test_a_row_of_seeds_is_pooled_and_each_seed_reported(prefect_api, small_corp
     markdown = (tmp_path / "reports" / "eval.md").read_text()
     assert "Training seeds: seeded were each trained under 2 seeds" in markdown
     assert "## Per training seed" in markdown and "| seeded@1 |" in markdown
+
+
+def test_under_the_profile_dvc_orders_every_seed_stage_before_its_table(tmp_path):
+    """`dvc dag` of dvc.yaml with the seeds profile: each table's stage runs after every seed
+    stage whose model it plays (its literal deps), and the default has no seed stage at all."""
+    import subprocess
+    import sys
+
+    from catalog.profiles import apply_profile
+
+    (tmp_path / "profiles").mkdir()
+    for name in ("dvc.yaml", "params.yaml", "profiles/seeds.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+
+    def edges() -> set[tuple[str, str]]:
+        dot = subprocess.run([sys.executable, "-m", "dvc", "dag", "--dot"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+        return {tuple(part.strip().strip('"') for part in line.strip().rstrip(";").split("->")) for line in dot.splitlines() if "->" in line}
+
+    assert not any("seeds@" in a + b and "l2a" not in a + b for a, b in edges())
+    apply_profile(tmp_path, "seeds")
+    found = edges()
+    tables = {"evaluate_seeds@eval_seeds": [f"train_{m}_seeds@{k}" for m in METHODS for k in (1, 2)],
+              "pir_eval_seeds@pir_eval_seeds": [f"train_pir_{m}_seeds@{k}" for m in ("sft", "grpo") for k in (1, 2)],
+              "clarifier_eval_seeds@clarifier_eval_seeds": [f"train_clarifier_{m}_seeds@{k}" for m in ("sft", "dpo", "grpo") for k in (1, 2)]}
+    for table, seed_stages in tables.items():
+        for stage in seed_stages:
+            assert (stage, table) in found, (stage, table)
+    for k in (1, 2):  # DPO/KTO/GRPO of seed k after SFT of seed k
+        assert {(f"train_sft_seeds@{k}", f"train_{m}_seeds@{k}") for m in ("dpo", "kto", "grpo")} <= found
+        assert (f"train_pir_sft_seeds@{k}", f"train_pir_grpo_seeds@{k}") in found
