@@ -547,10 +547,11 @@ def summary(root: Path, runs: Sequence[dict[str, Any]], notes: Sequence[str], wa
     return "\n".join(lines)
 
 
-def results_lines(root: Path) -> list[str]:
+def results_lines(root: Path, reports: Sequence[str] | None = None) -> list[str]:
     """The summary's results part: each report's title and headline rows (also the README's
-    "What the run produces" block, ``catalog/readme.py``)."""
-    reports = report_paths(root)
+    "What the run produces" block, ``catalog/readme.py``); ``reports``: these markdown reports
+    (paths under ``root``) instead of the default run's."""
+    reports = report_paths(root) if reports is None else list(reports)
     lines = ["results (`dvc metrics show` lists every number):"] if reports else []
     for path in reports:
         title, rows = first_table((root / path).read_text(encoding="utf-8"))

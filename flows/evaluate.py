@@ -184,6 +184,11 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
         # An outage of the simulator's endpoint leaves fallback turns only: no evaluation.
         check_failure_rate(simulator_client.accounting, config.max_llm_failure_rate, "evaluate")
     results, statistics = bootstrap_summary_seeds(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
+    if any(len(per_seed) > 1 for per_seed in scores.values()):
+        # What the first seed alone would have called significant: the differences re-training keeps, or not
+        _, first = bootstrap_summary_seeds({row: per_seed[:1] for row, per_seed in scores.items()},
+                                           resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
+        statistics["first_seed_only"] = first["comparisons"]
     for row, specs in config.rows().items():
         if len(specs) > 1:  # what each re-training scored alone, beside the pooled row
             results[row]["per_training_seed"] = {

@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     params = dict(section.get("eval") or {})
     if args.seeds_table is not None:
         params = seeds_table_section(params, read_params("clarifier_eval_seeds", args.params), args.seeds_table, "clarifier_eval_seeds",
-                                     {"output": "data/episodes/{table}", "metrics": "reports/{table}.json", "markdown": "reports/{table}.md"},
+                                     {"output": "data/episodes/{table}", "metrics": "reports/training_seeds/{table}.json", "markdown": "reports/training_seeds/{table}.md"},
                                      models_key="clarifiers")
     run(params, section.get("prompt"))
 

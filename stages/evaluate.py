@@ -19,7 +19,7 @@ table) and ``reports/eval_plot.csv`` (success vs turns, a DVC plot).
 ``--seeds-table NAME`` (stage ``evaluate_seeds``, the ``seeds`` profile): the same evaluation
 with params.yaml ``evaluate_seeds.models`` (a row may list one model per training seed: pooled,
 its interval and tests resample the seeds) written to ``data/episodes/NAME`` and
-``reports/NAME{.json,.md,_plot.csv}``.
+``reports/training_seeds/NAME{.json,.md,_plot.csv}``.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.seeds_table is not None:
         evaluate_params = seeds_table_section(
             evaluate_params, read_params("evaluate_seeds", args.params), args.seeds_table, "evaluate_seeds",
-            {"output": {"episodes": "data/episodes/{table}", "metrics": "reports/{table}.json",
-                        "markdown": "reports/{table}.md", "plot": "reports/{table}_plot.csv"}})
+            {"output": {"episodes": "data/episodes/{table}", "metrics": "reports/training_seeds/{table}.json",
+                        "markdown": "reports/training_seeds/{table}.md", "plot": "reports/training_seeds/{table}_plot.csv"}})
     # Read and checked even when the simulator is the agenda one: llm is a DVC param of this
     # stage, so every role of it (used or not) reaches dvc.lock once the stage succeeds.
     llm = read_params("llm", args.params)

@@ -14,7 +14,7 @@ conversations) and ``reports/pir_eval.md`` (the table); wall times in
 
 A model may be a list of directories, one per training seed (stage ``pir_eval_seeds`` of the
 ``seeds`` profile, ``--seeds-table NAME``: params.yaml ``pir_eval_seeds.models``, written to
-``reports/NAME.{json,md}``): every seed's model plays the goals, the row pools them
+``reports/training_seeds/NAME.{json,md}``): every seed's model plays the goals, the row pools them
 (:func:`pipelines.pir.metrics.pool_seeds`: the mean over seeds and each metric's range) and
 each seed's numbers are kept beside it.
 """
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     section = read_params("pir_eval", args.params)
     if args.seeds_table is not None:
         section = seeds_table_section(section, read_params("pir_eval_seeds", args.params), args.seeds_table, "pir_eval_seeds",
-                                      {"output": {"metrics": "reports/{table}.json", "markdown": "reports/{table}.md"}})
+                                      {"output": {"metrics": "reports/training_seeds/{table}.json", "markdown": "reports/training_seeds/{table}.md"}})
     run(section)
 
 

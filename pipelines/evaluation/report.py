@@ -65,6 +65,24 @@ def significance_lines(statistics: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def first_seed_lines(statistics: Mapping[str, Any]) -> list[str]:
+    """The differences each row's first training seed alone calls significant (the same
+    resamples over goals), and which of them the pooled seeds keep.
+
+    >>> row = {"a": "sft", "b": "grpo", "difference": 3.2, "significant": True}
+    >>> first_seed_lines({"first_seed_only": {"turns": [row]}, "comparisons": {"turns": [{**row, "significant": False}]}})
+    ['With the first seed alone 1 difference was significant; 0 of them hold over the training seeds: sft > grpo in turns (not over the seeds).']
+    """
+    titles = {key: title for key, title, _, _ in COLUMNS}
+    pooled = {(key, r["a"], r["b"]): r["significant"] for key, rows in statistics["comparisons"].items() for r in rows}
+    found = [(key, r) for key, rows in statistics["first_seed_only"].items() for r in rows if r["significant"]]
+    kept = [pooled.get((key, r["a"], r["b"]), False) for key, r in found]
+    listed = "; ".join(f"{r['a']} {'>' if r['difference'] > 0 else '<'} {r['b']} in {titles.get(key, key).lower()}"
+                       f" ({'holds' if ok else 'not over the seeds'})" for (key, r), ok in zip(found, kept))
+    return [f"With the first seed alone {len(found)} difference{'s were' if len(found) != 1 else ' was'} significant; "
+            f"{sum(kept)} of them hold over the training seeds" + (f": {listed}." if found else ".")]
+
+
 def domain_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     domains = sorted({d for r in results.values() for d in r["domain_success"]})
     lines = ["| Method | " + " | ".join(domains) + " |", "|---|" + "---|" * len(domains)]
@@ -136,6 +154,8 @@ def report_markdown(
             "",
             *[f"- {line}" for line in significance_lines(statistics)],
         ]
+    if (statistics or {}).get("first_seed_only"):
+        parts += ["", "## With one training seed", "", *[f"- {line}" for line in first_seed_lines(statistics)]]
     if pooled:
         parts += ["", "## Per training seed", "", seed_table(results)]
     if notes:

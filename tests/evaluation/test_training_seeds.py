@@ -116,6 +116,9 @@ def test_a_row_of_seeds_is_pooled_and_each_seed_reported(prefect_api, small_corp
     markdown = (tmp_path / "reports" / "eval.md").read_text()
     assert "Training seeds: seeded were each trained under 2 seeds" in markdown
     assert "## Per training seed" in markdown and "| seeded@1 |" in markdown
+    # the first seed alone, beside the pooled tests: the same greedy model, so the same verdicts
+    assert set(report["statistics"]["first_seed_only"]) == set(report["statistics"]["comparisons"])
+    assert "## With one training seed" in markdown and "With the first seed alone" in markdown
 
 
 def test_under_the_profile_dvc_orders_every_seed_stage_before_its_table(tmp_path):
