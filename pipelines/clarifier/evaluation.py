@@ -55,6 +55,7 @@ class RunResult:
     # A Clarifier trained under several seeds, pooled (issue 28): how many, each one's passes.
     training_seeds: int = 1
     passed_by_training_seed: tuple[int, ...] = ()
+    clarify_by_training_seed: tuple[float, ...] = ()  # questions per episode of each seed's model
 
     @property
     def episodes(self) -> int:
@@ -77,7 +78,8 @@ class RunResult:
             "avg_agent_steps": round(self.agent_steps, 3), "avg_clarify": round(self.clarifications, 3),
             "avg_sum": round(self.agent_steps + self.clarifications, 3),
             "avg_consultations": round(self.consultations, 3), "clarifier_malformed": self.malformed,
-            **({"training_seeds": self.training_seeds, "passed_by_training_seed": list(self.passed_by_training_seed)}
+            **({"training_seeds": self.training_seeds, "passed_by_training_seed": list(self.passed_by_training_seed),
+                "avg_clarify_by_training_seed": [round(c, 3) for c in self.clarify_by_training_seed]}
                if self.training_seeds > 1 else {}),
         }
 
@@ -158,6 +160,7 @@ def summarize_seeds(clarifier: str, domain: str, per_seed: Sequence[Sequence[Epi
         len(decisions) / n, sum(1 for e in decisions if e.detail == "malformed"),
         seeds, task_interval_seeds(tasks_by_seed), tuple(by_seed[s] for s in sorted(by_seed)),
         len(per_seed), tuple(sum(ep.success for ep in played) for played in per_seed) if len(per_seed) > 1 else (),
+        tuple(sum(clarifications(ep) for ep in played) / len(played) for played in per_seed) if len(per_seed) > 1 else (),
     )
 
 

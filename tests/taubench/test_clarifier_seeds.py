@@ -64,10 +64,12 @@ def test_a_clarifier_listed_per_seed_is_pooled(tmp_path, mini_root, tiny_model_d
     assert "training_seeds" not in one and seeded["training_seeds"] == 2
     assert seeded["passed"] == 2 * one["passed"] and seeded["passed_by_training_seed"] == [one["passed"]] * 2
     assert seeded["pass_at_1"] == one["pass_at_1"] and seeded["avg_clarify"] == one["avg_clarify"]
+    assert seeded["avg_clarify_by_training_seed"] == [one["avg_clarify"]] * 2
     assert set(metrics["prompts"]) == {"tiny", "seeded", "seeded@1"}
     markdown = (tmp_path / "seeds.md").read_text()
     assert f"| seeded (2 training seeds; passed per seed: retail {one['passed']}/{one['passed']}) |" in markdown
     assert "Training seeds: seeded each pool 2 Clarifiers" in markdown
+    assert f"seeded retail {one['avg_clarify']:.2f} / {one['avg_clarify']:.2f}." in markdown
     with pytest.raises(ConfigError, match="one trained Clarifier per training seed"):
         run(params | {"clarifiers": {"seeded": []}})
 
