@@ -238,9 +238,9 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
         notes.append(f"Training seeds: {', '.join(pooled)} each pool {max(len(v) for v in built.values())} Clarifiers trained "
                      "under different seeds (every one plays every task and seed); pass@1 is the mean over all their "
                      "episodes and the interval resamples the training seeds, then the tasks, so it carries what a "
-                     "re-training moves. Questions per episode (Avg Clarify) of each seed's model: "
-                     + "; ".join(f"{r.clarifier} {r.domain} " + " / ".join(f"{c:.2f}" for c in r.clarify_by_training_seed)
-                                 for r in results if r.training_seeds > 1) + ".")
+                     "re-training moves. Each seed's model, passed / questions per episode (Avg Clarify): "
+                     + "; ".join(f"{r.clarifier} {r.domain} " + ", ".join(f"{p}/{r.n_tasks * r.seeds} {c:.2f}" for p, c in zip(
+                         r.passed_by_training_seed, r.clarify_by_training_seed)) for r in results if r.training_seeds > 1) + ".")
     title = ("# τ-bench Clarifier evaluation: ORACLE agent (it replays the solution)" if agent_kind in ORACLE_AGENTS
              else "# τ-bench Clarifier evaluation (Table 1 layout)")
     write_text_atomic(markdown_path, title + "\n\n" + table1_markdown(results, list(domains), notes))

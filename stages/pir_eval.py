@@ -139,7 +139,7 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
     table = markdown_table(results)
     pooled = [name for name, paths in models.items() if len(paths) > 1]
     seeds_note = (f"Training seeds: {', '.join(pooled)} each pool {max(len(p) for p in models.values())} models trained under "
-                  "different seeds (the row: the mean over them; indented: each seed alone; report: each metric's range "
+                  "different seeds (the row: the mean over them; then each seed alone; report: each metric's range "
                   "over the seeds), so a difference smaller than the seeds' spread is not one a re-training keeps.\n\n"
                   if pooled else "")
     write_text_atomic(output["markdown"], (

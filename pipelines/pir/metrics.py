@@ -148,5 +148,6 @@ def markdown_table(results: dict[str, dict[str, Any]]) -> str:
         seeds = f" ({m['training_seeds']} seeds)" if m.get("training_seeds") else ""
         lines.append(f"| {name}{seeds} | {m.get('conversations')} | {cells(m)} |")
         for seed_name, seed_metrics in (m.get("per_training_seed") or {}).items():  # each re-training alone
-            lines.append(f"| &nbsp;&nbsp;{seed_name} | {seed_metrics.get('conversations')} | {cells(seed_metrics)} |")
+            seed = seed_name.rsplit("@", 1)[1] if "@" in seed_name else "0"
+            lines.append(f"| seed {seed} ({seed_name}) | {seed_metrics.get('conversations')} | {cells(seed_metrics)} |")
     return "\n".join(lines)

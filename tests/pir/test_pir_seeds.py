@@ -66,5 +66,5 @@ def test_a_row_of_seeds_is_pooled_with_each_seed_beside_it(tiny_model_dir, small
         assert seeded[key] == one[key] and seeded["seed_range"][key] == [one[key], one[key]]
     assert report["models"] == {"one": str(tiny_model_dir), "seeded": [str(tiny_model_dir), str(copy_dir)]}
     markdown = (tmp_path / "pir_seeds.md").read_text()
-    assert "| seeded (2 seeds) |" in markdown and "| &nbsp;&nbsp;seeded@1 |" in markdown and "Training seeds: seeded" in markdown
+    assert "| seeded (2 seeds) |" in markdown and "| seed 1 (seeded@1) |" in markdown and "Training seeds: seeded" in markdown
     assert json.loads((timings_dir / "pir_seeds.json").read_text())["seeded@1_s"] >= 0
