@@ -151,3 +151,42 @@ def test_under_the_profile_dvc_orders_every_seed_stage_before_its_table(tmp_path
     for k in (1, 2):  # DPO/KTO/GRPO of seed k after SFT of seed k
         assert {(f"train_sft_seeds@{k}", f"train_{m}_seeds@{k}") for m in ("dpo", "kto", "grpo")} <= found
         assert (f"train_pir_sft_seeds@{k}", f"train_pir_grpo_seeds@{k}") in found
+
+
+def _listed(values: list[float]) -> str:
+    """``a, b and c`` as the README writes a row's seeds."""
+    text = [f"{v:.2f}" for v in values]
+    return ", ".join(text[:-1]) + f" and {text[-1]}"
+
+
+def test_the_readme_figures_are_the_committed_seeds_tables():
+    """The figures the README's "Tables across training seeds" quotes, read from the
+    committed reports of the seeds profile (reports/training_seeds/)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = " ".join(readme.split("### Tables across training seeds", 1)[1].split("\n### ", 1)[0].split())
+    tables = ROOT / "reports" / "training_seeds"
+
+    speakrl = json.loads((tables / "eval_seeds.json").read_text())
+    sft, grpo = ([v["malformed_per_dialogue"] for v in speakrl["models"][row]["per_training_seed"].values()] for row in ("sft", "grpo"))
+    assert f"from {sft[0]:.2f} (seed 0) to {sft[1]:.2f} (seed 1) and {sft[2]:.2f} (seed 2), GRPO's from {_listed(grpo).replace(', ', ' to ', 1)}" in text
+    first = sum(r["significant"] for rows in speakrl["statistics"]["first_seed_only"].values() for r in rows)
+    pooled = sum(r["significant"] for rows in speakrl["statistics"]["comparisons"].values() for r in rows)
+    assert f"this machine's table called {first} differences significant" in text and f"pooled over three seeds {pooled} remain" in text
+    assert all(v["success"] == 0.0 for row in speakrl["models"].values() for v in (row.get("per_training_seed") or {}).values())
+    held = {(key, r["a"], r["b"]) for key, rows in speakrl["statistics"]["comparisons"].items() for r in rows if r["significant"]}
+    kept = sum((key, r["a"], r["b"]) in held for key, rows in speakrl["statistics"]["first_seed_only"].items() for r in rows if r["significant"])
+    assert f"of the {first} SpeakRL differences one seed called significant on the AMD machine, {kept} hold" in " ".join(readme.split())
+
+    pir = json.loads((tables / "pir_eval_seeds.json").read_text())["results"]
+    sft_seeds = list(pir["pir_sft"]["per_training_seed"].values())
+    assert f"resolution are {_listed([m['ttr'] for m in sft_seeds])}" in text and f"tokens {_listed([m['tokens'] for m in sft_seeds])}" in text
+    assert f"{pir['base']['ttr']:.2f} and {pir['base']['tokens']:.2f}" in text
+    assert [m["ttr"] for m in pir["pir_grpo"]["per_training_seed"].values()] == [m["ttr"] for m in sft_seeds]
+
+    clarifier = json.loads((tables / "clarifier_eval_seeds.json").read_text())["runs"]
+    for row in ("sft", "dpo", "grpo"):
+        assert clarifier[row]["retail"]["passed_by_training_seed"] == [clarifier["none"]["retail"]["passed"]] * 3
+        assert clarifier[row]["airline"]["passed_by_training_seed"] == [clarifier["none"]["airline"]["passed"]] * 3
+    assert f"retail {'/'.join([str(clarifier['none']['retail']['passed'])] * 3)}, airline {'/'.join([str(clarifier['none']['airline']['passed'])] * 3)}" in text
+    for row, name in (("sft", "SFT's questions per retail episode are"), ("dpo", "DPO's")):
+        assert f"{name} {_listed(clarifier[row]['retail']['avg_clarify_by_training_seed'])}" in text
