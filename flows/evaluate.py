@@ -113,12 +113,11 @@ def score(name: str, episodes: list[Any], goals: list[Any], wall_s: float) -> tu
 
 @task(name="publish-episodes", **_TASK, **_RETRY)
 def publish_episodes(config: EvalConfig, episodes: list[Any]) -> None:
-    from pipelines.episodes import EPISODE_EVENTS, EPISODES, episode_tables
-    from catalog.io import publish
+    from pipelines.episodes import episode_tables
+    from catalog import datasets
 
     tables = episode_tables(episodes)
-    out = Path(config.output.episodes)
-    publish({out / "episodes.parquet": (tables["episodes"], EPISODES), out / "episode_events.parquet": (tables["episode_events"], EPISODE_EVENTS)})
+    datasets.save({"evaluate.episodes": tables["episodes"], "evaluate.episode_events": tables["episode_events"]}, config)
 
 
 @task(name="write-reports", **_TASK, **_RETRY)

@@ -34,7 +34,6 @@ from pipelines.config import positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import RulesProposer, calibrate, calibrated
 from pipelines.learn_to_ask.calibration import (
-    CALIBRATION_RUNS,
     EXTRACT_REWORDINGS,
     EXTRACT_RULES,
     GRADER_REWORDINGS,
@@ -61,7 +60,8 @@ from pipelines.learn_to_ask.completion import completer
 from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
 from pipelines.llm import Accounting, BackendConfig
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_jsonl, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, read_jsonl, read_params, write_json_atomic, write_timings
+from catalog import datasets
 from catalog.learn_to_ask import load_sessions
 
 BUILT_TRACKS = ("extract", "grader", "rollout")
@@ -233,7 +233,7 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
             }
             print(f"calibrate {track}: {SCORE_NAMES[track]} {metrics[track]['seed_score']} (seed) -> {metrics[track]['calibrated_score']} "
                   f"over {metrics[track]['candidates']} prompts on {len(anchors)} anchors [{timings[f'{track}_s']:.1f}s]")
-    publish({Path(output["runs"]): (runs_table(history), CALIBRATION_RUNS)})
+    datasets.save({"calibration_runs": runs_table(history)}, config)
     write_json_atomic(Path(output["prompts"]), prompts_document(winners))
     write_json_atomic(Path(config.metrics), metrics)
     write_timings("calibrate", {**timings, "wall_s": round(time.perf_counter() - started, 2)})

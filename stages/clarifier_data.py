@@ -45,7 +45,8 @@ from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog import datasets
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
 
@@ -112,13 +113,13 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     check_failure_rate(accounting, config.max_llm_failure_rate, "clarifier_data")
     collected = time.perf_counter()
     tables = {
-        "clarifier_sft": (table(sft_rows(data, cut), CLARIFIER_SFT), CLARIFIER_SFT),
-        "clarifier_dpo": (table(dpo_rows(data, cut), CLARIFIER_DPO), CLARIFIER_DPO),
-        "clarifier_grpo": (table(grpo_rows(data, cut), CLARIFIER_GRPO), CLARIFIER_GRPO),
+        "clarifier_sft": table(sft_rows(data, cut), CLARIFIER_SFT),
+        "clarifier_dpo": table(dpo_rows(data, cut), CLARIFIER_DPO),
+        "clarifier_grpo": table(grpo_rows(data, cut), CLARIFIER_GRPO),
     }
-    publish({output / f"{name}.parquet": pair for name, pair in tables.items()})
+    datasets.save(tables, config)
     metrics = data.metrics()
-    metrics["rows"] = {name: t.num_rows for name, (t, _) in tables.items()}
+    metrics["rows"] = {name: t.num_rows for name, t in tables.items()}
     metrics["backends"] = {"teacher": teacher_backend.kind, "judge": judge_backend.kind}
     metrics["llm"] = accounting.as_dict()
     write_json_atomic(metrics_path, metrics)

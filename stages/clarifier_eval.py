@@ -44,7 +44,6 @@ from pipelines.clarifier.prompts import prompt_cut
 from pipelines.env.world import TauBenchWorld
 from pipelines.episodes import FunctionCallingFormat, episode_tables
 from pipelines.episodes.runner import EpisodeSpec, run_episodes
-from pipelines.episodes.tables import SPECS as EPISODE_SPECS
 from pipelines.episodes.taubench import tau_runner_config, tau_specs
 from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, ResponseCache, SamplingParams
@@ -52,7 +51,8 @@ from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauInstructionUser
 from stages.common import add_seeds_table_option, seeds_table_section
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog import datasets
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
 #: Agent kinds that never receive a task (its ground-truth actions and outputs); the rest are oracles.
@@ -166,7 +166,7 @@ def make_user(section: Any, accounting: Accounting, cache: ResponseCache) -> Any
 def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
     cut = prompt_cut(prompt)
     settings = from_params(ClarifierEvalParams, params, "params.yaml clarifier.eval")
-    output, metrics_path, markdown_path = Path(settings.output), Path(settings.metrics), Path(settings.markdown)
+    metrics_path, markdown_path = Path(settings.metrics), Path(settings.markdown)
     domains = settings.domains or {"retail": "test", "airline": "test"}
     clarifiers = settings.clarifiers or {"none": None, "oracle_rules": {"backend": "rules"}}
     if not isinstance(clarifiers, Mapping) or not clarifiers:
@@ -215,7 +215,7 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
             timings[f"{name}/{domain_name}_s"] = round(time.perf_counter() - t0, 2)
     check_failure_rate(accounting, settings.max_llm_failure_rate, "clarifier_eval")
     tables = episode_tables(episodes)
-    publish({output / f"{name}.parquet": (table, EPISODE_SPECS[name]) for name, table in tables.items()})
+    datasets.save({f"clarifier_eval.{name}": table for name, table in tables.items()}, settings)
     setting = {"agent": agent_kind, "oracle_agent": agent_kind in ORACLE_AGENTS,
                "user": (settings.user or {}).get("backend", "rules"), "budget": budget, "seeds": seeds,
                "max_tasks": max_tasks, "domains": dict(domains),

@@ -32,12 +32,13 @@ from typing import Any, Mapping, Sequence
 from pipelines.config import positive_int
 from pipelines.env.replay import has_annotations
 from pipelines.env.tools import Database
-from pipelines.episodes import EPISODE_EVENTS, EPISODES, EpisodeSpec, ReplayAgent, RunnerConfig, episode_tables, get_format, run_episodes_sync
+from pipelines.episodes import EpisodeSpec, ReplayAgent, RunnerConfig, episode_tables, get_format, run_episodes_sync
 from pipelines.episodes.formats import FORMATS
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaSimulator, SimulatorSpec
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog import datasets
 from catalog.multiwoz_dir import load_multiwoz
 
 
@@ -96,7 +97,7 @@ def gold_replay_params(params: Mapping[str, Any], section: str = "gold_replay") 
 
 def run(params: Mapping[str, Any], section: str = "gold_replay") -> dict:
     config = gold_replay_params(params, section)
-    source, output = Path(config.source), Path(config.output)
+    source = Path(config.source)
     corpus = load_multiwoz(source, config.db_dir, strict=config.strict)
     unverifiable = frozenset(d.dialogue_id for d in corpus.dialogues if not has_annotations(d))
     database = Database(corpus.entities, corpus.taxi_options)
@@ -110,8 +111,8 @@ def run(params: Mapping[str, Any], section: str = "gold_replay") -> dict:
     tables = episode_tables(episodes)
     notes = {"unverifiable": {"count": len(unverifiable), "reason": "reference has no belief-state annotations",
                               "first": sorted(unverifiable)[:5]}}
-    publish({output / "episodes.parquet": (tables["episodes"], EPISODES), output / "episode_events.parquet": (tables["episode_events"], EPISODE_EVENTS)},
-            Path(config.report) if config.report else None, notes=notes)
+    datasets.save({"gold_replay.episodes": tables["episodes"], "gold_replay.episode_events": tables["episode_events"]},
+                  config, report=config.report or None, notes=notes)
     if config.metrics:
         write_json_atomic(Path(config.metrics), metrics)
     speed = len(episodes) / wall_s if wall_s else 0.0

@@ -40,11 +40,12 @@ from pipelines.learn_to_ask.hindsight import (
     RulesExtractor,
     hindsight_samples,
 )
-from pipelines.learn_to_ask.tables import L2A_SAMPLES, L2A_TRAIN, hindsight_metrics, samples_table, train_table
+from pipelines.learn_to_ask.tables import hindsight_metrics, samples_table, train_table
 from pipelines.llm import Accounting, BackendConfig
 from pipelines.llm.accounting import check_failure_rate
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog import datasets
 from catalog.learn_to_ask import extractor_prompt, load_sessions, policy_prompt
 
 DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
@@ -104,7 +105,7 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     check_failure_rate(accounting, max_failure_rate, "hindsight")
     extracted = time.perf_counter()
     train = train_table(samples, policy_prompt(config.prompts).render())
-    publish({output: (samples_table(samples), L2A_SAMPLES), output.parent / "l2a_train.parquet": (train, L2A_TRAIN)})
+    datasets.save({"l2a_samples": samples_table(samples), "l2a_train": train}, config)
 
     metrics = {"extractor": backend.kind, "stop_when": stop_when, **hindsight_metrics(samples, len(sessions))}
     if backend.kind == "openai":

@@ -49,9 +49,10 @@ from pipelines.errors import DataError
 from pipelines.josh.config import HARVESTER_ROLES, JoshConfig
 from pipelines.josh.evaluate import play_toolwoz, toolwoz_intervals, toolwoz_scores
 from pipelines.josh.goals import evaluation_goals
-from pipelines.josh.tables import SPECS, eval_table, harvest_metrics, josh_tables
+from pipelines.josh.tables import eval_table, harvest_metrics, josh_tables
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, publish_empty, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog import datasets
 
 
 def josh_config(params: Mapping[str, Any]) -> JoshConfig:
@@ -108,7 +109,6 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
           f"without branching: avg reward {test_scores['avg_reward']:.3f} {test_scores['avg_reward_ci95']}, "
           f"100% success {test_scores['success_rate']:.3f} {test_scores['success_rate_ci95']}")
     tables = josh_tables(trees, config.min_reward)
-    output = Path(config.output)
     tables["josh_eval"] = eval_table(episodes)
     metrics = harvest_metrics(trees, tables)
     metrics["agent"] = {"backend": config.agent.backend, "format": config.agent.format, "role": role,
@@ -126,18 +126,18 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
                   f"0 SFT rows, 0 KTO rows (average tree reward {metrics['avg_reward']:.3f}); there is nothing to train M' on")
         metrics["no_training_data"] = reason
         if config.require_training_data:
-            publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in ("josh_trees", "josh_eval")})
+            datasets.save({name: tables[name] for name in ("josh_trees", "josh_eval")}, config)
             for name in ("josh_sft", "josh_kto"):
-                (output / f"{name}.parquet").unlink(missing_ok=True)
+                datasets.path(name, config).unlink(missing_ok=True)
             write_json_atomic(Path(config.metrics), metrics)
             raise DataError(str(workspace.checkpoints), f"{reason}; {config.metrics} has the counts and M's test scores, "
                             f"the trees are kept there, so a lower josh.min_reward re-uses them (josh.require_training_data: true)")
         print(f"josh: {reason}; the SFT / KTO tables are published empty (josh.require_training_data: false)")
-        publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in ("josh_trees", "josh_eval")})
+        datasets.save({name: tables[name] for name in ("josh_trees", "josh_eval")}, config)
         for name in ("josh_sft", "josh_kto"):
-            publish_empty(output / f"{name}.parquet", tables[name], SPECS[name])
+            datasets.save_empty(name, tables[name], config)
     else:
-        publish({output / f"{name}.parquet": (tables[name], SPECS[name]) for name in SPECS})
+        datasets.save({name: tables[name] for name in ("josh_trees", "josh_sft", "josh_kto", "josh_eval")}, config)
     write_json_atomic(Path(config.metrics), metrics)
     nodes_fresh = sum(len(t.nodes) for t in fresh)
     write_timings("josh", {

@@ -32,10 +32,11 @@ from typing import Any, Mapping, Sequence
 from pipelines.errors import ConfigError, DataError
 from pipelines.josh.config import HARVESTER_ROLES, ToolWozEvalConfig
 from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_intervals, toolwoz_scores
-from pipelines.josh.tables import TOOLWOZ_EVAL, eval_table
+from pipelines.josh.tables import eval_table
 from stages.common import with_policy
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog import datasets
 
 
 def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
@@ -197,7 +198,7 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     if client is not None:  # an LLM simulator's outage is an error, never a score
         check_failure_rate(client.accounting, config.max_llm_failure_rate, "josh_evaluate (user_simulator)")
 
-    publish({Path(config.output.episodes): (eval_table([e for eps in episodes.values() for e in eps]), TOOLWOZ_EVAL)})
+    datasets.save({"toolwoz_eval": eval_table([e for eps in episodes.values() for e in eps])}, config)
     results = {name: summary(eps) for name, eps in episodes.items()}
     report = {"goals": len(goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
               "models": results, "labels": {"rules": RULES_LABEL} if "rules" in results else {}}

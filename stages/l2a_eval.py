@@ -48,11 +48,12 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.metrics import (
     METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_seeds, bootstrap_seeds_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
 )
-from pipelines.learn_to_ask.tables import L2A_EVAL, SPECS as L2A_SPECS, eval_table
+from pipelines.learn_to_ask.tables import eval_table
 from pipelines.progress import Progress
 from pipelines.rewards.learn_to_ask import BETA, CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_artifact, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog import datasets
 
 _SALT = "askflow-l2a-eval"
 _GRADER_SALT = "askflow-l2a-model-grader"
@@ -217,8 +218,8 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, l
 
     settings = check_params(params)
     started = time.perf_counter()
-    # Checked as l2a_samples whatever the file is called (issue 28: not by its name).
-    table = read_artifact(settings["samples"], L2A_SPECS["l2a_samples"])
+    # Checked as l2a_samples whatever the file is called (the catalog's entry, not its name).
+    table = datasets.load("l2a_eval.samples", settings)
     samples = held_out_samples(table.to_pylist(), settings["split"], settings["max_samples"])
     if not samples:
         raise DataError(str(settings["samples"]), f"no usable sample in split {settings['split']!r}")
@@ -283,7 +284,7 @@ def run(params: Mapping[str, Any], hindsight: Mapping[str, Any] | None = None, l
     rows = [{"model": name, "session_id": samples[i]["session_id"], "turn": samples[i]["turn"], "output": text, "scored": s}
             for name, (texts, values) in seeded.items()
             for i, text, s in zip(kept, texts, values)]
-    publish({settings["output"]["generations"]: (eval_table(rows), L2A_EVAL)})
+    datasets.save({"l2a_eval": eval_table(rows)}, settings)
     report = {
         "split": settings["split"],
         "samples": len(samples),

@@ -35,11 +35,12 @@ from pipelines.llm.accounting import check_failure_rate
 from pipelines.pir.insertion import LLMInserter, RulesInserter
 from pipelines.pir.entropy import StepScorer
 from pipelines.pir.pipeline import PirConfig, run_pir
-from pipelines.pir.tables import SPECS, pir_table
+from pipelines.pir.tables import pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
 from pipelines.progress import Progress
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_jsonl, read_parquet, read_params, write_json_atomic, write_timings
+from catalog.io import from_params, read_jsonl, read_parquet, read_params, write_json_atomic, write_timings
+from catalog import datasets
 
 # Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -151,7 +152,7 @@ def run(section: dict) -> dict:
         result = run_pir(traces, StepScorer(teacher, on_scored=progress.advance), inserter, config, teacher_name)
     check_failure_rate(accounting, max_failure_rate, "pir")
     scored = time.perf_counter()
-    publish({output / "pir_traces.parquet": (pir_table(result.rows), SPECS["pir_traces"])})
+    datasets.save({"pir_traces": pir_table(result.rows)}, params)
     metrics = result.metrics
     metrics["llm"] = accounting.as_dict()
     write_json_atomic(metrics_path, metrics)

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.multiwoz.tables import SPECS, corpus_tables
+from pipelines.multiwoz.tables import corpus_tables
 from pipelines.records import Corpus
 from stages.entry import main_wrapper
-from catalog.io import from_params, publish, read_params, write_json_atomic
+from catalog.io import from_params, read_params, write_json_atomic
+from catalog import datasets
 from catalog.multiwoz_dir import SHOW_IDS, load_multiwoz
 
 
@@ -85,11 +86,7 @@ def run(params: Mapping[str, Any]) -> dict:
     corpus = load_multiwoz(source, config.db_dir, strict=strict)
     tables = corpus_tables(corpus)
     notes = tolerated(corpus, strict)
-    publish(
-        {output / f"{name}.parquet": (table, SPECS[name]) for name, table in tables.items()},
-        Path(config.report) if config.report else None,
-        notes={"input": notes},
-    )
+    datasets.save(tables, config, report=config.report or None, notes={"input": notes})
     metrics = summary(corpus)
     if config.metrics:
         write_json_atomic(Path(config.metrics), metrics)

@@ -45,10 +45,11 @@ from pipelines.speaker.audit import audit_sft
 from catalog.speaker import make_synthesizer, speaker_config, speaker_params
 from pipelines.speaker.pipeline import SpeakerResult, finish_speaker, synthesize_seeds
 from pipelines.speaker.synthesis import LLMSynthesizer
-from pipelines.speaker.tables import SPECS, speaker_tables
+from pipelines.speaker.tables import speaker_tables
 from pipelines.progress import Progress
 from stages.entry import main_wrapper
-from catalog.io import publish, read_params, write_json_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_timings
+from catalog import datasets
 from catalog.multiwoz_dir import load_multiwoz
 
 
@@ -89,10 +90,10 @@ def run(params: dict) -> dict:
     tables = speaker_tables(result)
     test_ids = {dialogue_id for dialogue_id, split in corpus.splits.items() if split == TEST}
     check_no_test_dialogues(
-        {str(output / f"{name}.parquet"): table.column("dialogue_id").to_pylist() for name, table in tables.items()}, test_ids
+        {str(datasets.path(name, section)): table.column("dialogue_id").to_pylist() for name, table in tables.items()}, test_ids
     )
     synthesized = time.perf_counter()
-    publish({output / f"{name}.parquet": (table, SPECS[name]) for name, table in tables.items()})
+    datasets.save(tables, section)
 
     metrics = result.metrics()
     metrics["rows"] = {name: table.num_rows for name, table in tables.items()}
