@@ -42,7 +42,7 @@ from typing import Any, Mapping
 from pipelines.episodes.causes import CAUSES, dialogue_cause, evidence, replay_offline, triage
 from pipelines.env.tools import Database
 from pipelines.episodes import EpisodeSpec, ReplayAgent, RunnerConfig, get_format, run_episodes_sync
-from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
+from pipelines.simulators.agenda import SimulatorSpec, AgendaSimulator
 from catalog.io import read_params
 from catalog.multiwoz_dir import load_multiwoz
 
@@ -57,7 +57,7 @@ def verdicts(source: Path, db_dir: Path | None = None, settings: Mapping[str, An
     corpus = load_multiwoz(source, db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
-    simulator = AgendaSimulator(database, AgendaConfig(**{k: v for k, v in (settings or {}).items() if k != "kind"}))
+    simulator = AgendaSimulator(database, SimulatorSpec(**{k: v for k, v in (settings or {}).items() if k != "kind"}))
     episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl"), database=database), simulator, database, RunnerConfig(max_exchanges=max_exchanges))
     by_id = {d.dialogue_id: d for d in corpus.dialogues}
     rows = []
@@ -100,7 +100,7 @@ def main() -> None:
     stage = read_params("gold_replay")  # the stage's own simulator settings and turn limit
     settings = {k: v for k, v in (stage.get("simulator") or {}).items() if k != "kind"}
     parser.add_argument("--max-exchanges", type=int, default=int(stage.get("max_exchanges", 20)))
-    parser.add_argument("--max-stalled-turns", type=int, default=int(settings.get("max_stalled_turns", AgendaConfig().max_stalled_turns)))
+    parser.add_argument("--max-stalled-turns", type=int, default=int(settings.get("max_stalled_turns", SimulatorSpec().max_stalled_turns)))
     parser.add_argument("--list", action="store_true", help="print every failing dialogue")
     parser.add_argument("--out", type=Path, default=None, help="write every dialogue's verdict with its evidence (JSON lines)")
     args = parser.parse_args()

@@ -60,7 +60,7 @@ def main() -> None:
     corpus = load_multiwoz(Path(config.source), config.db_dir)
     goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
     database = Database(corpus.entities, corpus.taxi_options)
-    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator.agenda())
+    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
     plan = config.plan()
     _synchronize()

@@ -188,17 +188,18 @@ def read_params(section: str, path: Path | str = "params.yaml", *, required: boo
 # --- params -> dataclasses -------------------------------------------------------------------
 
 
-def from_params(cls: type, value: Any, where: str) -> Any:
+def from_params(cls: type, value: Any, where: str, *, without: Sequence[str] = ()) -> Any:
     """An instance of the dataclass ``cls`` from a params mapping: nested dataclasses from
     nested mappings, tuples from lists, ``auto`` as None where None means "choose", a field
     typed ``Any`` as given (a sub-section another parser reads); unknown keys and ill-typed
-    values are ConfigErrors naming ``where``."""
+    values are ConfigErrors naming ``where``. ``without``: fields this reader does not take
+    (one section type read by several readers, e.g. a training section): unknown keys here."""
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {value!r}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls)} - set(without)
     unknown = sorted(set(value) - names)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")

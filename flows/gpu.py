@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 from catalog.io import from_params, read_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
-from pipelines.training.config import OBJECTIVES, DataSpec, DeviceSpec, EvalSpec, ModelSpec, OptimSpec, OutputSpec, TrainConfig
+from pipelines.training.config import NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig
 
 STAGES = ("convert", "sft", "grpo", "evaluate")
 #: The models evaluation plays, in table order, and the stage that makes each.
@@ -114,32 +114,17 @@ def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[
             "source": path}
 
 
-@dataclasses.dataclass(frozen=True)
-class GpuTrainParams:
-    """A profile's ``sft`` / ``grpo`` section: params.yaml ``train.<method>``'s vocabulary
-    (``model``: :class:`ModelSpec`'s keys, its ``path`` the job's; ``objective``: the
-    method's; no ``output``: the job's) plus ``epochs`` (-> max_steps) and ``sampler``, read
-    by :func:`train`."""
-
-    data: DataSpec
-    model: Any = None
-    optim: OptimSpec = dataclasses.field(default_factory=OptimSpec)
-    device: DeviceSpec = dataclasses.field(default_factory=DeviceSpec)
-    eval: EvalSpec = dataclasses.field(default_factory=EvalSpec)
-    objective: Any = None
-    epochs: int | float | None = None
-    sampler: str | None = None
-
-
 def train_config(method: str, section: Mapping[str, Any], *, model_path: str, output_dir: Path, where: str) -> TrainConfig:
     """A :class:`~pipelines.training.config.TrainConfig` from a profile section
-    (:class:`GpuTrainParams`); the model and outputs are the job's."""
-    params = from_params(GpuTrainParams, section, where)
+    (:class:`~pipelines.training.config.TrainSectionConfig`); the model and outputs are the job's."""
+    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
+    if "data" not in section:
+        raise ConfigError(f"{where}: missing required key(s) ['data']")
     model = {**(params.model or {}), "path": model_path}
     return TrainConfig(
         method=method,
         model=from_params(ModelSpec, model, f"{where}.model"),
-        data=params.data,
+        data=from_params(DataSpec, params.data, f"{where}.data"),
         output=OutputSpec(str(output_dir / "model"), str(output_dir / "metrics.json"), str(output_dir / "curve.csv")),
         optim=params.optim,
         device=params.device,
@@ -364,7 +349,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     if config.simulator.kind != "agenda":
         raise ConfigError("gpu evaluate: the job runs offline; simulator.kind must be agenda")
     database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, "gpu evaluate")
-    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator.agenda())
+    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator)
     by_id = {d.dialogue_id: d.goal for d in goals}
     scores: dict[str, list[Any]] = {}
     speeds: dict[str, dict[str, Any]] = {}
@@ -414,7 +399,7 @@ class ShardTask:
     policy: Any          # PolicySpec
     agent_format: str
     generation: Any      # GenerationSpec
-    agenda: Any          # AgendaConfig
+    agenda: Any          # SimulatorSpec
     plan: Any            # EvalPlan
     source: str
     db_dir: str | None
@@ -468,7 +453,7 @@ def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> l
     from pipelines.evaluation.play import in_play_order, shards
 
     plan = config.plan()
-    tasks = [ShardTask(policy, config.agent_format, config.generation, config.simulator.agenda(), plan, config.source, config.db_dir,
+    tasks = [ShardTask(policy, config.agent_format, config.generation, config.simulator, plan, config.source, config.db_dir,
                        tuple(d.dialogue_id for d in part)) for part in shards(goals, config.workers)]
     played = [episode for part in pool.map(play_shard, tasks) for episode in part]
     return in_play_order(played, goals, plan.seeds, prefix=f"{policy.name}/")
@@ -603,7 +588,7 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
             stage_dir.mkdir(parents=True, exist_ok=True)
             where = f"params.yaml gpu.profiles.{name}.{method}"
             config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=where)
-            params = from_params(GpuTrainParams, section, where)
+            params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
             report = train(config, epochs=params.epochs, sampler=params.sampler)
             shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
             return report

@@ -58,7 +58,7 @@ from pipelines.errors import AskflowError, ConfigError
 from pipelines.files import staging_directory
 from pipelines.training.config import METHODS, TrainConfig
 from pipelines.training.data import SourceRows, TokenCounter, build_train_dataset, joining_prompts, prepare_source
-from pipelines.training.device import DeviceSettings
+from pipelines.training.config import DeviceSpec
 from pipelines.preflight import preflight
 from pipelines.training.report import TrainSummary, curve_csv, training_report
 
@@ -83,7 +83,7 @@ _RETRY = {"retries": 2, "retry_delay_seconds": 3, "retry_condition_fn": retry_on
 
 
 @task(name="preflight", **_TASK)
-def check_config(config: TrainConfig) -> DeviceSettings:
+def check_config(config: TrainConfig) -> DeviceSpec:
     device = preflight(config)
     get_run_logger().info(
         "%s: %s on %s (bf16=%s, gradient checkpointing=%s), %d source(s)",
@@ -141,7 +141,7 @@ def build_dataset(config: TrainConfig, prepared: list[SourceRows], tokenizer: An
 
 
 @task(name="load-model", **_TASK, **_RETRY)
-def load_model(config: TrainConfig, device: DeviceSettings) -> Any:
+def load_model(config: TrainConfig, device: DeviceSpec) -> Any:
     from pipelines.training.modeling import load_model as load, parameter_counts
 
     model = load(config.model, device)
@@ -164,7 +164,7 @@ def evaluate(config: TrainConfig, model: Any, tokenizer: Any, prepared: list[Sou
 
 @task(name="build-trainer", **_TASK)
 def build_trainer(
-    config: TrainConfig, device: DeviceSettings, model: Any, tokenizer: Any, dataset: Any, workdir: str, budget: Any
+    config: TrainConfig, device: DeviceSpec, model: Any, tokenizer: Any, dataset: Any, workdir: str, budget: Any
 ) -> Any:
     from pipelines.training.modeling import peft_config
     from pipelines.training.trainers import build_trainer as build

@@ -26,8 +26,9 @@ from prefect import flow, get_run_logger, task
 
 from flows.train import _TASK, load_model, load_tokenizer, save_model, train, write_timings
 from pipelines.training.rollout import RolloutConfig
+from pipelines.errors import ConfigError
 from pipelines.files import staging_directory
-from pipelines.simulators.agenda import AgendaConfig
+from pipelines.simulators.agenda import SimulatorSpec
 from pipelines.training.config import TrainConfig, config_dict
 
 
@@ -45,8 +46,12 @@ class ConversationEnv:
     eval_split: str = "val"
     eval_goals: int = 8
     seed: int = 0
-    simulator: AgendaConfig = AgendaConfig()
+    simulator: SimulatorSpec = SimulatorSpec()
     rollout: RolloutConfig = RolloutConfig()
+
+    def __post_init__(self) -> None:
+        if self.simulator.kind != "agenda":  # the rollouts call the agenda user in-process
+            raise ConfigError(f"simulator.kind: US-GRPO rolls out with the agenda user simulator, got {self.simulator.kind!r}")
 
 
 def build_environment(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, list, list]:

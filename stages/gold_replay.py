@@ -102,7 +102,7 @@ def run(params: Mapping[str, Any], section: str = "gold_replay") -> dict:
     unverifiable = frozenset(d.dialogue_id for d in corpus.dialogues if not has_annotations(d))
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=config.seed) for d in corpus.dialogues]
-    simulator = AgendaSimulator(database, config.simulator.agenda())
+    simulator = AgendaSimulator(database, config.simulator)
     agent = ReplayAgent(get_format(config.agent_format), database=database)
     start = time.perf_counter()
     episodes = run_episodes_sync(specs, agent, simulator, database, RunnerConfig(max_exchanges=config.max_exchanges))

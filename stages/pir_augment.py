@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,32 +44,6 @@ from catalog import datasets
 # Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
-
-
-@dataclass(frozen=True)
-class PirAugmentParams:
-    """params.yaml ``pir``: the traces (a ``traces`` file, or built from the MultiWOZ
-    directory ``source``; the first ``max_traces``), the ``teacher`` and ``inserter`` backend
-    sections, the selection (``top_k_percent`` and ``scope``: :class:`PirConfig`), the outputs.
-    ``threads``: None takes the top-level params.yaml ``threads``."""
-
-    output: str
-    metrics: str
-    source: str | None = None
-    db_dir: str | None = None
-    traces: str | None = None
-    max_traces: int | None = None
-    seed: int = 0
-    teacher: Any = None
-    threads: int | None = None
-    top_k_percent: float = 20.0
-    scope: str = "trace"
-    inserter: Any = None
-    cache_dir: str | None = None
-    max_llm_failure_rate: float = DEFAULT_MAX_LLM_FAILURE_RATE
-
-
 def read_trace_file(path: Path) -> list[Trace]:
     """PIR-layout records from ``path``; DataError naming the file, record and field."""
     source = str(path)
@@ -89,7 +62,7 @@ def read_trace_file(path: Path) -> list[Trace]:
     return traces_from_records(records, source)
 
 
-def load_traces(params: PirAugmentParams) -> list[Trace]:
+def load_traces(params: PirConfig) -> list[Trace]:
     max_traces = positive_int(params.max_traces, "params.yaml pir.max_traces", optional=True)
     if params.traces:
         traces = read_trace_file(Path(params.traces))
@@ -106,7 +79,7 @@ def load_traces(params: PirAugmentParams) -> list[Trace]:
     return traces
 
 
-def make_inserter(params: PirAugmentParams, accounting: Accounting) -> RulesInserter | LLMInserter:
+def make_inserter(params: PirConfig, accounting: Accounting) -> RulesInserter | LLMInserter:
     backend = BackendConfig.from_dict("pir_inserter", params.inserter or {"backend": "rules"}, "pir.inserter")
     if backend.kind == "rules":
         return RulesInserter(params.seed)
@@ -114,7 +87,7 @@ def make_inserter(params: PirAugmentParams, accounting: Accounting) -> RulesInse
     return LLMInserter(client, backend.sampling, params.seed)
 
 
-def make_teacher(params: PirAugmentParams) -> tuple[HFBackend, str]:
+def make_teacher(params: PirConfig) -> tuple[HFBackend, str]:
     backend = BackendConfig.from_dict("pir_teacher", params.teacher or {}, "pir.teacher")
     if not Path(backend.hf.model_path).exists():
         raise ConfigError(f"params.yaml pir.teacher.model_path: {backend.hf.model_path} does not exist")
@@ -125,34 +98,30 @@ def make_teacher(params: PirAugmentParams) -> tuple[HFBackend, str]:
 
 
 def run(section: dict) -> dict:
-    params = from_params(PirAugmentParams, section, "params.yaml pir")
-    output, metrics_path = Path(params.output), Path(params.metrics)
-    try:
-        config = PirConfig(params.top_k_percent, params.scope)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"params.yaml pir: {exc}") from None
-    max_failure_rate = params.max_llm_failure_rate
+    config = from_params(PirConfig, section, "params.yaml pir")
+    output, metrics_path = Path(config.output), Path(config.metrics)
+    max_failure_rate = config.max_llm_failure_rate
     check_failure_rate(Accounting(), max_failure_rate, "params.yaml pir")
     accounting = Accounting()
-    inserter = make_inserter(params, accounting)  # a bad inserter section fails before the model loads
+    inserter = make_inserter(config, accounting)  # a bad inserter section fails before the model loads
     started = time.perf_counter()
     # A line at least every 30 s from here on: loading the teacher, then scoring the traces.
     with Progress(None, "pir_augment", unit="traces scored") as progress:
-        traces = load_traces(params)
+        traces = load_traces(config)
         if isinstance(inserter, RulesInserter) and any(t.user_goal is None for t in traces):
             raise ConfigError("params.yaml pir.inserter: the rules inserter needs the embedded traces (traces: null); "
                               "traces from a file need an openai inserter")
         import torch
 
-        if params.threads is not None:  # else the top-level params.yaml threads (stages/__init__.py)
-            torch.set_num_threads(params.threads)
-        teacher, teacher_name = make_teacher(params)
+        if config.threads is not None:  # else the top-level params.yaml threads (stages/__init__.py)
+            torch.set_num_threads(config.threads)
+        teacher, teacher_name = make_teacher(config)
         loaded = time.perf_counter()
         progress.update(0, len(traces))
         result = run_pir(traces, StepScorer(teacher, on_scored=progress.advance), inserter, config, teacher_name)
     check_failure_rate(accounting, max_failure_rate, "pir")
     scored = time.perf_counter()
-    datasets.save({"pir_traces": pir_table(result.rows)}, params)
+    datasets.save({"pir_traces": pir_table(result.rows)}, config)
     metrics = result.metrics
     metrics["llm"] = accounting.as_dict()
     write_json_atomic(metrics_path, metrics)

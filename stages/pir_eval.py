@@ -33,7 +33,7 @@ from catalog.io import from_params, read_params, write_json_atomic, write_text_a
 from pipelines.config import positive_int
 from pipelines.training.rollout import RolloutConfig
 from pipelines.errors import ConfigError
-from pipelines.simulators.agenda import AgendaConfig
+from pipelines.simulators.agenda import SimulatorSpec
 from stages.common import add_seeds_table_option, seeds_table_section
 from stages.entry import main_wrapper
 
@@ -53,12 +53,12 @@ class PirEvalParams:
     split: str = "test"
     max_goals: int = 20
     seed: int = 0
-    simulator: AgendaConfig = field(default_factory=AgendaConfig)
+    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     threads: int | None = None
 
 
-def check(params: Mapping[str, Any]) -> tuple[RolloutConfig, AgendaConfig, dict[str, str]]:
+def check(params: Mapping[str, Any]) -> tuple[RolloutConfig, SimulatorSpec, dict[str, str]]:
     config, models = pir_eval_params(params)
     return config.rollout, config.simulator, models
 
@@ -70,6 +70,8 @@ def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str,
     config = from_params(PirEvalParams, params, where)
     if not Path(config.source).exists():
         raise ConfigError(f"{where}.source: {config.source} does not exist")
+    if config.simulator.kind != "agenda":
+        raise ConfigError(f"{where}.simulator.kind: PIR's evaluation plays the agenda user simulator, got {config.simulator.kind!r}")
     models = config.models
     if not isinstance(models, Mapping) or not models:
         raise ConfigError(f"{where}.models: expected a mapping of name -> model directory")

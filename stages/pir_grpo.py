@@ -17,29 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from catalog.io import from_params, read_params
 from pipelines.errors import ConfigError
-from pipelines.training.config import DataSpec, DeviceSpec, GRPOObjective, ModelSpec, OptimSpec, OutputSpec, TrainConfig, with_training_seed
+from pipelines.training.config import NOT_IN_US_GRPO_SECTION, DataSpec, GRPOObjective, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, with_training_seed
 from stages.entry import main_wrapper
 
-
-
-@dataclass(frozen=True)
-class PirGrpoParams:
-    """params.yaml ``pir_train.grpo``; ``env``: :class:`flows.us_grpo.ConversationEnv`'s
-    fields (read there: the flow module is imported only when the stage runs)."""
-
-    env: Any
-    output: OutputSpec
-    model: ModelSpec = field(default_factory=ModelSpec)
-    optim: OptimSpec = field(default_factory=OptimSpec)
-    device: DeviceSpec = field(default_factory=DeviceSpec)
-    objective: GRPOObjective = field(default_factory=GRPOObjective)
-    allow_no_signal: Any = False  # true or false, checked by run() (its message names the choice)
 
 
 def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None,
@@ -51,18 +36,21 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
     from stages.common import judge_backend
 
     where = "params.yaml pir_train.grpo"
-    params = from_params(PirGrpoParams, section, where)
+    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_US_GRPO_SECTION)
+    missing = [key for key in ("env", "output") if key not in section]
+    if missing:
+        raise ConfigError(f"{where}: missing required key(s) {missing}")
     env = from_params(ConversationEnv, params.env, f"{where}.env")
     if not Path(env.source).exists():
         raise ConfigError(f"{where}.env.source: {env.source} does not exist")
     config = TrainConfig(
         method="grpo",
-        model=params.model,
+        model=from_params(ModelSpec, params.model, f"{where}.model"),
         data=DataSpec(sources=()),
-        output=params.output,
+        output=from_params(OutputSpec, params.output, f"{where}.output"),
         optim=params.optim,
         device=params.device,
-        objective=params.objective,
+        objective=from_params(GRPOObjective, params.objective, f"{where}.objective"),
         judge=judge_backend(llm),
     )
     if seed is not None:  # another training seed of the same run: its own outputs (``_s<seed>``)
@@ -86,7 +74,7 @@ def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None,
     from stages.common import configure_prefect
 
     config, env = grpo_config(section, llm, seed, start)
-    allow_no_signal = from_params(PirGrpoParams, section, "params.yaml pir_train.grpo").allow_no_signal
+    allow_no_signal = from_params(TrainSectionConfig, section, "params.yaml pir_train.grpo", without=NOT_IN_US_GRPO_SECTION).allow_no_signal
     if not isinstance(allow_no_signal, bool):
         raise ConfigError(f"params.yaml pir_train.grpo.allow_no_signal: true or false, got {allow_no_signal!r}")
     configure_prefect(Path.cwd())

@@ -52,20 +52,18 @@ import argparse
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.training.config import (
+    NOT_IN_STAGE_SECTION,
     OBJECTIVES,
     DataSpec,
-    DeviceSpec,
-    EvalSpec,
     ModelSpec,
-    OptimSpec,
     OutputSpec,
     TrainConfig,
+    TrainSectionConfig,
     with_training_seed,
 )
 from pipelines.preflight.inputs import check_schema_name
@@ -74,25 +72,6 @@ from pipelines.preflight import check_data, check_method, check_numbers, preflig
 from stages.common import apply_policy, configure_prefect, configure_threads, judge_backend
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_json, read_params, write_json_atomic, write_text_atomic
-
-
-@dataclass(frozen=True)
-class TrainSectionParams:
-    """A training section (params.yaml ``train.<method>``, ``l2a.train.sft``, ...): what
-    :class:`TrainConfig` is built from (``data`` joined by the shared ``holdout``;
-    ``objective``: the method's; ``output`` None: the method's defaults), and the switches for
-    sources without rows (not TrainConfig's: the run ends before it trains): ``allow_empty``
-    and ``source_report``."""
-
-    model: ModelSpec = field(default_factory=ModelSpec)
-    data: Any = None
-    output: Any = None
-    optim: OptimSpec = field(default_factory=OptimSpec)
-    device: DeviceSpec = field(default_factory=DeviceSpec)
-    eval: EvalSpec = field(default_factory=EvalSpec)
-    objective: Any = None
-    allow_empty: bool = False
-    source_report: str | None = None
 
 
 def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,
@@ -111,7 +90,7 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
     if policy:
         section = apply_policy(section, method, policy)
     where = f"params.yaml train.{name}"
-    settings = from_params(TrainSectionParams, section, where)
+    settings = from_params(TrainSectionConfig, section, where, without=NOT_IN_STAGE_SECTION)
     data = dict(settings.data or {})
     if "holdout" in data:
         raise ConfigError(f"{where}.data.holdout: the hold-out is shared; set it in train.holdout")
@@ -121,7 +100,7 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
     output = settings.output
     config = TrainConfig(
         method=method,
-        model=settings.model,
+        model=from_params(ModelSpec, settings.model, f"{where}.model"),
         data=from_params(DataSpec, data, f"{where}.data"),
         output=from_params(OutputSpec, output, f"{where}.output") if output else OutputSpec.for_method(method),
         optim=settings.optim,
@@ -170,7 +149,7 @@ def _no_rows(config: TrainConfig, section: Mapping[str, Any], name: str) -> dict
     touched: with the section's ``allow_empty: true``, the declared outputs say nothing was
     trained (the model directory holds only NOT_TRAINED.json) and the report is returned;
     without it, an error naming the files. None when there are rows to train on."""
-    settings = from_params(TrainSectionParams, section, f"params.yaml train.{name}")
+    settings = from_params(TrainSectionConfig, section, f"params.yaml train.{name}", without=NOT_IN_STAGE_SECTION)
     allow_empty, source_report = settings.allow_empty, settings.source_report
     if not all(Path(source.path).is_file() for source in config.data.sources):
         return None  # preflight names the missing file

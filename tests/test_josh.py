@@ -34,7 +34,7 @@ from pipelines.josh.goals import JoshGoal, evaluation_goals, harvest_goals, tool
 from pipelines.josh.tables import JOSH_KTO, JOSH_SFT, JOSH_TREES, josh_tables, kto_rows, sft_rows
 from pipelines.artifacts.validate import validate
 from pipelines.env.tools import Database
-from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
+from pipelines.simulators.agenda import SimulatorSpec, AgendaSimulator
 from tests.test_toolwoz import CHINESE_GOAL, DB, ENTITIES, belief, dialogue, shared_file
 
 # --------------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ SAY = AgentAction.respond("Done.")
 
 def _harvest(script, config=BeamConfig(max_beam=8, branching_factor=2, max_turns=4)) -> tuple[JoshTree, ScriptedAgent]:
     agent = ScriptedAgent(script)
-    simulator = AgendaSimulator(Database(ENTITIES), AgendaConfig(max_stalled_turns=10))
+    simulator = AgendaSimulator(Database(ENTITIES), SimulatorSpec(max_stalled_turns=10))
     return asyncio.run(harvest_tree(_goal(), agent, simulator, DB, config)), agent
 
 
@@ -272,7 +272,7 @@ def test_beam_grows_to_max_beam_then_one_child_per_leaf_and_keeps_late_branches(
 def test_a_conversation_the_user_ends_stays_a_leaf():
     # The agenda user gives up after max_stalled_turns turns without progress.
     agent = ScriptedAgent({})
-    simulator = AgendaSimulator(Database(ENTITIES), AgendaConfig(max_stalled_turns=1))
+    simulator = AgendaSimulator(Database(ENTITIES), SimulatorSpec(max_stalled_turns=1))
     tree = asyncio.run(harvest_tree(_goal(), agent, simulator, DB, BeamConfig(max_turns=6)))
     ended = [n for n in tree.nodes if n.status == ENDED]
     assert ended and all(n.ended_by == "user_end" for n in ended)
@@ -288,7 +288,7 @@ def test_rules_agent_branches_differ_and_reruns_repeat(small_corpus):
     database = ToolWozDatabase(small_corpus.entities)
     goals = harvest_goals(toolwoz_goals(small_corpus.dialogues, small_corpus.splits, database), 6)
     agent = RulesToolWozAgent(database, get_format("react", toolwoz_tools()), RulesPolicy(p_ask=0.4, p_keep=0.7, p_wrong=0.2))
-    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), AgendaConfig())
+    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), SimulatorSpec())
     config = BeamConfig(max_turns=6)
 
     def run() -> list[JoshTree]:
@@ -317,7 +317,7 @@ def rules_agent_calls(corpus) -> list[dict]:
         database = ToolWozDatabase(corpus.entities)
         goals = harvest_goals(toolwoz_goals(corpus.dialogues, corpus.splits, database), 8)
         agent = RulesToolWozAgent(database, get_format("react", toolwoz_tools()))
-        simulator = AgendaSimulator(Database(corpus.entities, corpus.taxi_options), AgendaConfig())
+        simulator = AgendaSimulator(Database(corpus.entities, corpus.taxi_options), SimulatorSpec())
         for goal in goals:
             tree = asyncio.run(harvest_tree(goal, agent, simulator, database, BeamConfig(max_turns=5)))
             _CALLS.extend(e for n in tree.nodes for e in n.events if e["kind"] == "tool_call")
@@ -417,7 +417,7 @@ class OneTurnAgent:
 def test_toolwoz_evaluation_scores_average_reward_and_full_success():
     from pipelines.josh.evaluate import play_toolwoz, toolwoz_scores
 
-    simulator = AgendaSimulator(Database(ENTITIES), AgendaConfig(max_stalled_turns=2))
+    simulator = AgendaSimulator(Database(ENTITIES), SimulatorSpec(max_stalled_turns=2))
     goal = _goal()
     calls = []
     full = asyncio.run(play_toolwoz([goal], OneTurnAgent([SEARCH, BOOK, SAY]), simulator, DB, seeds=(0, 1), max_turns=4,
@@ -440,7 +440,7 @@ def test_all_leaves_of_all_trees_in_a_round_go_to_the_agent_as_one_call(small_co
     database = ToolWozDatabase(small_corpus.entities)
     goals = harvest_goals(toolwoz_goals(small_corpus.dialogues, small_corpus.splits, database), 4)
     agent = RulesToolWozAgent(database, get_format("react", toolwoz_tools()))
-    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), AgendaConfig())
+    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), SimulatorSpec())
     config = BeamConfig(max_turns=5)
     together, alone = RoundBatcher(agent), RoundBatcher(agent)
     trees = asyncio.run(harvest(goals, together, simulator, database, config, concurrency=4))
@@ -461,7 +461,7 @@ def test_an_endpoint_agent_has_no_round_barrier_between_trees(small_corpus):
     database = ToolWozDatabase(small_corpus.entities)
     goals = harvest_goals(toolwoz_goals(small_corpus.dialogues, small_corpus.splits, database), 2)
     rules = RulesToolWozAgent(database, get_format("react", toolwoz_tools()))
-    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), AgendaConfig())
+    simulator = AgendaSimulator(Database(small_corpus.entities, small_corpus.taxi_options), SimulatorSpec())
     config = BeamConfig(max_turns=4)
     slow, fast = goals[0].goal_id, goals[1].goal_id
 

@@ -256,8 +256,10 @@ def test_the_key_set_checker(tmp_path: Path, source: str, bad: bool) -> None:
 # Config-like dataclasses (names ending Config, Spec, Params, Settings or Objective) in the four
 # layers. Issue 31 asks for at most 25; the typed stage sections that replaced the stages' key
 # sets took the count from 56 to 73, one SimulatorSpec for evaluate, gold replays and JOSH to 71
-# (2026-11-27). A ratchet: it may only go down.
-CONFIG_DATACLASSES_CEILING = 71
+# (2026-11-27); 66 on 2026-11-28 (one SimulatorSpec for the agenda settings too, the resolved
+# device a DeviceSpec, the pir section is PirConfig, one TrainSectionConfig for the stages',
+# US-GRPO's and the GPU profiles' training sections). A ratchet: it may only go down.
+CONFIG_DATACLASSES_CEILING = 66
 
 
 def _name(node: ast.expr) -> str | None:

@@ -743,7 +743,7 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     simulator settings); every failure gets a cause, and the success rate does not fall
     below what was measured (0.8238 before issue 18's second round, 0.8559 after, 0.8669
     after its third)."""
-    from pipelines.simulators.agenda import AgendaConfig
+    from pipelines.simulators.agenda import SimulatorSpec
     from catalog.io import read_params
     from catalog.multiwoz_dir import load_multiwoz
     from tests.conftest import REPO
@@ -752,7 +752,7 @@ def test_gold_replay_of_the_real_validation_dialogues(real_val_dir, real_db_dir)
     corpus = load_multiwoz(real_val_dir, real_db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     specs = [EpisodeSpec.from_dialogue(d, seed=0) for d in corpus.dialogues]
-    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database, AgendaConfig(**settings)), database)
+    episodes = run_episodes_sync(specs, ReplayAgent(get_format("speakrl"), database=database), AgendaSimulator(database, SimulatorSpec(**settings)), database)
     assert len(episodes) == 999
     success = sum(e.success for e in episodes) / len(episodes)
     assert success >= 0.86, success

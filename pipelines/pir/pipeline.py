@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pipelines.errors import ConfigError
 from pipelines.stats import LEVEL, interval, resample_indices, resampled_ratios
 from pipelines.pir.entropy import SCOPES, Scope, Scorer, StepScores, fidelity, score_steps, select_top_k
 from pipelines.pir.insertion import Inserter, Insertion, Skipped
@@ -24,16 +25,41 @@ from pipelines.pir.traces import Trace
 SWEEP_K: tuple[float, ...] = (10, 20, 30)
 
 
+DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
+
+
 @dataclass(frozen=True)
 class PirConfig:
-    k_percent: float = 20.0
-    scope: Scope = "trace"
+    """params.yaml ``pir`` (stage ``pir_augment``): the traces (a ``traces`` file, or built from
+    the MultiWOZ directory ``source``; the first ``max_traces``), the ``teacher`` and
+    ``inserter`` backend sections, the selection (``top_k_percent`` of the steps, per trace or
+    over the corpus: ``scope``), the outputs. ``threads``: None takes the top-level
+    params.yaml ``threads``."""
+
+    output: str
+    metrics: str
+    source: str | None = None
+    db_dir: str | None = None
+    traces: str | None = None
+    max_traces: int | None = None
+    seed: int = 0
+    teacher: Any = None
+    threads: int | None = None
+    top_k_percent: float = 20.0
+    scope: str = "trace"
+    inserter: Any = None
+    cache_dir: str | None = None
+    max_llm_failure_rate: float = DEFAULT_MAX_LLM_FAILURE_RATE
 
     def __post_init__(self) -> None:
-        if not 0 < self.k_percent <= 100:
-            raise ValueError(f"top_k_percent must be in (0, 100], got {self.k_percent!r}")
+        if not 0 < self.top_k_percent <= 100:
+            raise ConfigError(f"top_k_percent must be in (0, 100], got {self.top_k_percent!r}")
         if self.scope not in SCOPES:
-            raise ValueError(f"scope must be one of {list(SCOPES)}, got {self.scope!r}")
+            raise ConfigError(f"scope must be one of {list(SCOPES)}, got {self.scope!r}")
+
+    @property
+    def k_percent(self) -> float:
+        return self.top_k_percent
 
 
 @dataclass

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 
 from pipelines.config import positive_int
 from pipelines.errors import ConfigError
-from pipelines.training.config import METHODS, OBJECTIVES, GRPOObjective, TrainConfig
+from pipelines.training.config import METHODS, OBJECTIVES, DeviceSpec, GRPOObjective, TrainConfig
 from pipelines.training.data import JOIN_COLUMN, reward_columns, source_layout
-from pipelines.training.device import DeviceSettings, Machine, resolve_device
+from pipelines.training.device import Machine, resolve_device
 from pipelines.preflight.inputs import check_inputs, check_schema_name
 from pipelines.training.trainers import reward_functions
 
@@ -117,7 +117,7 @@ def _check_prompts_from(config: TrainConfig, path: str, prompts_from: str, colum
         raise ConfigError(f"{config.method}: prompts_from {prompts_from!r} lacks column(s) {', '.join(map(repr, missing))}")
 
 
-def preflight(config: TrainConfig, machine: Machine | None = None, *, validate_inputs: bool = True) -> DeviceSettings:
+def preflight(config: TrainConfig, machine: Machine | None = None, *, validate_inputs: bool = True) -> DeviceSpec:
     """Every check; the device settings the run will use. ``validate_inputs=False`` leaves out
     reading every row through its expectation suite, for inputs validated before they were
     carried (the GPU job validates them when it is packed: its node has no Great Expectations)."""

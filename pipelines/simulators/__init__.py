@@ -1,7 +1,7 @@
 """User simulators: the agenda simulator (rules) and the JOSH goal / guide LLM simulators,
 with PIR-style failure protection. ``base`` holds the contract with the dialogue runner."""
 
-from pipelines.simulators.agenda import AgendaConfig, AgendaSession, AgendaSimulator
+from pipelines.simulators.agenda import SimulatorSpec, AgendaSession, AgendaSimulator
 from pipelines.simulators.base import END_CONVERSATION, SimulatorSession, UserSimulator, UserTurn
 from pipelines.simulators.factory import SIMULATOR_KINDS, simulator_from_config
 from pipelines.simulators.goals import goal_instructions, pursuit_order, render_goal, strip_markup
@@ -25,7 +25,7 @@ from pipelines.simulators.protection import (
 )
 
 __all__ = [
-    "AgendaConfig",
+    "SimulatorSpec",
     "AgendaSession",
     "AgendaSimulator",
     "END_CONVERSATION",

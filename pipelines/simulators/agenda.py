@@ -71,38 +71,29 @@ _DESCRIBING: tuple[str, ...] = ("address", "phone", "postcode", "area", "type", 
 
 
 @dataclass(frozen=True)
-class AgendaConfig:
-    """``verbosity``: how much the user says around the content (greetings, thanks).
-    ``noise``: probability per turn of a surface perturbation (dropped niceties, casual
-    spelling, one misspelt word that is not a value). ``max_stalled_turns``: consecutive
-    agent turns without progress after which the user gives up."""
+class SimulatorSpec:
+    """A params ``simulator`` section (``evaluate``, the gold replays, JOSH, PIR's evaluation,
+    US-GRPO): ``kind`` (``agenda``, the rules simulator and the default; ``goal_llm`` or
+    ``guide_llm``, the ``user_simulator`` LLM role) and the agenda user's settings, which the
+    LLM simulators fall back to. ``verbosity``: how much the user says around the content
+    (greetings, thanks). ``noise``: probability per turn of a surface perturbation (dropped
+    niceties, casual spelling, one misspelt word that is not a value). ``max_stalled_turns``:
+    consecutive agent turns without progress after which the user gives up.
+
+    >>> SimulatorSpec(kind="goal_llm", noise=0.1)
+    SimulatorSpec(verbosity='normal', noise=0.1, max_stalled_turns=4, kind='goal_llm')
+    """
 
     verbosity: Verbosity = "normal"
     noise: float = 0.0
     max_stalled_turns: int = 4
+    kind: str = field(default="agenda", metadata={"omit_if_default": True})  # see training.config.config_dict
 
     def __post_init__(self) -> None:
         if self.verbosity not in VERBOSITIES:
             raise ConfigError(f"verbosity: expected one of {list(VERBOSITIES)}, got {self.verbosity!r}")
         rate(self.noise, "noise")
         positive_int(self.max_stalled_turns, "max_stalled_turns")
-
-
-@dataclass(frozen=True)
-class SimulatorSpec(AgendaConfig):
-    """A params ``simulator`` section (``evaluate``, the gold replays, JOSH): ``kind``
-    (``agenda``, the rules simulator and the default; ``goal_llm`` or ``guide_llm``, the
-    ``user_simulator`` LLM role) and the agenda settings, which the LLM simulators fall back to.
-
-    >>> SimulatorSpec(kind="goal_llm", noise=0.1).agenda()
-    AgendaConfig(verbosity='normal', noise=0.1, max_stalled_turns=4)
-    """
-
-    kind: str = "agenda"
-
-    def agenda(self) -> AgendaConfig:
-        """The agenda settings alone."""
-        return AgendaConfig(verbosity=self.verbosity, noise=self.noise, max_stalled_turns=self.max_stalled_turns)
 
 
 def _constraints(values: Mapping[str, str]) -> dict[str, str]:
@@ -257,7 +248,7 @@ class AgendaSimulator:
 
     name = "agenda"
 
-    def __init__(self, database: Database, config: AgendaConfig = AgendaConfig()):
+    def __init__(self, database: Database, config: SimulatorSpec = SimulatorSpec()):
         self.database = database
         self.config = config
         self.reader = AgentReader(database)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.llm import LLMClient
-from pipelines.simulators.agenda import AgendaConfig, AgendaSimulator
+from pipelines.simulators.agenda import SimulatorSpec, AgendaSimulator
 from pipelines.simulators.base import UserSimulator
 from pipelines.simulators.llm import GoalLLMSimulator, GuideLLMSimulator, LLMSimulatorConfig
 from pipelines.simulators.protection import ProtectionConfig, ProtectedSimulator
@@ -23,7 +23,7 @@ def simulator_from_config(
     *,
     database: Database | None = None,
     client: LLMClient | None = None,
-    agenda: AgendaConfig = AgendaConfig(),
+    agenda: SimulatorSpec = SimulatorSpec(),
     llm: LLMSimulatorConfig = LLMSimulatorConfig(),
     protection: ProtectionConfig | None = ProtectionConfig(),
 ) -> UserSimulator:

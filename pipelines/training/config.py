@@ -221,7 +221,10 @@ class DeviceSpec:
     ``threads``: torch CPU threads (None: torch's default, one per core). ``data_workers``:
     processes that prepare the training rows (prompt fitting, the trainer's tokenization);
     None: one, in the training process. A GPU node's idle cores pay for this: fitting every
-    SpeakER prompt took 2 of the H100 job's 6 SFT minutes on one core."""
+    SpeakER prompt took 2 of the H100 job's 6 SFT minutes on one core. ``accelerator``:
+    None runs on what the machine has; ``cuda`` or ``cpu`` requires it (a run that must not
+    fall back to the CPU). :func:`pipelines.training.device.resolve_device` returns this
+    class with every choice made."""
 
     bf16: bool | None = None
     gradient_checkpointing: bool | None = None
@@ -229,6 +232,7 @@ class DeviceSpec:
     vllm_mode: str = "colocate"
     threads: int | None = None
     data_workers: int | None = None
+    accelerator: str | None = field(default=None, metadata={"omit_if_none": True})  # cards written before it stay the same
 
 
 # --- Objectives ------------------------------------------------------------------------------
@@ -332,6 +336,43 @@ class OutputSpec:
 
 
 @dataclass(frozen=True)
+class TrainSectionConfig:
+    """A training section as params.yaml writes it (``train.<method>``, ``l2a.train.sft``,
+    ``clarifier.train.grpo``, ``pir_train.grpo``, a GPU profile's ``sft`` / ``grpo``): what
+    :class:`TrainConfig` is built from. Every reader takes ``model``, ``optim``, ``device``,
+    ``objective`` (the method's, read by its reader) and refuses, as unknown keys, the fields
+    it does not take:
+
+    * the stages' Parquet-trained sections: ``data`` (joined by the shared ``holdout``),
+      ``eval``, ``output`` (None: the method's defaults), ``allow_empty`` and
+      ``source_report`` (sources without rows: the run ends before it trains);
+    * US-GRPO (``pir_train.grpo``): ``env`` (``flows.us_grpo.ConversationEnv``'s fields),
+      ``output``, ``allow_no_signal`` (true or false, checked where the run ends);
+    * a GPU profile: ``data``, ``eval``, ``epochs`` (-> max_steps) and ``sampler``; no
+      ``output``: the job's."""
+
+    model: Any = None
+    data: Any = None
+    output: Any = None
+    optim: OptimSpec = OptimSpec()
+    device: DeviceSpec = DeviceSpec()
+    eval: EvalSpec = EvalSpec()
+    objective: Any = None
+    allow_empty: bool = False
+    source_report: str | None = None
+    env: Any = None
+    allow_no_signal: Any = False
+    epochs: int | float | None = None
+    sampler: str | None = None
+
+
+#: What each reader of a training section does not take (:class:`TrainSectionConfig`).
+NOT_IN_STAGE_SECTION = ("env", "allow_no_signal", "epochs", "sampler")
+NOT_IN_US_GRPO_SECTION = ("data", "eval", "allow_empty", "source_report", "epochs", "sampler")
+NOT_IN_GPU_SECTION = ("output", "allow_empty", "source_report", "env", "allow_no_signal")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """One training run. ``objective`` None means the method's defaults."""
 
@@ -352,10 +393,13 @@ class TrainConfig:
 
 
 def config_dict(config: Any) -> Any:
-    """A config as plain JSON-able data (dicts, lists, scalars), for reports and model cards."""
+    """A config as plain JSON-able data (dicts, lists, scalars), for reports and model cards.
+    A field marked ``omit_if_none`` / ``omit_if_default`` is left out when None / its default:
+    a field added later then leaves the cards and reports written before it unchanged."""
     if is_dataclass(config) and not isinstance(config, type):
         return {f.name: config_dict(getattr(config, f.name)) for f in fields(config)
-                if not (f.metadata.get("omit_if_none") and getattr(config, f.name) is None)}
+                if not (f.metadata.get("omit_if_none") and getattr(config, f.name) is None)
+                and not (f.metadata.get("omit_if_default") and getattr(config, f.name) == f.default)}
     if isinstance(config, (tuple, list)):
         return [config_dict(item) for item in config]
     if isinstance(config, Mapping):
@@ -385,6 +429,7 @@ __all__ = [
     "SourceSpec",
     "ToolResultsSpec",
     "TrainConfig",
+    "TrainSectionConfig",
     "config_dict",
 ]
 

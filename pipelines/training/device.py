@@ -34,25 +34,17 @@ class Machine:
         return cls("cpu", False, 0)
 
 
-@dataclass(frozen=True)
-class DeviceSettings:
-    """The resolved settings a run uses."""
-
-    accelerator: str
-    bf16: bool
-    gradient_checkpointing: bool
-    use_vllm: bool
-    vllm_mode: str
-    threads: int | None = None
-    data_workers: int | None = None
-
-
 VLLM_MODES = ("colocate", "server")
 
 
-def resolve_device(spec: DeviceSpec, model: ModelSpec, method: str, machine: Machine) -> DeviceSettings:
-    """``spec`` made concrete for ``machine``; ConfigError for what the machine cannot do."""
+def resolve_device(spec: DeviceSpec, model: ModelSpec, method: str, machine: Machine) -> DeviceSpec:
+    """``spec`` made concrete for ``machine`` (every None chosen, ``accelerator`` set);
+    ConfigError for what the machine cannot do."""
     gpu = machine.accelerator == "cuda"
+    if spec.accelerator is not None and spec.accelerator != machine.accelerator:
+        if spec.accelerator not in ("cuda", "cpu"):
+            raise ConfigError(f"device.accelerator must be cuda, cpu or null (what the machine has), got {spec.accelerator!r}")
+        raise ConfigError(f"device.accelerator is {spec.accelerator} but this machine runs on {machine.accelerator}")
     if spec.bf16 and not machine.bf16_supported:
         where = "a CPU-only machine" if not gpu else "this GPU"
         raise ConfigError(f"device.bf16 is true but {where} does not support bf16; set it to false or leave it unset (auto)")
@@ -76,7 +68,7 @@ def resolve_device(spec: DeviceSpec, model: ModelSpec, method: str, machine: Mac
     checkpointing = gpu if spec.gradient_checkpointing is None else spec.gradient_checkpointing
     for key in ("threads", "data_workers"):
         positive_int(getattr(spec, key), f"device.{key}", optional=True)
-    return DeviceSettings(machine.accelerator, bf16, checkpointing, spec.use_vllm, spec.vllm_mode, spec.threads, spec.data_workers)
+    return DeviceSpec(bf16, checkpointing, spec.use_vllm, spec.vllm_mode, spec.threads, spec.data_workers, machine.accelerator)
 
 
-__all__ = ["DeviceSettings", "Machine", "VLLM_MODES", "resolve_device"]
+__all__ = ["Machine", "VLLM_MODES", "resolve_device"]

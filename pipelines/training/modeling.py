@@ -15,7 +15,7 @@ from typing import Any
 
 from pipelines.errors import ConfigError
 from pipelines.training.config import LoraSpec, ModelSpec, QuantizationSpec
-from pipelines.training.device import DeviceSettings
+from pipelines.training.config import DeviceSpec
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def quantization_config(spec: QuantizationSpec) -> Any:
     )
 
 
-def load_model(spec: ModelSpec, device: DeviceSettings) -> Any:
+def load_model(spec: ModelSpec, device: DeviceSpec) -> Any:
     """The starting model, in bf16 when the run is, on the run's device."""
     import torch
     from transformers import AutoModelForCausalLM

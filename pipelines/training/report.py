@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from pipelines.training.config import TrainConfig
 from pipelines.training.data import SourceRows
-from pipelines.training.device import DeviceSettings
+from pipelines.training.config import DeviceSpec
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def deltas(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, flo
 
 def training_report(
     config: TrainConfig,
-    device: DeviceSettings,
+    device: DeviceSpec,
     parameters: Mapping[str, int],
     sources: Sequence[SourceRows],
     train_examples: int,

@@ -12,10 +12,10 @@ from typing import Any, Callable, Sequence
 from pipelines.errors import ConfigError
 from pipelines.rewards import resolve_reward
 from pipelines.training.config import DPOObjective, GRPOObjective, KTOObjective, SFTObjective, TrainConfig
-from pipelines.training.device import DeviceSettings
+from pipelines.training.config import DeviceSpec
 
 
-def training_arguments(config: TrainConfig, device: DeviceSettings, output_dir: str) -> dict[str, Any]:
+def training_arguments(config: TrainConfig, device: DeviceSpec, output_dir: str) -> dict[str, Any]:
     """The ``TrainingArguments`` every method shares."""
     from transformers import TrainingArguments
 
@@ -79,7 +79,7 @@ def reward_name(function: Callable[..., Any]) -> str:
 
 def build_trainer(
     config: TrainConfig,
-    device: DeviceSettings,
+    device: DeviceSpec,
     model: Any,
     tokenizer: Any,
     train_dataset: Any,
@@ -108,7 +108,7 @@ def build_trainer(
     return trainer
 
 
-def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSettings, judge: Any = None) -> Any:
+def _trainer(objective: Any, common: dict[str, Any], shared: dict[str, Any], device: DeviceSpec, judge: Any = None) -> Any:
     """The objective's TRL config (``common``: the TrainingArguments every method shares)
     and trainer (``shared``: the arguments every trainer takes)."""
     # The trainers that tokenize their dataset do it in device.data_workers processes.

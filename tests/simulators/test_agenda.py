@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from pipelines.errors import ConfigError
-from pipelines.simulators import END_CONVERSATION, AgendaConfig, AgendaSimulator, UserTurn
+from pipelines.simulators import END_CONVERSATION, SimulatorSpec, AgendaSimulator, UserTurn
 
 from .conftest import domain_goal, make_goal, run
 
@@ -21,7 +21,7 @@ TAXI = domain_goal("taxi", {"departure": "the golden curry", "destination": "kin
 BOOKED_RESTAURANT = domain_goal("restaurant", {"food": "indian", "area": "north"}, book={"people": "3", "day": "sunday", "time": "19:30"})
 
 
-def new_session(db, *domains, seed=0, config=AgendaConfig(), message=()):
+def new_session(db, *domains, seed=0, config=SimulatorSpec(), message=()):
     return AgendaSimulator(db, config).session(make_goal(*domains, message=message), seed)
 
 
@@ -276,14 +276,14 @@ def test_the_user_gives_up_after_repeated_agent_failure(tiny_db):
     assert [t.end for t in turns] == [False, False, False, True]
     assert not session.done
 
-    patient = new_session(tiny_db, domain_goal("attraction", {"type": "college"}), config=AgendaConfig(max_stalled_turns=2))
+    patient = new_session(tiny_db, domain_goal("attraction", {"type": "college"}), config=SimulatorSpec(max_stalled_turns=2))
     run(patient.opening())
     assert [say(patient, "Hmm.").end for _ in range(2)] == [False, True]
 
 
 def test_progress_resets_the_count_of_failed_turns(tiny_db):
     session = new_session(tiny_db, domain_goal("restaurant", {"food": "indian", "area": "north"}, reqt=("phone", "postcode")),
-                          config=AgendaConfig(max_stalled_turns=2))
+                          config=SimulatorSpec(max_stalled_turns=2))
     run(session.opening())
     assert not say(session, "Hmm.").end  # at most the first turn without progress
     assert not say(session, "The nirala is in the north.").end  # progress: an offer
@@ -337,14 +337,14 @@ def test_a_fork_is_independent_of_its_parent(tiny_db):
 
 
 def test_noise_never_touches_values(tiny_db):
-    simulator = AgendaSimulator(tiny_db, AgendaConfig(verbosity="verbose", noise=1.0))
+    simulator = AgendaSimulator(tiny_db, SimulatorSpec(verbosity="verbose", noise=1.0))
     goal = make_goal(BOOKED_RESTAURANT)
     agent = ("What price range?", "The nirala is in the north. Shall I book it?", "Booked, reference number 1234ABCD.")
     changed = 0
     for seed in range(30):
         session = simulator.session(goal, seed=seed)
         turns = [run(session.opening())] + [say(session, text) for text in agent]
-        clean = AgendaSimulator(tiny_db, AgendaConfig(verbosity="verbose")).session(goal, seed=seed)
+        clean = AgendaSimulator(tiny_db, SimulatorSpec(verbosity="verbose")).session(goal, seed=seed)
         changed += run(clean.opening()).text != turns[0].text
         for turn in turns:
             for act in turn.acts:
@@ -355,7 +355,7 @@ def test_noise_never_touches_values(tiny_db):
 
 def test_verbosity_changes_how_much_is_said(tiny_db):
     def mean_length(verbosity: str) -> float:
-        simulator = AgendaSimulator(tiny_db, AgendaConfig(verbosity=verbosity))
+        simulator = AgendaSimulator(tiny_db, SimulatorSpec(verbosity=verbosity))
         lengths = [len(" ".join(text for text, _, _ in transcript(simulator.session(make_goal(RESTAURANT), seed=s))))
                    for s in range(10)]
         return statistics.mean(lengths)
@@ -367,4 +367,4 @@ def test_verbosity_changes_how_much_is_said(tiny_db):
                                     {"max_stalled_turns": True}])
 def test_bad_agenda_configuration_is_rejected(fields):
     with pytest.raises(ConfigError):
-        AgendaConfig(**fields)
+        SimulatorSpec(**fields)

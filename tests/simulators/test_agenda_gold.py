@@ -20,7 +20,7 @@ from pipelines.env.tools import Database, ToolEnvironment
 from pipelines.multiwoz.embedded import generate_corpus
 from pipelines.multiwoz.parse import parse_database, parse_dialogues
 from pipelines.records import Dialogue
-from pipelines.simulators import AgendaConfig, AgendaSimulator
+from pipelines.simulators import SimulatorSpec, AgendaSimulator
 
 from .conftest import run
 
@@ -77,7 +77,7 @@ def _check(outcomes: list[Outcome]) -> None:
 
 
 @pytest.mark.parametrize("seed", [7, 23])
-@pytest.mark.parametrize("config", [AgendaConfig(), AgendaConfig(verbosity="verbose", noise=0.3)], ids=["normal", "noisy"])
+@pytest.mark.parametrize("config", [SimulatorSpec(), SimulatorSpec(verbosity="verbose", noise=0.3)], ids=["normal", "noisy"])
 def test_gold_system_turns_lead_the_simulator_to_the_end(seed, config):
     dialogues, database = _corpus(seed)
     simulator = AgendaSimulator(database, config)

@@ -110,6 +110,13 @@ def test_device_settings_follow_the_machine():
         resolve_device(DeviceSpec(use_vllm=True), model, "grpo", CPU)
     with pytest.raises(ConfigError, match="use_vllm is for grpo"):
         resolve_device(DeviceSpec(use_vllm=True), model, "dpo", GPU)
+    # resolved: every choice made, the accelerator the run uses
+    assert resolve_device(auto, model, "sft", GPU).accelerator == "cuda" and auto.accelerator is None
+    assert resolve_device(DeviceSpec(accelerator="cpu"), model, "sft", CPU).accelerator == "cpu"
+    with pytest.raises(ConfigError, match="device.accelerator is cuda but this machine runs on cpu"):
+        resolve_device(DeviceSpec(accelerator="cuda"), model, "sft", CPU)
+    with pytest.raises(ConfigError, match="must be cuda, cpu or null"):
+        resolve_device(DeviceSpec(accelerator="tpu"), model, "sft", CPU)
 
 
 def test_the_stage_exits_1_with_the_message(tiny_model_dir, tiny_data_dir, tmp_path):

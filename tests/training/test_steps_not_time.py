@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pipelines.training.config import METHODS
-from pipelines.training.device import DeviceSettings
+from pipelines.training.config import DeviceSpec
 from pipelines.training.report import TrainSummary, training_report
 from stages.train import train_config
 
@@ -27,6 +27,6 @@ def test_a_run_a_time_cap_ended_is_reported_incomplete(stopped_by, complete):
     config = train_config("sft", PARAMS["train"])
     summary = TrainSummary(steps=3 if complete else 2, max_steps=3, stopped_by=stopped_by, epochs=0.1,
                            mean_loss=1.0, final_loss=0.9, runtime_s=1.0, curve=())
-    device = DeviceSettings(accelerator="cpu", bf16=False, gradient_checkpointing=False, use_vllm=False, vllm_mode="server")
+    device = DeviceSpec(accelerator="cpu", bf16=False, gradient_checkpointing=False, use_vllm=False, vllm_mode="server")
     report = training_report(config, device, {"total": 10, "trainable": 10}, [], 8, summary, None, {})
     assert report["train"]["complete"] is complete and report["train"]["stopped_by"] == stopped_by
