@@ -386,7 +386,7 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
         from catalog.io import write_text_atomic
 
         write_text_atomic(readme, readme_with_results(readme.read_text(encoding="utf-8"), results_markdown(root)))
-        log(f"gpu import: README.md's GPU results table rewritten from reports/gpu/")
+        log("gpu import: README.md's GPU results table rewritten from reports/gpu/")
     return dest
 
 

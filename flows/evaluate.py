@@ -159,16 +159,19 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
     simulator = build_simulator(config, database, simulator_client)
     started = time.monotonic()
     scores: dict[str, list[list[Any]]] = {}
+    summaries: dict[str, list[dict[str, Any]]] = {}  # each training seed's Avg@k, as score() logged it
     faults: dict[str, dict[str, Any]] = {}
     episodes: list[Any] = []
     timings: dict[str, Any] = {"models": {}}
-    for row, specs in config.rows().items():
-        scores[row], played_row = [], []
+    rows = config.rows()
+    for row, specs in rows.items():
+        scores[row], summaries[row], played_row = [], [], []
         for spec in specs:  # one per training seed of the row
             agent = load_policy(config, spec)
             played, wall_s = play(config, agent, goals, simulator, database)
             summary, seed_scores = score(spec.name, played, goals, wall_s)
             scores[row].append(seed_scores)
+            summaries[row].append(summary)
             timings["models"][spec.name] = {
                 "episodes": len(played), "wall_s": round(wall_s, 2),
                 "dialogues_per_second": round(len(played) / wall_s, 3) if wall_s else None,
@@ -188,11 +191,11 @@ def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]
         _, first = bootstrap_summary_seeds({row: per_seed[:1] for row, per_seed in scores.items()},
                                            resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
         statistics["first_seed_only"] = first["comparisons"]
-    for row, specs in config.rows().items():
+    for row, specs in rows.items():
         if len(specs) > 1:  # what each re-training scored alone, beside the pooled row
             results[row]["per_training_seed"] = {
-                spec.name: {key: (avg_at_k(seed_scores)[key] or {}).get("mean") for key in SEED_COLUMNS}
-                for spec, seed_scores in zip(specs, scores[row])
+                spec.name: {key: (summary[key] or {}).get("mean") for key in SEED_COLUMNS}
+                for spec, summary in zip(specs, summaries[row])
             }
     for name, counts in faults.items():
         results[name]["faults"] = counts

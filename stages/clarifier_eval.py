@@ -29,7 +29,6 @@ params.yaml ``clarifier.eval``:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFConfig, LLMClient, ResponseCache, SamplingParams
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauInstructionUser
-from stages.common import add_seeds_table_option, seeds_table_section
+from stages.common import evaluation_parser, for_seeds_table
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog import datasets
@@ -255,16 +254,11 @@ def run(params: dict, prompt: Mapping[str, Any] | None = None) -> dict:
 
 @main_wrapper
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m stages.clarifier_eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    add_seeds_table_option(parser, "clarifier_eval_seeds")
-    args = parser.parse_args(argv)
+    args = evaluation_parser("python -m stages.clarifier_eval", __doc__.split("\n\n")[0], "clarifier_eval_seeds").parse_args(argv)
     section = read_params("clarifier", args.params)
-    params = dict(section.get("eval") or {})
-    if args.seeds_table is not None:
-        params = seeds_table_section(params, read_params("clarifier_eval_seeds", args.params), args.seeds_table, "clarifier_eval_seeds",
-                                     {"output": "data/episodes/{table}", "metrics": "reports/training_seeds/{table}.json", "markdown": "reports/training_seeds/{table}.md"},
-                                     models_key="clarifiers")
+    params = for_seeds_table(section.get("eval") or {}, args, "clarifier_eval_seeds",
+                             {"output": "data/episodes/{table}", "metrics": "reports/training_seeds/{table}.json", "markdown": "reports/training_seeds/{table}.md"},
+                             models_key="clarifiers")
     run(params, section.get("prompt"))
 
 

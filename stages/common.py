@@ -4,12 +4,13 @@ this module and :mod:`stages.entry`; no stage imports another (``tests/test_laye
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from catalog.io import from_params
+from catalog.io import from_params, read_params
 from pipelines.errors import ConfigError
 from pipelines.llm import BackendConfig
 from pipelines.training.config import POLICY_DIRS, policy_model
@@ -106,11 +107,24 @@ def with_policy(params: Mapping[str, Any], policy: Mapping[str, Any] | None) -> 
 # --- Tables across training seeds (issue 28) --------------------------------------------------
 
 
-def add_seeds_table_option(parser: Any, name: str) -> None:
-    """``--seeds-table NAME`` of an evaluation stage: its stage ``name`` (the seeds profile)
-    evaluates params.yaml ``name.models`` and writes outputs named NAME."""
+def evaluation_parser(prog: str, description: str, name: str) -> argparse.ArgumentParser:
+    """An evaluation stage's command line: ``--params`` and ``--seeds-table NAME`` (its stage
+    ``name`` of the seeds profile evaluates params.yaml ``name.models`` and writes outputs
+    named NAME; :func:`for_seeds_table`)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--seeds-table", default=None, metavar="NAME",
                         help=f"stage {name}: {name}.models (rows over training seeds), outputs named NAME")
+    return parser
+
+
+def for_seeds_table(section: Mapping[str, Any], args: argparse.Namespace, name: str, output: Mapping[str, Any],
+                    models_key: str = "models") -> dict[str, Any]:
+    """``section`` as parsed, or with ``--seeds-table`` that table's section
+    (:func:`seeds_table_section` of params.yaml ``name``)."""
+    if args.seeds_table is None:
+        return dict(section)
+    return seeds_table_section(section, read_params(name, args.params), args.seeds_table, name, output, models_key)
 
 
 def seeds_table_section(section: Mapping[str, Any], seeds: Mapping[str, Any], table: str, name: str,

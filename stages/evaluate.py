@@ -24,7 +24,6 @@ its interval and tests resample the seeds) written to ``data/episodes/NAME`` and
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -33,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
-from stages.common import add_seeds_table_option, configure_prefect, seeds_table_section, with_policy
+from stages.common import configure_prefect, evaluation_parser, for_seeds_table, with_policy
 from stages.entry import main_wrapper
 from catalog.io import from_params, read_params
 
@@ -92,19 +91,15 @@ def run(
 
 @main_wrapper
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m stages.evaluate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser = evaluation_parser("python -m stages.evaluate", __doc__.split("\n\n")[0], "evaluate_seeds")
     parser.add_argument("--one-at-a-time", action="store_true", help="play episodes one at a time (for comparison)")
-    add_seeds_table_option(parser, "evaluate_seeds")
     args = parser.parse_args(argv)
     # Unlike the training stages, evaluation keeps OpenMP's default wait policy: its many
     # small decoding steps run 20-30 % faster when idle threads spin briefly before sleeping.
-    evaluate_params = read_params("evaluate", args.params)
-    if args.seeds_table is not None:
-        evaluate_params = seeds_table_section(
-            evaluate_params, read_params("evaluate_seeds", args.params), args.seeds_table, "evaluate_seeds",
-            {"output": {"episodes": "data/episodes/{table}", "metrics": "reports/training_seeds/{table}.json",
-                        "markdown": "reports/training_seeds/{table}.md", "plot": "reports/training_seeds/{table}_plot.csv"}})
+    evaluate_params = for_seeds_table(
+        read_params("evaluate", args.params), args, "evaluate_seeds",
+        {"output": {"episodes": "data/episodes/{table}", "metrics": "reports/training_seeds/{table}.json",
+                    "markdown": "reports/training_seeds/{table}.md", "plot": "reports/training_seeds/{table}_plot.csv"}})
     # Read and checked even when the simulator is the agenda one: llm is a DVC param of this
     # stage, so every role of it (used or not) reaches dvc.lock once the stage succeeds.
     llm = read_params("llm", args.params)

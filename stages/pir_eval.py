@@ -21,7 +21,6 @@ each seed's numbers are kept beside it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -34,7 +33,7 @@ from pipelines.config import positive_int
 from pipelines.training.rollout import RolloutConfig
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import SimulatorSpec
-from stages.common import add_seeds_table_option, seeds_table_section
+from stages.common import evaluation_parser, for_seeds_table
 from stages.entry import main_wrapper
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -157,15 +156,9 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
 
 @main_wrapper
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m stages.pir_eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    add_seeds_table_option(parser, "pir_eval_seeds")
-    args = parser.parse_args(argv)
-    section = read_params("pir_eval", args.params)
-    if args.seeds_table is not None:
-        section = seeds_table_section(section, read_params("pir_eval_seeds", args.params), args.seeds_table, "pir_eval_seeds",
-                                      {"output": {"metrics": "reports/training_seeds/{table}.json", "markdown": "reports/training_seeds/{table}.md"}})
-    run(section)
+    args = evaluation_parser("python -m stages.pir_eval", __doc__.split("\n\n")[0], "pir_eval_seeds").parse_args(argv)
+    run(for_seeds_table(read_params("pir_eval", args.params), args, "pir_eval_seeds",
+                        {"output": {"metrics": "reports/training_seeds/{table}.json", "markdown": "reports/training_seeds/{table}.md"}}))
 
 
 if __name__ == "__main__":

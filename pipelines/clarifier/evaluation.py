@@ -154,13 +154,14 @@ def summarize_seeds(clarifier: str, domain: str, per_seed: Sequence[Sequence[Epi
         tasks_by_seed.append(by_task)
     seeds = len(by_seed)
     decisions = [e for ep in episodes for e in ep.events if e.actor == "clarifier" and e.kind == "think"]
+    asked = [[clarifications(ep) for ep in played] for played in per_seed]  # counted once, pooled and per seed
     return RunResult(
         clarifier, domain, len(by_task), sum(ep.success for ep in episodes), floor_passed,
-        sum(agent_steps(ep) for ep in episodes) / n, sum(clarifications(ep) for ep in episodes) / n,
+        sum(agent_steps(ep) for ep in episodes) / n, sum(map(sum, asked)) / n,
         len(decisions) / n, sum(1 for e in decisions if e.detail == "malformed"),
         seeds, task_interval_seeds(tasks_by_seed), tuple(by_seed[s] for s in sorted(by_seed)),
         len(per_seed), tuple(sum(ep.success for ep in played) for played in per_seed) if len(per_seed) > 1 else (),
-        tuple(sum(clarifications(ep) for ep in played) / len(played) for played in per_seed) if len(per_seed) > 1 else (),
+        tuple(sum(counts) / len(counts) for counts in asked) if len(per_seed) > 1 else (),
     )
 
 
