@@ -125,7 +125,7 @@ def train_config(method: str, section: Mapping[str, Any], *, model_path: str, ou
         method=method,
         model=from_params(ModelSpec, model, f"{where}.model"),
         data=from_params(DataSpec, params.data, f"{where}.data"),
-        output=OutputSpec(str(output_dir / "model"), str(output_dir / "metrics.json"), str(output_dir / "curve.csv")),
+        output=OutputSpec(model_dir=str(output_dir / "model"), metrics=str(output_dir / "metrics.json"), curve=str(output_dir / "curve.csv")),
         optim=params.optim,
         device=params.device,
         eval=params.eval,

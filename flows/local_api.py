@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -169,7 +170,10 @@ def local_prefect_api(home: Path | str) -> Iterator[str | None]:
 
     stale = stop_stale_servers(home)  # before ours starts: they hold the same database
     records.mkdir(parents=True, exist_ok=True)
-    server = SubprocessASGIServer()
+    # Prefect keeps one SubprocessASGIServer object per port, "none given" included: without a
+    # port of its own this would be any other server of the process (prefect_test_harness's),
+    # and stopping ours would stop that one too.
+    server = SubprocessASGIServer(_free_port())
     server.start(timeout=120)
     try:
         server_pid = server.server_process.pid if server.server_process else None
@@ -187,6 +191,13 @@ def local_prefect_api(home: Path | str) -> Iterator[str | None]:
     finally:
         server.stop()
         record.unlink(missing_ok=True)
+
+
+def _free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

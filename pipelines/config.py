@@ -1,13 +1,14 @@
 """Config vocabulary shared by the methods (issue 31: one shape per kind of setting, at the
 bottom floor). :class:`FanOutSpec`: how a stage fans its work out over Prefect workers; JOSH's
 harvest (``josh.fan_out``) and SpeakER's synthesis (``speaker.fan_out``) read the same one.
+:class:`OutputSpec`: every section's ``output`` paths (training, evaluation, Auto-Prompt).
 :func:`positive_int` and :func:`rate`: the checks of a count and of a share, one wording each
 (``where`` is the setting's key path, as the user wrote it); they return the value unchanged."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError, ConfigValueError
 
@@ -48,6 +49,61 @@ def rate(value: Any, where: str, *, optional: bool = False) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
         raise ConfigValueError(f"{where}: expected a number in [0, 1]{' or null' if optional else ''}, got {value!r}")
     return value
+
+
+def _path() -> Any:
+    # None: not written by this section's stage; left out of model cards and reports
+    return field(default=None, metadata={"omit_if_none": True})
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """Where a stage writes, one vocabulary for every section's ``output``: a run's
+    ``model_dir`` (Hugging Face layout and its card), ``metrics`` (JSON), a training ``curve``
+    (CSV), ``episodes`` (Parquet: a file, or the directory of the episode tables), a report's
+    ``markdown``, ``plot`` rows (CSV), ``generations`` (Parquet), Auto-Prompt's ``runs``
+    (Parquet) and ``prompts`` (JSON). A section sets only the keys its stage writes
+    (:meth:`check`).
+
+    >>> OutputSpec(metrics="r.json").check("pir_eval.output", ("metrics", "markdown"), {"markdown": "r.md"})
+    OutputSpec(model_dir=None, metrics='r.json', curve=None, episodes=None, markdown='r.md', plot=None, generations=None, runs=None, prompts=None)
+    >>> OutputSpec(curve="c.csv").check("pir_eval.output", ("metrics", "markdown"))
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: pir_eval.output: unknown key(s) ['curve']; allowed: ['markdown', 'metrics']
+    """
+
+    model_dir: str | None = _path()
+    metrics: str | None = _path()
+    curve: str | None = _path()
+    episodes: str | None = _path()
+    markdown: str | None = _path()
+    plot: str | None = _path()
+    generations: str | None = _path()
+    runs: str | None = _path()
+    prompts: str | None = _path()
+
+    def check(self, where: str, keys: Sequence[str], defaults: Mapping[str, str] | None = None) -> "OutputSpec":
+        """These outputs for a stage that writes ``keys``: a key set outside them is an error,
+        an unset one takes its path in ``defaults`` or is an error."""
+        given = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        unknown = sorted(set(given) - set(keys))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(keys)}")
+        values = {**{k: v for k, v in (defaults or {}).items() if k in keys}, **given}
+        missing = [key for key in keys if key not in values]
+        if missing:
+            raise ConfigError(f"{where}: missing required key(s) {missing}")
+        return replace(self, **values)
+
+    @classmethod
+    def for_method(cls, method: str, models: str = "models", reports: str = "reports/train") -> "OutputSpec":
+        """A training run's outputs by its method's name: ``models/sft``, ``reports/train/sft.json``, ..."""
+        return cls(f"{models}/{method}", f"{reports}/{method}.json", f"{reports}/{method}_curve.csv")
+
+
+#: What a training run writes (``train.<method>.output`` and every training section's).
+TRAIN_OUTPUTS: tuple[str, ...] = ("model_dir", "metrics", "curve")
 
 
 @dataclass(frozen=True)

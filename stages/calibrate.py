@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.config import positive_int
+from pipelines.config import OutputSpec, positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import RulesProposer, calibrate, calibrated
 from pipelines.learn_to_ask.calibration import (
@@ -100,7 +100,7 @@ class CalibrateParams:
     (``output: {runs, prompts}``, ``metrics``)."""
 
     source: str
-    output: Any
+    output: OutputSpec
     metrics: str
     format: str = "multiwoz"
     db_dir: str | None = None
@@ -172,9 +172,7 @@ def _curated(path: Any, parse: Any) -> list | None:
 
 def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
     config = from_params(CalibrateParams, params, "params.yaml calibrate")
-    output = config.output or {}
-    if not isinstance(output, Mapping) or set(output) != {"runs", "prompts"}:
-        raise ConfigError("params.yaml calibrate: source, output: {runs, prompts} and metrics are required")
+    output = config.output.check("params.yaml calibrate.output", ("runs", "prompts"))
     tracks = list(config.tracks)
     if not tracks or not set(tracks) <= set(BUILT_TRACKS) or len(set(tracks)) != len(tracks):
         raise ConfigError(f"params.yaml calibrate.tracks: expected a list of distinct tracks among {list(BUILT_TRACKS)}, got {tracks!r}")
@@ -234,7 +232,7 @@ def run(params: dict, llm: Mapping[str, Any] | None = None) -> dict:
             print(f"calibrate {track}: {SCORE_NAMES[track]} {metrics[track]['seed_score']} (seed) -> {metrics[track]['calibrated_score']} "
                   f"over {metrics[track]['candidates']} prompts on {len(anchors)} anchors [{timings[f'{track}_s']:.1f}s]")
     datasets.save({"calibration_runs": runs_table(history)}, config)
-    write_json_atomic(Path(output["prompts"]), prompts_document(winners))
+    write_json_atomic(Path(output.prompts), prompts_document(winners))
     write_json_atomic(Path(config.metrics), metrics)
     write_timings("calibrate", {**timings, "wall_s": round(time.perf_counter() - started, 2)})
     return metrics

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.config import positive_int
+from pipelines.config import OutputSpec, positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.metrics import (
     METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_seeds, bootstrap_seeds_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
@@ -69,7 +69,7 @@ class L2aEvalParams:
 
     samples: str
     models: Any
-    output: Any
+    output: OutputSpec
     split: str = "test"
     max_samples: int | None = None
     max_prompt_tokens: int = 512
@@ -91,9 +91,7 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of distinct ones (one per training seed), got {dirs!r}")
         if not isinstance(dirs, (str, list)):
             raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of them, got {dirs!r}")
-    output = config.output
-    if not isinstance(output, Mapping) or sorted(output) != ["generations", "markdown", "metrics"]:
-        raise ConfigError("params.yaml l2a.eval.output: expected {generations, metrics, markdown}")
+    output = config.output.check("params.yaml l2a.eval.output", ("generations", "metrics", "markdown"))
     for pair in config.compare or ():
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(p in models for p in pair)):
             raise ConfigError(f"params.yaml l2a.eval.compare: {pair!r} is not a [model, baseline] pair of l2a.eval.models")
@@ -119,7 +117,7 @@ def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
         "beta": config.beta,
         "stats": stats,
         "compare": [tuple(p) for p in config.compare or ()],
-        "output": {k: Path(v) for k, v in output.items()},
+        "output": {k: Path(getattr(output, k)) for k in ("generations", "metrics", "markdown")},
     }
 
 

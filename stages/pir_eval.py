@@ -24,12 +24,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
-from pipelines.config import positive_int
+from pipelines.config import OutputSpec, positive_int
 from pipelines.training.rollout import RolloutConfig
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import SimulatorSpec
@@ -47,7 +47,7 @@ class PirEvalParams:
 
     source: str
     models: Any
-    output: Any
+    output: OutputSpec
     db_dir: str | None = None
     split: str = "test"
     max_goals: int = 20
@@ -83,8 +83,7 @@ def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str,
             if not (Path(str(path)) / "config.json").is_file():
                 raise ConfigError(f"{where}.models.{name}: {path} is not a model directory (run its training stage first)")
         dirs[str(name)] = [str(p) for p in paths]
-    if not isinstance(config.output, Mapping) or not {"metrics", "markdown"} <= set(config.output):
-        raise ConfigError(f"{where}.output: expected {{metrics, markdown}}")
+    config = replace(config, output=config.output.check(f"{where}.output", ("metrics", "markdown")))
     positive_int(config.max_goals, f"{where}.max_goals")
     return config, dirs
 
@@ -136,21 +135,21 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
     report = {"split": split, "goals": len(dialogues), "seed": seed,
               "models": {name: paths[0] if len(paths) == 1 else paths for name, paths in models.items()}, "results": results}
     output = config.output
-    write_json_atomic(output["metrics"], report)
+    write_json_atomic(output.metrics, report)
     table = markdown_table(results)
     pooled = [name for name, paths in models.items() if len(paths) > 1]
     seeds_note = (f"Training seeds: {', '.join(pooled)} each pool {max(len(p) for p in models.values())} models trained under "
                   "different seeds (the row: the mean over them; then each seed alone; report: each metric's range "
                   "over the seeds), so a difference smaller than the seeds' spread is not one a re-training keeps.\n\n"
                   if pooled else "")
-    write_text_atomic(output["markdown"], (
+    write_text_atomic(output.markdown, (
         f"# PIR metrics on {len(dialogues)} held-out {split} goals (one greedy conversation each)\n\n{seeds_note}{table}\n\n"
         "success: the goal checker's verdict; TTR: the simulator's replies after its opening (answers to questions "
         "asked inside the reasoning included); tokens: what the policy wrote; questions: in its reasoning and as "
         "visible clarifications; help.: the rules judge's H over the conversations that asked; reward: PIR's "
         "composite reward (0 unless the goal is met).\n"))
     # named after the report (pir_eval, or a seeds table's name): a table never overwrites another's
-    write_timings(Path(output["metrics"]).stem, {**timings, "wall_s": round(time.perf_counter() - started, 2)})
+    write_timings(Path(output.metrics).stem, {**timings, "wall_s": round(time.perf_counter() - started, 2)})
     return report
 
 

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from catalog.io import from_params, read_params
 from pipelines.errors import ConfigError
-from pipelines.training.config import NOT_IN_US_GRPO_SECTION, DataSpec, GRPOObjective, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, with_training_seed
+from pipelines.training.config import NOT_IN_US_GRPO_SECTION, TRAIN_OUTPUTS, DataSpec, GRPOObjective, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, with_training_seed
 from stages.entry import main_wrapper
 
 
@@ -47,7 +47,7 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
         method="grpo",
         model=from_params(ModelSpec, params.model, f"{where}.model"),
         data=DataSpec(sources=()),
-        output=from_params(OutputSpec, params.output, f"{where}.output"),
+        output=from_params(OutputSpec, params.output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS),
         optim=params.optim,
         device=params.device,
         objective=from_params(GRPOObjective, params.objective, f"{where}.objective"),

@@ -58,6 +58,7 @@ from typing import Any, Mapping, Sequence
 from pipelines.errors import ConfigError, DataError
 from pipelines.training.config import (
     NOT_IN_STAGE_SECTION,
+    TRAIN_OUTPUTS,
     OBJECTIVES,
     DataSpec,
     ModelSpec,
@@ -102,7 +103,7 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
         method=method,
         model=from_params(ModelSpec, settings.model, f"{where}.model"),
         data=from_params(DataSpec, data, f"{where}.data"),
-        output=from_params(OutputSpec, output, f"{where}.output") if output else OutputSpec.for_method(method),
+        output=from_params(OutputSpec, output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS) if output else OutputSpec.for_method(method),
         optim=settings.optim,
         device=settings.device,
         eval=settings.eval,

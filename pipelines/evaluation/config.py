@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.config import positive_int, rate
+from pipelines.config import OutputSpec, positive_int, rate
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.play import EvalPlan
@@ -40,12 +40,9 @@ class StatsSpec:
             raise ConfigError(f"evaluate.stats.alpha: expected between 0 and 1, got {self.alpha}")
 
 
-@dataclass(frozen=True)
-class OutputSpec:
-    episodes: str = "data/episodes/eval"
-    metrics: str = "reports/eval.json"
-    markdown: str = "reports/eval.md"
-    plot: str = "reports/eval_plot.csv"
+#: What the evaluation writes (``evaluate.output``), and where by default.
+EVAL_OUTPUTS: dict[str, str] = {"episodes": "data/episodes/eval", "metrics": "reports/eval.json",
+                                "markdown": "reports/eval.md", "plot": "reports/eval_plot.csv"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +75,7 @@ class EvalConfig:
     workers: int = 1
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "output", self.output.check("evaluate.output", tuple(EVAL_OUTPUTS), EVAL_OUTPUTS))
         rate(self.max_llm_failure_rate, "evaluate.max_llm_failure_rate")
         if not self.models:
             raise ConfigError("evaluate.models: at least one model is required")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.episodes.formats import FORMATS
-from pipelines.config import FanOutSpec, positive_int
+from pipelines.config import FanOutSpec, OutputSpec, positive_int
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.policy import GenerationSpec
@@ -131,11 +131,10 @@ class ToolWozModel:
     prompt: PromptSpec | None = None
 
 
-@dataclass(frozen=True)
-class ToolWozOutput:
-    episodes: str = "data/episodes/toolwoz_eval.parquet"  # every model's episodes (josh_eval's schema)
-    metrics: str = "reports/josh_eval.json"
-    markdown: str = "reports/josh_eval.md"
+#: What the ToolWOZ evaluation writes (``josh_evaluate.output``), and where by default; the
+#: episodes: every model's, josh_eval's schema.
+TOOLWOZ_OUTPUTS: dict[str, str] = {"episodes": "data/episodes/toolwoz_eval.parquet", "metrics": "reports/josh_eval.json",
+                                   "markdown": "reports/josh_eval.md"}
 
 
 @dataclass(frozen=True)
@@ -169,11 +168,12 @@ class ToolWozEvalConfig:
     simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
     generation: GenerationSpec = field(default_factory=lambda: _generation())
     prompt: PromptSpec = field(default_factory=_toolwoz_prompt)
-    output: ToolWozOutput = field(default_factory=ToolWozOutput)
+    output: OutputSpec = field(default_factory=OutputSpec)
     max_llm_failure_rate: float = 0.05
     round: RoundSpec | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "output", self.output.check("output", tuple(TOOLWOZ_OUTPUTS), TOOLWOZ_OUTPUTS))
         if not self.models and self.rules is None:
             raise ConfigError("models: at least one model (or rules) is required")
         for name, entry in self.models:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
-from pipelines.config import positive_int
+from pipelines.config import TRAIN_OUTPUTS, OutputSpec, positive_int
 from pipelines.errors import ConfigError
 
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
@@ -322,20 +322,6 @@ class EvalSpec:
 
 
 @dataclass(frozen=True)
-class OutputSpec:
-    """Where a run writes: the model directory (Hugging Face layout plus a model card), the
-    metrics JSON, and the per-step training curve (CSV)."""
-
-    model_dir: str
-    metrics: str
-    curve: str
-
-    @classmethod
-    def for_method(cls, method: str, models: str = "models", reports: str = "reports/train") -> "OutputSpec":
-        return cls(f"{models}/{method}", f"{reports}/{method}.json", f"{reports}/{method}_curve.csv")
-
-
-@dataclass(frozen=True)
 class TrainSectionConfig:
     """A training section as params.yaml writes it (``train.<method>``, ``l2a.train.sft``,
     ``clarifier.train.grpo``, ``pir_train.grpo``, a GPU profile's ``sft`` / ``grpo``): what
@@ -387,6 +373,9 @@ class TrainConfig:
     # The ``judge`` role's backend (a pipelines.llm.BackendConfig, from params.yaml
     # llm.roles.judge): what LLM-judged GRPO rewards such as ``clarify_llm`` call.
     judge: Any = None
+
+    def __post_init__(self) -> None:
+        self.output.check("output", TRAIN_OUTPUTS)  # a run writes its model, metrics and curve
 
     def resolved_objective(self) -> Objective:
         return self.objective if self.objective is not None else OBJECTIVES[self.method]()

@@ -203,3 +203,19 @@ def test_with_make_runs_shared_server_a_killed_stage_is_crashed_by_the_next_and_
             if killed.poll() is None:
                 killed.kill()
     assert not _alive(server_pid) and not list((home / "askflow-runs").glob("*.json"))
+
+
+def test_a_stages_own_server_leaves_another_server_of_the_process_running(prefect_api, tmp_path):
+    """Prefect keeps one SubprocessASGIServer object per port, "none given" included: a stage's
+    temporary API used to be that object when the process already had one (the test harness's),
+    and stopping it stopped the other server too (every later flow run: connection refused)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.local_api import local_prefect_api
+
+    harness = PREFECT_API_URL.value()
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        with local_prefect_api(tmp_path / "home") as url:
+            assert url and url != harness
+    assert httpx.get(f"{harness}/health", timeout=10).status_code == 200
