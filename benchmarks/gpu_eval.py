@@ -36,7 +36,8 @@ def main() -> None:
 
     import torch
 
-    from catalog.io import from_params, read_params
+    from catalog.io import read_params
+    from pipelines.config import from_params
     from catalog.multiwoz_dir import load_multiwoz
     from flows.gpu import _shard_pool, _synchronize, data_generation_limit, deep_merge, play_sharded, profile_params, with_limit
     from pipelines.env.tools import Database
@@ -60,7 +61,7 @@ def main() -> None:
     corpus = load_multiwoz(Path(config.source), config.db_dir)
     goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
     database = Database(corpus.entities, corpus.taxi_options)
-    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator)
+    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
     plan = config.plan()
     _synchronize()

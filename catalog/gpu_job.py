@@ -47,8 +47,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from catalog.io import from_params, read_artifact, read_params
-from pipelines.config import positive_int
+from catalog.io import read_artifact, read_params
+from pipelines.config import from_params, positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.files import ordinary_permissions, replace_directory, staging_directory
 from pipelines.gpu import bootstrap

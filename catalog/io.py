@@ -12,13 +12,9 @@ DVC, sees either the previous file or the complete new one, never a torn write.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
-import math
 import os
-import types
-import typing
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence, TypeVar
 
@@ -183,88 +179,6 @@ def read_params(section: str, path: Path | str = "params.yaml", *, required: boo
     # a secret anywhere in the section stops the stage first.
     refuse_secrets(values, f"{path} {section}")
     return dict(values)
-
-
-# --- params -> dataclasses -------------------------------------------------------------------
-
-
-def from_params(cls: type, value: Any, where: str, *, without: Sequence[str] = ()) -> Any:
-    """An instance of the dataclass ``cls`` from a params mapping: nested dataclasses from
-    nested mappings, tuples from lists, ``auto`` as None where None means "choose", a field
-    typed ``Any`` as given (a sub-section another parser reads); unknown keys and ill-typed
-    values are ConfigErrors naming ``where``. ``without``: fields this reader does not take
-    (one section type read by several readers, e.g. a training section): unknown keys here."""
-    if value is None:
-        value = {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)} - set(without)
-    unknown = sorted(set(value) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
-    missing = sorted(f.name for f in dataclasses.fields(cls)
-                     if f.name not in value and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-    if missing:
-        raise ConfigError(f"{where}: missing required key(s) {missing}")
-    kwargs = {name: _convert(hints[name], item, f"{where}.{name}") for name, item in value.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except ConfigError as exc:  # a dataclass's own check: say where the setting is
-        raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
-
-
-def _convert(hint: Any, value: Any, where: str) -> Any:
-    if hint is Any:  # a sub-section that its own parser reads (BackendConfig.from_dict, ...)
-        return value
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if type(None) in args and (value is None or (value == "auto" and bool in args)):
-            return None  # null, or "auto" for an optional switch (None = choose for the machine)
-        errors = []
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _convert(option, value, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {hint}")
-    if dataclasses.is_dataclass(hint):
-        return from_params(hint, value, where)
-    if origin is tuple:
-        if args and typing.get_origin(args[0]) is tuple and isinstance(value, Mapping):
-            value = list(value.items())  # {name: weight} -> ((name, weight), ...)
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], item, f"{where}[{i}]") for i, item in enumerate(value))
-        if len(args) != len(value):
-            raise ConfigError(f"{where}: expected {len(args)} items, got {value!r}")
-        return tuple(_convert(a, item, f"{where}[{i}]") for i, (a, item) in enumerate(zip(args, value)))
-    if origin is typing.Literal:
-        if not any(type(value) is type(a) and value == a for a in args):
-            raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        try:
-            number = float(value)  # YAML reads 1e-4 (no dot) as a string
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
-        if not math.isfinite(number):
-            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
-        return number
-    if hint in (int, bool, str):
-        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-            raise ConfigError(f"{where}: expected {'true or false' if hint is bool else hint.__name__}, got {value!r}")
-        return value
-    if hint is type(None):
-        if value is not None:
-            raise ConfigError(f"{where}: expected null, got {value!r}")
-        return None
-    raise ConfigError(f"{where}: unsupported setting type {hint}")
 
 
 def _read_bytes(path: Path | str) -> bytes:

@@ -61,7 +61,7 @@ def load_goals(config: EvalConfig) -> tuple[Any, list[Any]]:
 def build_simulator(config: EvalConfig, database: Any, client: Any = None) -> Any:
     from pipelines.simulators.factory import simulator_from_config
 
-    return simulator_from_config(config.simulator.kind, database=database, client=client, agenda=config.simulator)
+    return simulator_from_config(config.simulator.kind, database=database, client=client, spec=config.simulator)
 
 
 @task(name="load-policy", **_TASK, **_RETRY)

@@ -37,7 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from catalog.io import from_params, read_params
+from catalog.io import read_params
+from pipelines.config import from_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
 from pipelines.training.config import NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig
@@ -349,7 +350,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     if config.simulator.kind != "agenda":
         raise ConfigError("gpu evaluate: the job runs offline; simulator.kind must be agenda")
     database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, "gpu evaluate")
-    simulator = simulator_from_config("agenda", database=database, client=None, agenda=config.simulator)
+    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
     by_id = {d.dialogue_id: d.goal for d in goals}
     scores: dict[str, list[Any]] = {}
     speeds: dict[str, dict[str, Any]] = {}
@@ -442,7 +443,7 @@ def play_shard(task: ShardTask) -> list[Any]:
         corpus = load_multiwoz(Path(task.source), task.db_dir)
         _WORLDS[key] = ({d.dialogue_id: d for d in corpus.dialogues}, Database(corpus.entities, corpus.taxi_options))
     dialogues, database = _WORLDS[key]
-    simulator = simulator_from_config("agenda", database=database, client=None, agenda=task.agenda)
+    simulator = simulator_from_config("agenda", database=database, client=None, spec=task.agenda)
     agent = load_policy(task.policy, get_format(task.agent_format), task.generation)
     return play_policy(agent, [dialogues[i] for i in task.dialogue_ids], simulator, database, task.plan)
 

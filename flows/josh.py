@@ -188,9 +188,8 @@ def build_simulator(spec: SimulatorSpec, corpus_db: Database, llm_params: Mappin
     """(the user simulator of ``spec``, its LLM client or None); also the ToolWOZ evaluation's."""
     from pipelines.simulators.factory import simulator_from_config
 
-    agenda = spec
     client = None if spec.kind == "agenda" else _client("user_simulator", llm_params)
-    return simulator_from_config(spec.kind, database=corpus_db, client=client, agenda=agenda), client
+    return simulator_from_config(spec.kind, database=corpus_db, client=client, spec=spec), client
 
 
 # --- Fan-out ------------------------------------------------------------------------------

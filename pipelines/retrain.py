@@ -23,12 +23,13 @@ import hashlib
 import json
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
+from pipelines.config import from_params
 from pipelines.errors import ConfigError
 
 SECTION = "retrain"
@@ -36,8 +37,6 @@ DEFAULT_METRICS = "reports/eval.json"
 RECORD_DIR = "reports/retrain"
 HISTORY = "history.jsonl"
 
-_KEYS = {"deployment", "schedule", "work_pool", "targets", "metrics"}
-_SCHEDULE_KEYS = {"cron", "timezone"}
 # Prefect's rule for deployment and work pool names (no slashes, no percent signs), kept
 # stricter here so the names also work unquoted in a shell command.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -48,38 +47,42 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 @dataclass(frozen=True)
 class RetrainConfig:
+    """params.yaml ``retrain`` (the module's docstring), read by :func:`retrain_config`."""
+
     deployment: str
-    cron: str
-    timezone: str
     work_pool: str
+    schedule: Any  # {cron, timezone}: checked by retrain_config
     targets: tuple[str, ...] = ()
     metrics: str = DEFAULT_METRICS
+
+    @property
+    def cron(self) -> str:
+        return self.schedule["cron"]
+
+    @property
+    def timezone(self) -> str:
+        return self.schedule["timezone"]
 
 
 def retrain_config(section: Mapping[str, Any], where: str = "params.yaml: retrain") -> RetrainConfig:
     """The ``retrain`` section, checked; ConfigError naming the field otherwise."""
-    unknown = sorted(set(section) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    schedule = section.get("schedule")
+    config = from_params(RetrainConfig, section, where)
+    schedule = config.schedule
     if not isinstance(schedule, Mapping):
         raise ConfigError(f"{where}.schedule: expected a mapping such as {{cron: \"0 3 * * 1\", timezone: UTC}}, got {schedule!r}")
-    unknown = sorted(set(schedule) - _SCHEDULE_KEYS)
+    unknown = sorted(set(schedule) - {"cron", "timezone"})
     if unknown:
-        raise ConfigError(f"{where}.schedule: unknown key(s) {unknown}; allowed: {sorted(_SCHEDULE_KEYS)}")
-    targets = section.get("targets") or []
-    if not isinstance(targets, list) or not all(isinstance(t, str) and t.strip() for t in targets):
-        raise ConfigError(f"{where}.targets: expected a list of stage names, got {targets!r}")
-    metrics = section.get("metrics", DEFAULT_METRICS)
-    if not isinstance(metrics, str) or not metrics:
-        raise ConfigError(f"{where}.metrics: expected a path, got {metrics!r}")
-    return RetrainConfig(
-        deployment=_name(section.get("deployment"), f"{where}.deployment"),
-        cron=check_cron(schedule.get("cron"), f"{where}.schedule.cron"),
-        timezone=check_timezone(schedule.get("timezone", "UTC"), f"{where}.schedule.timezone"),
-        work_pool=_name(section.get("work_pool"), f"{where}.work_pool"),
-        targets=tuple(targets),
-        metrics=metrics,
+        raise ConfigError(f"{where}.schedule: unknown key(s) {unknown}; allowed: ['cron', 'timezone']")
+    if not all(target.strip() for target in config.targets):
+        raise ConfigError(f"{where}.targets: expected a list of stage names, got {list(config.targets)!r}")
+    if not config.metrics:
+        raise ConfigError(f"{where}.metrics: expected a path, got {config.metrics!r}")
+    return replace(
+        config,
+        deployment=_name(config.deployment, f"{where}.deployment"),
+        work_pool=_name(config.work_pool, f"{where}.work_pool"),
+        schedule={"cron": check_cron(schedule.get("cron"), f"{where}.schedule.cron"),
+                  "timezone": check_timezone(schedule.get("timezone", "UTC"), f"{where}.schedule.timezone")},
     )
 
 

@@ -19,6 +19,8 @@ params.yaml ``bootstrap``:
   greedy generation), ``max_new_tokens``;
 * ``output`` (model directory), ``metrics`` (JSON).
 
+The section is :class:`pipelines.policy.bootstrap.BootstrapConfig`, the library's config.
+
 The model directory is written next to its target and swapped in whole. Run as a
 program, the stage sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is set (see :func:`main`).
 """
@@ -29,84 +31,35 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-from pipelines.config import positive_int
+from pipelines.config import from_params
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.records import VAL
 from pipelines.policy.bootstrap import BootstrapConfig, BootstrapResult, bootstrap_policy
-from pipelines.policy.model import Architecture, PretrainConfig
 from pipelines.policy.pretrain_data import seed_chat
 from pipelines.policy.prompts import COMPACT_SYSTEM_PROMPT
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_timings
 from catalog.models import save_model
 from catalog.multiwoz_dir import load_multiwoz
 
 HELD_OUT_SPLIT = VAL
-_DEFAULT = {f.name: f.default for f in fields(BootstrapConfig) if f.default is not MISSING}
 
 
-@dataclass(frozen=True)
-class BootstrapEvalParams:
-    """``bootstrap.eval``: :class:`BootstrapConfig`'s ``eval_windows``, ``eval_prompts`` and
-    ``max_new_tokens``."""
-
-    windows: int = _DEFAULT["eval_windows"]
-    prompts: int = _DEFAULT["eval_prompts"]
-    max_new_tokens: int = _DEFAULT["max_new_tokens"]
-
-
-@dataclass(frozen=True)
-class BootstrapParams:
-    """params.yaml ``bootstrap`` (the module's docstring). ``threads``: None takes the
-    top-level params.yaml ``threads``."""
-
-    source: str
-    output: str
-    metrics: str
-    db_dir: str | None = None
-    env_seed: int = 0
-    seed: int = _DEFAULT["seed"]
-    threads: int | None = None
-    vocab_size: int = _DEFAULT["vocab_size"]
-    max_length: int = _DEFAULT["max_length"]
-    assistant_only_loss: bool = _DEFAULT["assistant_only_loss"]
-    model: Architecture = field(default_factory=Architecture)
-    train: PretrainConfig = field(default_factory=PretrainConfig)
-    eval: BootstrapEvalParams = field(default_factory=BootstrapEvalParams)
-
-
-def bootstrap_params(params: Mapping[str, Any]) -> BootstrapParams:
+def bootstrap_config(params: Mapping[str, Any]) -> BootstrapConfig:
     """params.yaml ``bootstrap``, checked (ConfigError naming the setting)."""
     where = "params.yaml bootstrap"
     if isinstance(params.get("train"), Mapping) and "seed" in params["train"]:
         raise ConfigError(f"{where}.train.seed: use bootstrap.seed")
     try:
-        config = from_params(BootstrapParams, params, where)
-    except ValueError as exc:  # Architecture's and PretrainConfig's own checks
-        raise ConfigError(f"{where}: {exc}") from None
-    positive_int(config.threads, f"{where}.threads", optional=True)
-    positive_int(config.env_seed, f"{where}.env_seed", optional=True, minimum=0)
-    return config
-
-
-def bootstrap_config(params: Mapping[str, Any]) -> BootstrapConfig:
-    """The pipeline's configuration from params.yaml ``bootstrap`` (ConfigError when invalid)."""
-    section = bootstrap_params(params)
-    try:
-        return BootstrapConfig(
-            architecture=section.model, train=section.train, vocab_size=section.vocab_size, max_length=section.max_length,
-            assistant_only_loss=section.assistant_only_loss, seed=section.seed, eval_windows=section.eval.windows,
-            eval_prompts=section.eval.prompts, max_new_tokens=section.eval.max_new_tokens,
-        )
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"params.yaml bootstrap: {exc}") from None
+        return from_params(BootstrapConfig, params, where)
+    except ValueError as exc:  # Architecture's, PretrainConfig's and BootstrapConfig's own checks
+        raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
 
 
 def directory_sha256(root: Path) -> str:
@@ -125,13 +78,13 @@ def run(params: dict) -> dict:
     import torch
 
     started = time.perf_counter()
-    config, section = bootstrap_config(params), bootstrap_params(params)
-    source, output, metrics_path = Path(section.source), Path(section.output), Path(section.metrics)
-    threads, env_seed = section.threads, section.env_seed
+    config = bootstrap_config(params)
+    source, output, metrics_path = Path(config.source), Path(config.output), Path(config.metrics)
+    threads, env_seed = config.threads, config.env_seed
     if threads is not None:  # else the top-level params.yaml threads (stages/__init__.py)
         torch.set_num_threads(threads)
 
-    corpus = load_multiwoz(source, section.db_dir)
+    corpus = load_multiwoz(source, config.db_dir)
     database = Database(corpus.entities, corpus.taxi_options)
     chats = {split: [seed_chat(d, database, env_seed=env_seed) for d in corpus.dialogues if d.split == split] for split in ("train", HELD_OUT_SPLIT)}
     data_version = {"source": str(source), "sha256": directory_sha256(source), "dialogues": {k: len(v) for k, v in chats.items()}}

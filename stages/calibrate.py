@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.config import OutputSpec, positive_int
+from pipelines.config import OutputSpec, from_params, positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import RulesProposer, calibrate, calibrated
 from pipelines.learn_to_ask.calibration import (
@@ -60,7 +60,7 @@ from pipelines.learn_to_ask.completion import completer
 from pipelines.learn_to_ask.hindsight import EXTRACTION_SCHEMA, SEED_EXTRACTOR_PROMPT
 from pipelines.llm import Accounting, BackendConfig
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_jsonl, read_params, write_json_atomic, write_timings
+from catalog.io import read_jsonl, read_params, write_json_atomic, write_timings
 from catalog import datasets
 from catalog.learn_to_ask import load_sessions
 

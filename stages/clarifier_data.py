@@ -45,7 +45,8 @@ from pipelines.llm import Accounting, BackendConfig, LLMClient, ResponseCache
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_timings
+from pipelines.config import from_params
 from catalog import datasets
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 

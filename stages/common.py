@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from catalog.io import from_params, read_params
+from catalog.io import read_params
+from pipelines.config import from_params
 from pipelines.errors import ConfigError
 from pipelines.llm import BackendConfig
 from pipelines.training.config import POLICY_DIRS, policy_model

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.config import positive_int
+from pipelines.config import from_params, positive_int
 from pipelines.errors import ConfigError
 from pipelines.multiwoz.embedded import generate_corpus, split_sizes
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params
+from catalog.io import read_params
 from catalog.multiwoz_dir import read_raw_database, write_multiwoz
 
 

@@ -34,7 +34,8 @@ from pipelines.errors import ConfigError
 from pipelines.evaluation.config import EvalConfig
 from stages.common import configure_prefect, evaluation_parser, for_seeds_table, with_policy
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params
+from catalog.io import read_params
+from pipelines.config import from_params
 
 
 def eval_config(params: Mapping[str, Any]) -> EvalConfig:

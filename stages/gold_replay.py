@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pipelines.config import positive_int
+from pipelines.config import from_params, positive_int
 from pipelines.env.replay import has_annotations
 from pipelines.env.tools import Database
 from pipelines.episodes import EpisodeSpec, ReplayAgent, RunnerConfig, episode_tables, get_format, run_episodes_sync
@@ -37,7 +37,7 @@ from pipelines.episodes.formats import FORMATS
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import AgendaSimulator, SimulatorSpec
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_timings
 from catalog import datasets
 from catalog.multiwoz_dir import load_multiwoz
 

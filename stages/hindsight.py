@@ -44,7 +44,8 @@ from pipelines.learn_to_ask.tables import hindsight_metrics, samples_table, trai
 from pipelines.llm import Accounting, BackendConfig
 from pipelines.llm.accounting import check_failure_rate
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_timings
+from pipelines.config import from_params
 from catalog import datasets
 from catalog.learn_to_ask import extractor_prompt, load_sessions, policy_prompt
 

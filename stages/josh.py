@@ -51,7 +51,8 @@ from pipelines.josh.evaluate import play_toolwoz, toolwoz_intervals, toolwoz_sco
 from pipelines.josh.goals import evaluation_goals
 from pipelines.josh.tables import eval_table, harvest_metrics, josh_tables
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_timings
+from pipelines.config import from_params
 from catalog import datasets
 
 

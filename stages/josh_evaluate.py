@@ -35,7 +35,8 @@ from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_interv
 from pipelines.josh.tables import eval_table
 from stages.common import with_policy
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_text_atomic, write_timings
+from pipelines.config import from_params
 from catalog import datasets
 
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.config import OutputSpec, positive_int
+from pipelines.config import OutputSpec, from_params, positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.metrics import (
     METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_seeds, bootstrap_seeds_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
@@ -52,7 +52,7 @@ from pipelines.learn_to_ask.tables import eval_table
 from pipelines.progress import Progress
 from pipelines.rewards.learn_to_ask import BETA, CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
+from catalog.io import read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog import datasets
 
 _SALT = "askflow-l2a-eval"

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.config import positive_int
+from pipelines.config import from_params, positive_int
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError, DataError
 from pipelines.llm import Accounting, BackendConfig, HFBackend, LLMClient, ResponseCache
@@ -38,7 +38,7 @@ from pipelines.pir.tables import pir_table
 from pipelines.pir.traces import Trace, build_traces, traces_from_records
 from pipelines.progress import Progress
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_jsonl, read_parquet, read_params, write_json_atomic, write_timings
+from catalog.io import read_jsonl, read_parquet, read_params, write_json_atomic, write_timings
 from catalog import datasets
 
 # Spinning OpenMP threads are much slower on a shared CPU (benchmarks/smollm2.py); set before torch loads.

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from catalog.io import from_params, read_params, write_json_atomic, write_text_atomic, write_timings
-from pipelines.config import OutputSpec, positive_int
+from catalog.io import read_params, write_json_atomic, write_text_atomic, write_timings
+from pipelines.config import OutputSpec, from_params, positive_int
 from pipelines.training.rollout import RolloutConfig
 from pipelines.errors import ConfigError
 from pipelines.simulators.agenda import SimulatorSpec

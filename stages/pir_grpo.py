@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from catalog.io import from_params, read_params
+from catalog.io import read_params
+from pipelines.config import from_params
 from pipelines.errors import ConfigError
 from pipelines.training.config import NOT_IN_US_GRPO_SECTION, TRAIN_OUTPUTS, DataSpec, GRPOObjective, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, with_training_seed
 from stages.entry import main_wrapper

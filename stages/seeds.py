@@ -24,7 +24,8 @@ from typing import Any, Mapping
 from pipelines.multiwoz.tables import corpus_tables
 from pipelines.records import Corpus
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params, write_json_atomic
+from catalog.io import read_params, write_json_atomic
+from pipelines.config import from_params
 from catalog import datasets
 from catalog.multiwoz_dir import SHOW_IDS, load_multiwoz
 

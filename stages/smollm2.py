@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_params
+from catalog.io import read_params
+from pipelines.config import from_params
 from catalog.models import save_model
 from pipelines.llm.gguf import convert, gguf_path, sha256
 

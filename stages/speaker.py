@@ -42,7 +42,7 @@ from pipelines.llm import Accounting
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import TEST
 from pipelines.speaker.audit import audit_sft
-from catalog.speaker import make_synthesizer, speaker_config, speaker_params
+from catalog.speaker import make_synthesizer, speaker_config
 from pipelines.speaker.pipeline import SpeakerResult, finish_speaker, synthesize_seeds
 from pipelines.speaker.synthesis import LLMSynthesizer
 from pipelines.speaker.tables import speaker_tables
@@ -55,19 +55,18 @@ from catalog.multiwoz_dir import load_multiwoz
 
 
 def run(params: dict) -> dict:
-    section = speaker_params(params)
-    source, output, metrics_path = Path(section.source), Path(section.output), Path(section.metrics)
-    config = speaker_config(section)
-    fan_out = section.fan_out
-    max_failure_rate = rate(section.max_llm_failure_rate, "params.yaml speaker.max_llm_failure_rate")
-    min_yield = rate(section.min_yield, "params.yaml speaker.min_yield")
+    config = speaker_config(params)
+    source, output, metrics_path = Path(config.source), Path(config.output), Path(config.metrics)
+    fan_out = config.fan_out
+    max_failure_rate = rate(config.max_llm_failure_rate, "params.yaml speaker.max_llm_failure_rate")
+    min_yield = rate(config.min_yield, "params.yaml speaker.min_yield")
     started = time.perf_counter()
     # A line at least every 30 s while it loads, synthesizes and filters (here, or fanned out).
     with Progress(None, "speaker", unit="seeds") as progress:
-        corpus = load_multiwoz(source, section.db_dir)
+        corpus = load_multiwoz(source, config.db_dir)
         database = Database(corpus.entities, corpus.taxi_options)
         accounting = Accounting()
-        synthesizer = make_synthesizer(section, database, config.seed, accounting)
+        synthesizer = make_synthesizer(config, database, config.seed, accounting)
         loaded = time.perf_counter()
         if fan_out.workers:
             from flows.local_api import local_prefect_api
@@ -90,10 +89,10 @@ def run(params: dict) -> dict:
     tables = speaker_tables(result)
     test_ids = {dialogue_id for dialogue_id, split in corpus.splits.items() if split == TEST}
     check_no_test_dialogues(
-        {str(datasets.path(name, section)): table.column("dialogue_id").to_pylist() for name, table in tables.items()}, test_ids
+        {str(datasets.path(name, config)): table.column("dialogue_id").to_pylist() for name, table in tables.items()}, test_ids
     )
     synthesized = time.perf_counter()
-    datasets.save(tables, section)
+    datasets.save(tables, config)
 
     metrics = result.metrics()
     metrics["rows"] = {name: table.num_rows for name, table in tables.items()}

@@ -72,7 +72,8 @@ from pipelines.training.not_trained import EMPTY_CURVE, NOT_TRAINED, check_start
 from pipelines.preflight import check_data, check_method, check_numbers, preflight
 from stages.common import apply_policy, configure_prefect, configure_threads, judge_backend
 from stages.entry import main_wrapper
-from catalog.io import from_params, read_json, read_params, write_json_atomic, write_text_atomic
+from catalog.io import read_json, read_params, write_json_atomic, write_text_atomic
+from pipelines.config import from_params
 
 
 def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, Any] | None = None,

@@ -115,7 +115,8 @@ def test_duplicate_keys_in_params_yaml_are_refused(monkeypatch, capsys, tmp_path
 def test_repository_params_pass(monkeypatch, tmp_path):
     from stages.corpus import corpus_params
     from stages.gold_replay import gold_replay_params
-    from catalog.io import from_params, read_params
+    from catalog.io import read_params
+    from pipelines.config import from_params
     from stages.seeds import SeedsParams
 
     monkeypatch.chdir(REPO)

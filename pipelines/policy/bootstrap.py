@@ -49,29 +49,49 @@ Chat = Sequence[Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
-class BootstrapConfig:
-    """``seed`` drives the model's initialisation, the data order and the choice of
-    evaluation prompts. ``max_length``: tokens per training window. ``eval_windows``:
-    held-out windows for the loss (the first ones, in corpus order); ``eval_prompts``:
-    held-out prompts for greedy generation, ``max_new_tokens`` each."""
+class BootstrapEvalSpec:
+    """``windows``: held-out windows for the loss (the first ones, in corpus order);
+    ``prompts``: held-out prompts for greedy generation, ``max_new_tokens`` each."""
 
-    vocab_size: int = 4096
-    max_length: int = 512
-    architecture: Architecture = field(default_factory=Architecture)
-    train: PretrainConfig = field(default_factory=PretrainConfig)
-    assistant_only_loss: bool = True
-    seed: int = 0
-    eval_windows: int = 128
-    eval_prompts: int = 50
+    windows: int = 128
+    prompts: int = 50
     max_new_tokens: int = 96
 
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """params.yaml ``bootstrap``. The stage's: the seed dialogues (``source``, ``db_dir``;
+    ``env_seed``: the tool environment's seed in the rendered chats), ``output`` (the model
+    directory), ``metrics`` (JSON), ``threads`` (None: the top-level ``threads``).
+    :func:`bootstrap_policy`'s: ``seed`` drives the model's initialisation, the data order and
+    the choice of evaluation prompts; ``max_length``: tokens per training window; ``model``
+    (the architecture), ``train`` (its ``seed`` is this one) and ``eval``."""
+
+    source: str
+    output: str
+    metrics: str
+    db_dir: str | None = None
+    env_seed: int = 0
+    seed: int = 0
+    threads: int | None = None
+    vocab_size: int = 4096
+    max_length: int = 512
+    assistant_only_loss: bool = True
+    model: Architecture = field(default_factory=Architecture)
+    train: PretrainConfig = field(default_factory=PretrainConfig)
+    eval: BootstrapEvalSpec = field(default_factory=BootstrapEvalSpec)
+
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "max_length", "eval_windows", "eval_prompts", "max_new_tokens"):
+        for name in ("vocab_size", "max_length"):
             positive_int(getattr(self, name), name)
-        if self.max_new_tokens >= self.max_length:
-            raise ValueError("max_new_tokens must be smaller than max_length")
-        if self.max_length > self.architecture.max_position_embeddings:
-            raise ValueError("max_length must not exceed architecture.max_position_embeddings")
+        for name in ("windows", "prompts", "max_new_tokens"):
+            positive_int(getattr(self.eval, name), f"eval.{name}")
+        positive_int(self.threads, "threads", optional=True)
+        positive_int(self.env_seed, "env_seed", minimum=0)
+        if self.eval.max_new_tokens >= self.max_length:
+            raise ValueError("eval.max_new_tokens must be smaller than max_length")
+        if self.max_length > self.model.max_position_embeddings:
+            raise ValueError("max_length must not exceed model.max_position_embeddings")
 
 
 @dataclass
@@ -116,13 +136,13 @@ def bootstrap_policy(
     windows = chats_to_windows(tokenizer, train_chats, config.max_length, chat_template=template)
     if not config.assistant_only_loss:
         windows = [without_loss_mask(w) for w in windows]
-    held_out = chats_to_windows(tokenizer, held_out_chats, config.max_length, chat_template=template)[: config.eval_windows]
+    held_out = chats_to_windows(tokenizer, held_out_chats, config.max_length, chat_template=template)[: config.eval.windows]
     if not windows or not held_out:
         raise ValueError(f"no training or held-out windows fit in max_length={config.max_length} tokens")
     lap("windows_s")
     log(f"bootstrap: {len(windows)} training windows, vocabulary {len(tokenizer)}")
 
-    model = build_model(config.architecture, tokenizer, seed=config.seed)
+    model = build_model(config.model, tokenizer, seed=config.seed)
     train = replace(config.train, seed=config.seed)
 
     def log_step(step: int, loss: float) -> None:
@@ -135,13 +155,13 @@ def bootstrap_policy(
     held_out_loss = mean_loss(model, held_out, tokenizer.pad_token_id)
     lap("held_out_loss_s")
 
-    budget = config.max_length - config.max_new_tokens
-    prompts = evaluation_prompts(held_out_chats, tokenizer, config.eval_prompts, budget, seed=config.seed)
-    openings = opening_prompts(held_out_chats, tokenizer, config.eval_prompts, budget)
-    generations = greedy_generate(model, tokenizer, [p for p, _ in prompts + openings], max_new_tokens=config.max_new_tokens)
+    budget = config.max_length - config.eval.max_new_tokens
+    prompts = evaluation_prompts(held_out_chats, tokenizer, config.eval.prompts, budget, seed=config.seed)
+    openings = opening_prompts(held_out_chats, tokenizer, config.eval.prompts, budget)
+    generations = greedy_generate(model, tokenizer, [p for p, _ in prompts + openings], max_new_tokens=config.eval.max_new_tokens)
     generation_metrics = {
         **score_generations(generations[: len(prompts)], [gold for _, gold in prompts]),
-        "max_new_tokens": config.max_new_tokens,
+        "max_new_tokens": config.eval.max_new_tokens,
     }
     opening_metrics = score_generations(generations[len(prompts) :], [gold for _, gold in openings])
     lap("generation_s")
@@ -150,7 +170,7 @@ def bootstrap_policy(
     metrics = {
         "parameters": count_parameters(model),
         "vocab_size": len(tokenizer),
-        "architecture": asdict(config.architecture),
+        "architecture": asdict(config.model),
         "data": {
             "train_chats": len(train_chats),
             "train_windows": len(windows),
@@ -175,7 +195,7 @@ def bootstrap_policy(
         "generation": generation_metrics,
         "opening": opening_metrics,
     }
-    tokenizer.model_max_length = config.architecture.max_position_embeddings  # saved with it
+    tokenizer.model_max_length = config.model.max_position_embeddings  # saved with it
     samples = [
         {"last_message": prompt[-1]["content"][:300], "gold": gold, "reply": g.text, "finished": g.finished}
         for (prompt, gold), g in list(zip(prompts, generations))[:5]

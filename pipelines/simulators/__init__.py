@@ -19,7 +19,6 @@ from pipelines.simulators.protection import (
     FALLBACK_REPLIES,
     ProtectedSession,
     ProtectedSimulator,
-    ProtectionConfig,
     SimulatorFault,
     turn_fault,
 )
@@ -37,7 +36,6 @@ __all__ = [
     "LLMSimulatorConfig",
     "ProtectedSession",
     "ProtectedSimulator",
-    "ProtectionConfig",
     "SIMULATOR_KINDS",
     "SimulatorFault",
     "SimulatorSession",

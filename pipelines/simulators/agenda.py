@@ -78,22 +78,37 @@ class SimulatorSpec:
     LLM simulators fall back to. ``verbosity``: how much the user says around the content
     (greetings, thanks). ``noise``: probability per turn of a surface perturbation (dropped
     niceties, casual spelling, one misspelt word that is not a value). ``max_stalled_turns``:
-    consecutive agent turns without progress after which the user gives up.
+    consecutive agent turns without progress after which the user gives up. The LLM kinds'
+    failure protection (:mod:`pipelines.simulators.protection`, PIR appendix A.2):
+    ``max_retries`` attempts after the first before the fallback turn, ``turn_timeout_s`` the
+    bound on one attempt (None: only the LLM client's own request timeouts apply).
 
-    >>> SimulatorSpec(kind="goal_llm", noise=0.1)
-    SimulatorSpec(verbosity='normal', noise=0.1, max_stalled_turns=4, kind='goal_llm')
+    >>> SimulatorSpec(kind="goal_llm", noise=0.1, turn_timeout_s=30)
+    SimulatorSpec(verbosity='normal', noise=0.1, max_stalled_turns=4, kind='goal_llm', max_retries=2, turn_timeout_s=30)
+    >>> SimulatorSpec(max_retries=-1)
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigValueError: max_retries: expected an integer >= 0, got -1
     """
 
     verbosity: Verbosity = "normal"
     noise: float = 0.0
     max_stalled_turns: int = 4
-    kind: str = field(default="agenda", metadata={"omit_if_default": True})  # see training.config.config_dict
+    # Left out of model cards and reports at their defaults (training.config.config_dict): they
+    # came after the cards written with the first three.
+    kind: str = field(default="agenda", metadata={"omit_if_default": True})
+    max_retries: int = field(default=2, metadata={"omit_if_default": True})
+    turn_timeout_s: float | None = field(default=None, metadata={"omit_if_none": True})
 
     def __post_init__(self) -> None:
         if self.verbosity not in VERBOSITIES:
             raise ConfigError(f"verbosity: expected one of {list(VERBOSITIES)}, got {self.verbosity!r}")
         rate(self.noise, "noise")
         positive_int(self.max_stalled_turns, "max_stalled_turns")
+        positive_int(self.max_retries, "max_retries", minimum=0)
+        timeout = self.turn_timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ConfigError(f"turn_timeout_s: expected a positive number or null, got {timeout!r}")
 
 
 def _constraints(values: Mapping[str, str]) -> dict[str, str]:

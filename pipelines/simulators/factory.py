@@ -13,7 +13,7 @@ from pipelines.llm import LLMClient
 from pipelines.simulators.agenda import SimulatorSpec, AgendaSimulator
 from pipelines.simulators.base import UserSimulator
 from pipelines.simulators.llm import GoalLLMSimulator, GuideLLMSimulator, LLMSimulatorConfig
-from pipelines.simulators.protection import ProtectionConfig, ProtectedSimulator
+from pipelines.simulators.protection import ProtectedSimulator
 
 SIMULATOR_KINDS: tuple[str, ...] = ("agenda", "goal_llm", "guide_llm")
 
@@ -23,15 +23,16 @@ def simulator_from_config(
     *,
     database: Database | None = None,
     client: LLMClient | None = None,
-    agenda: SimulatorSpec = SimulatorSpec(),
+    spec: SimulatorSpec = SimulatorSpec(),
     llm: LLMSimulatorConfig = LLMSimulatorConfig(),
-    protection: ProtectionConfig | None = ProtectionConfig(),
+    protected: bool = True,
 ) -> UserSimulator:
     """The user simulator of ``kind``.
 
     ``agenda`` needs the ``database``. The LLM kinds need the ``client`` of role
-    "user_simulator"; they are wrapped in failure protection unless ``protection`` is None,
-    with the agenda simulator as the fallback when a ``database`` is given. The agenda
+    "user_simulator"; they are wrapped in failure protection (``spec.max_retries``,
+    ``spec.turn_timeout_s``) unless ``protected`` is false, with the agenda simulator (``spec``'s
+    settings) as the fallback when a ``database`` is given. The agenda
     simulator is never wrapped: it calls nothing that can fail, so a fault there is a bug
     that should surface, not a turn to paper over.
     """
@@ -40,13 +41,13 @@ def simulator_from_config(
     if kind == "agenda":
         if database is None:
             raise ConfigError("user simulator 'agenda' needs the database")
-        return AgendaSimulator(database, agenda)
+        return AgendaSimulator(database, spec)
     if client is None:
         raise ConfigError(
             f"user simulator {kind!r} needs an LLM client: configure an 'openai' backend for role 'user_simulator'"
         )
     inner = GoalLLMSimulator(client, llm) if kind == "goal_llm" else GuideLLMSimulator(client, llm)
-    if protection is None:
+    if not protected:
         return inner
-    fallback = AgendaSimulator(database, agenda) if database is not None else None
-    return ProtectedSimulator(inner, protection, fallback)
+    fallback = AgendaSimulator(database, spec) if database is not None else None
+    return ProtectedSimulator(inner, spec, fallback)

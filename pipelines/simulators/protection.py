@@ -25,9 +25,9 @@ import random
 import re
 from typing import Protocol, runtime_checkable
 
-from pipelines.config import positive_int
-from pipelines.errors import AskflowError, ConfigError
+from pipelines.errors import AskflowError
 from pipelines.records import Dialogue, Goal
+from pipelines.simulators.agenda import SimulatorSpec
 from pipelines.simulators.base import SimulatorSession, UserSimulator, UserTurn
 
 logger = logging.getLogger(__name__)
@@ -53,21 +53,6 @@ class SimulatorFault(AskflowError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}" if detail else reason)
-
-
-@dataclasses.dataclass(frozen=True)
-class ProtectionConfig:
-    """``max_retries``: attempts after the first before the fallback. ``turn_timeout_s``:
-    bound on one attempt (None: only the LLM client's own request timeouts apply)."""
-
-    max_retries: int = 2
-    turn_timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        positive_int(self.max_retries, "max_retries", minimum=0)
-        timeout = self.turn_timeout_s
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise ConfigError(f"turn_timeout_s: expected a positive number or null, got {timeout!r}")
 
 
 @runtime_checkable
@@ -105,9 +90,10 @@ def _describe(exc: BaseException) -> str:
 
 
 class ProtectedSession:
-    """A session whose faults become retries and, after ``max_retries``, a recorded fallback."""
+    """A session whose faults become retries and, after ``config.max_retries``, a recorded
+    fallback (``config``: the simulator section's protection settings)."""
 
-    def __init__(self, inner: SimulatorSession, config: ProtectionConfig, shadow: SimulatorSession | None, rng: random.Random):
+    def __init__(self, inner: SimulatorSession, config: SimulatorSpec, shadow: SimulatorSession | None, rng: random.Random):
         self._inner = inner
         self._config = config
         self._shadow = shadow
@@ -184,7 +170,7 @@ class ProtectedSimulator:
     """Wraps ``inner`` so that every session is a :class:`ProtectedSession`; ``fallback``
     (typically the agenda simulator) provides the shadow sessions."""
 
-    def __init__(self, inner: UserSimulator, config: ProtectionConfig = ProtectionConfig(), fallback: UserSimulator | None = None):
+    def __init__(self, inner: UserSimulator, config: SimulatorSpec = SimulatorSpec(), fallback: UserSimulator | None = None):
         self.inner = inner
         self.config = config
         self.fallback = fallback

@@ -33,10 +33,11 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pipelines.config import positive_int
+from pipelines.config import FanOutSpec, positive_int
 from pipelines.env.tools import Database
+from pipelines.errors import ConfigError
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed
 from pipelines.llm.client import FAILURE_REASONS
 from pipelines.records import Dialogue
@@ -69,17 +70,30 @@ PAIR_DROP_REASONS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class SpeakerConfig:
-    """``seed``: plans, phrasing and environments; ``max_clarifications``: clarification
-    turns per dialogue at most; ``dedup_threshold`` / ``dedup_ngram``: the redundancy
-    filter's Jaccard threshold and word n-gram size."""
+    """params.yaml ``speaker``. Synthesis: ``seed`` (plans, phrasing and environments),
+    ``max_clarifications`` (clarification turns per dialogue at most), ``dedup``
+    (``{threshold, ngram}``: the redundancy filter's Jaccard threshold and word n-gram size),
+    ``act_points`` and ``contrast_points`` (per kept dialogue, at most), the seed ``splits``
+    synthesized (never test). The stage's: the corpus (``source``, ``db_dir``), the
+    ``synthesizer`` (a backend section, :meth:`pipelines.llm.BackendConfig.from_dict`; None:
+    rules) and its ``cache_dir``, the outputs, the LLM failure and yield bounds (numbers in
+    [0, 1], checked by the stage), the ``fan_out``."""
 
+    source: str
+    output: str
+    metrics: str
+    db_dir: str | None = None
+    synthesizer: Any = None
+    cache_dir: str | None = None
     seed: int = 0
     max_clarifications: int = 3
-    dedup_threshold: float = 0.8
-    dedup_ngram: int = 3
-    act_points: int = 1  # act-here decision points per kept dialogue, at most
-    splits: tuple[str, ...] = ("train", "val")  # the seed splits synthesized; never test
-    contrast_points: int = 3  # contrasts (the asked slot stated, the agent recommends) per kept dialogue, at most
+    dedup: Any = None  # {threshold: 0.8, ngram: 3}
+    act_points: int = 1
+    contrast_points: int = 3
+    splits: tuple[str, ...] = ("train", "val")
+    max_llm_failure_rate: Any = 0.05
+    min_yield: Any = 0.5
+    fan_out: FanOutSpec = field(default_factory=FanOutSpec)
 
     def __post_init__(self) -> None:
         positive_int(self.contrast_points, "contrast_points", minimum=0)
@@ -89,9 +103,20 @@ class SpeakerConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         positive_int(self.max_clarifications, "max_clarifications")
+        dedup = self.dedup or {}
+        if not isinstance(dedup, Mapping) or set(dedup) - {"threshold", "ngram"}:
+            raise ConfigError(f"dedup: expected a mapping with threshold and ngram, got {dedup!r}")
         if not 0 < self.dedup_threshold <= 1:
             raise ValueError(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold!r}")
-        positive_int(self.dedup_ngram, "dedup_ngram")
+        positive_int(self.dedup_ngram, "dedup.ngram")
+
+    @property
+    def dedup_threshold(self) -> float:
+        return float((self.dedup or {}).get("threshold", 0.8))
+
+    @property
+    def dedup_ngram(self) -> int:
+        return (self.dedup or {}).get("ngram", 3)
 
 
 @dataclass(frozen=True)

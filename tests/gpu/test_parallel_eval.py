@@ -34,7 +34,7 @@ def test_goals_played_in_worker_processes_give_the_one_process_episodes(small_co
 
 
 def test_the_cpu_stage_refuses_worker_processes(small_corpus_dir, tiny_model_dir):
-    from catalog.io import from_params
+    from pipelines.config import from_params
     from flows.evaluate import check_inputs
     from pipelines.evaluation.config import EvalConfig
 

@@ -10,13 +10,13 @@ import pytest
 from pipelines.errors import ConfigError
 from pipelines.llm.testing.fake_server import FaultPlan
 from pipelines.simulators import (
+    SimulatorSpec,
     FALLBACK_REPLIES,
     AgendaSimulator,
     GoalLLMSimulator,
     GuideLLMSimulator,
     ProtectedSession,
     ProtectedSimulator,
-    ProtectionConfig,
     UserTurn,
     simulator_from_config,
     turn_fault,
@@ -59,7 +59,7 @@ def test_llm_failures_are_retried_with_new_seeds_then_fall_back_to_the_agenda_re
 
 def test_without_a_fallback_simulator_a_neutral_pir_reply_is_used(make_server):
     server = make_server(FaultPlan(rate=1.0, kinds=("http_500",)))
-    simulator = simulator_from_config("goal_llm", client=make_client(server.base_url), protection=ProtectionConfig(max_retries=1))
+    simulator = simulator_from_config("goal_llm", client=make_client(server.base_url), spec=SimulatorSpec(kind="goal_llm", max_retries=1))
     (turn,) = episode(simulator, [])
     assert turn.fallback and turn.retries == 1 and turn.text in FALLBACK_REPLIES
 
@@ -125,7 +125,7 @@ class SlowSession(FlakySession):
 
 def test_exceptions_are_retried_on_forks_so_failed_attempts_leave_no_state():
     inner = FlakySession([2])
-    session = ProtectedSession(inner, ProtectionConfig(max_retries=2), None, random.Random(0))
+    session = ProtectedSession(inner, SimulatorSpec(max_retries=2), None, random.Random(0))
     turn = run(session.respond("hello"))
     assert (turn.text, turn.retries, turn.fallback) == ("reply 1", 2, False)
     assert turn.failure == "exception: RuntimeError: boom"
@@ -133,14 +133,14 @@ def test_exceptions_are_retried_on_forks_so_failed_attempts_leave_no_state():
 
 
 def test_retries_are_bounded_and_the_fallback_is_recorded():
-    session = ProtectedSession(FlakySession([10]), ProtectionConfig(max_retries=3), None, random.Random(0))
+    session = ProtectedSession(FlakySession([10]), SimulatorSpec(max_retries=3), None, random.Random(0))
     turn = run(session.respond("hello"))
     assert turn.fallback and turn.retries == 3 and turn.text in FALLBACK_REPLIES
     assert turn.failure == "exception: RuntimeError: boom" and not turn.end
 
 
 def test_a_turn_that_takes_too_long_is_a_fault():
-    session = ProtectedSession(SlowSession([0]), ProtectionConfig(max_retries=1, turn_timeout_s=0.05), None, random.Random(0))
+    session = ProtectedSession(SlowSession([0]), SimulatorSpec(max_retries=1, turn_timeout_s=0.05), None, random.Random(0))
     turn = run(session.respond("hello"))
     assert turn.fallback and turn.failure.startswith("timeout")
 
@@ -168,7 +168,7 @@ def test_turn_faults():
 @pytest.mark.parametrize("fields", [{"max_retries": -1}, {"max_retries": 1.5}, {"turn_timeout_s": 0}, {"turn_timeout_s": "1"}])
 def test_bad_protection_configuration_is_rejected(fields):
     with pytest.raises(ConfigError):
-        ProtectionConfig(**fields)
+        SimulatorSpec(**fields)
 
 
 # -- the factory ------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def test_simulator_from_config(tiny_db, server):
     goal = simulator_from_config("goal_llm", client=client, database=tiny_db)
     assert isinstance(goal, ProtectedSimulator) and isinstance(goal.inner, GoalLLMSimulator)
     assert isinstance(goal.fallback, AgendaSimulator) and goal.name == "goal_llm"
-    guide = simulator_from_config("guide_llm", client=client, protection=None)
+    guide = simulator_from_config("guide_llm", client=client, protected=False)
     assert isinstance(guide, GuideLLMSimulator) and guide.name == "guide_llm"
     with pytest.raises(ConfigError, match="unknown kind"):
         simulator_from_config("oracle", database=tiny_db)

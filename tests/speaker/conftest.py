@@ -36,7 +36,7 @@ def database(speaker_corpus) -> Database:
 
 @pytest.fixture(scope="session")
 def rules_result(speaker_corpus, database):
-    return run_speaker(speaker_corpus.dialogues, database, RulesSynthesizer(database, seed=3), SpeakerConfig(seed=3))
+    return run_speaker(speaker_corpus.dialogues, database, RulesSynthesizer(database, seed=3), SpeakerConfig(source="data/raw/embedded_multiwoz", output="unused", metrics="unused", seed=3))
 
 
 def stage_params(corpus_dir: Path, out: Path, **overrides) -> dict:
