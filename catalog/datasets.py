@@ -29,25 +29,30 @@ from catalog.io import publish, publish_empty, read_artifact
 class Dataset:
     """One catalog entry: ``path`` (a template over the params section ``section``), the
     artifact spec ``spec`` it is validated with, and the ``dvc.yaml`` stages that write it
-    (``role`` "out") or, for a stage's input at a path of its own section, read it ("dep")."""
+    (``role`` "out") or, for a stage's input at a path of its own section, read it ("dep").
+    ``section`` None: each stage fills the path from its own section, named as the stage."""
 
-    section: str
+    section: str | None
     path: str
     spec: str
     stages: tuple[str, ...]
     role: str = "out"
 
+    def section_of(self, stage: str) -> str:
+        """The params section whose keys fill the path when ``stage`` writes (or reads) it."""
+        return self.section or stage
+
 
 def _entries() -> dict[str, Dataset]:
-    def beside(section: str, stages: Sequence[str], names: Sequence[str], prefix: str = "", key: str = "output") -> dict[str, Dataset]:
+    def beside(section: str | None, stages: Sequence[str], names: Sequence[str], prefix: str = "", key: str = "output") -> dict[str, Dataset]:
         """Tables written side by side into the directory ``{key}``, each ``<spec>.parquet``."""
         return {prefix + n: Dataset(section, f"{{{key}}}/{n}.parquet", n, tuple(stages)) for n in names}
 
     episodes = ("episodes", "episode_events")
     return {
         **beside("seeds", ["seeds"], ("dialogues", "turns", "goals", "entities", "splits")),
-        # gold_replay and gold_replay_real run one module on two sections of one shape
-        **beside("gold_replay", ["gold_replay", "gold_replay_real"], episodes, "gold_replay."),
+        # gold_replay and gold_replay_real run one module, each on its own section of one shape
+        **beside(None, ["gold_replay", "gold_replay_real"], episodes, "gold_replay."),
         **beside("speaker", ["speaker"], ("speaker_dialogues", "speaker_sft", "speaker_grpo", "speaker_dpo")),
         **beside("evaluate", ["evaluate"], episodes, "evaluate.", key="output.episodes"),
         **beside("pir", ["pir_augment"], ("pir_traces",)),
@@ -77,7 +82,7 @@ def _value(section: Any, dotted: str, name: str) -> Any:
         else:
             value = getattr(value, key, None)
         if value is None:
-            raise ConfigError(f"catalog: dataset {name!r} needs {DATASETS[name].section}.{dotted}, which is not set")
+            raise ConfigError(f"catalog: dataset {name!r} needs {DATASETS[name].section or 'its section'}.{dotted}, which is not set")
     return value
 
 

@@ -17,6 +17,9 @@ from typing import Any, Mapping, Sequence
 from pipelines.errors import ConfigError, ConfigValueError
 
 TASK_RUNNERS: tuple[str, ...] = ("thread", "process", "dask")
+#: A stage whose LLM calls fail (invalid replies included) more often than this share exits
+#: non-zero and publishes nothing (``max_llm_failure_rate`` in every section that calls a model).
+MAX_LLM_FAILURE_RATE = 0.05
 
 
 def positive_int(value: Any, where: str, *, optional: bool = False, minimum: int = 1) -> int | None:
@@ -178,15 +181,6 @@ class OutputSpec:
         if missing:
             raise ConfigError(f"{where}: missing required key(s) {missing}")
         return replace(self, **values)
-
-    @classmethod
-    def for_method(cls, method: str, models: str = "models", reports: str = "reports/train") -> "OutputSpec":
-        """A training run's outputs by its method's name: ``models/sft``, ``reports/train/sft.json``, ..."""
-        return cls(f"{models}/{method}", f"{reports}/{method}.json", f"{reports}/{method}_curve.csv")
-
-
-#: What a training run writes (``train.<method>.output`` and every training section's).
-TRAIN_OUTPUTS: tuple[str, ...] = ("model_dir", "metrics", "curve")
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_timings
-from pipelines.config import from_params
+from pipelines.config import MAX_LLM_FAILURE_RATE, from_params
 from catalog import datasets
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
@@ -69,7 +69,7 @@ class ClarifierDataParams:
     candidates: Any = None
     judge: Any = None
     cache_dir: str | None = None
-    max_llm_failure_rate: float = 0.05
+    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
 
 def _client(backend: BackendConfig, cache_dir: str | None, accounting: Accounting) -> LLMClient:

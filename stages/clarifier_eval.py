@@ -51,7 +51,7 @@ from pipelines.simulators.taubench import TauInstructionUser
 from stages.common import evaluation_parser, for_seeds_table
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_text_atomic, write_timings
-from pipelines.config import from_params
+from pipelines.config import MAX_LLM_FAILURE_RATE, from_params
 from catalog import datasets
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
@@ -100,7 +100,7 @@ class ClarifierEvalParams:
     user: Any = None
     clarifiers: Any = None
     cache_dir: str | None = None
-    max_llm_failure_rate: float = 0.05
+    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
 
 def _backend(role: str, section: Any, where: str) -> BackendConfig:

@@ -45,11 +45,10 @@ from pipelines.llm import Accounting, BackendConfig
 from pipelines.llm.accounting import check_failure_rate
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_timings
-from pipelines.config import from_params
+from pipelines.config import MAX_LLM_FAILURE_RATE, from_params
 from catalog import datasets
 from catalog.learn_to_ask import extractor_prompt, load_sessions, policy_prompt
 
-DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 ROLE = "extractor"
 
 
@@ -67,7 +66,7 @@ class HindsightParams:
     max_sessions: int | None = None
     stop_when: str = "no_info"
     prompts: str | None = None
-    max_llm_failure_rate: float = DEFAULT_MAX_LLM_FAILURE_RATE
+    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
 
 def extractor_backend(llm: Mapping[str, Any] | None) -> BackendConfig:

@@ -26,9 +26,22 @@ from pipelines.errors import ConfigError
 from pipelines.training.config import NOT_IN_US_GRPO_SECTION, TRAIN_OUTPUTS, DataSpec, GRPOObjective, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, with_training_seed
 from stages.entry import main_wrapper
 
+WHERE = "params.yaml pir_train.grpo"
 
 
-def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None,
+def us_grpo_section(section: Mapping[str, Any]) -> TrainSectionConfig:
+    """params.yaml ``pir_train.grpo``, checked: a training section with an ``env`` and an
+    ``output``, without the keys US-GRPO does not take."""
+    params = from_params(TrainSectionConfig, section, WHERE, without=NOT_IN_US_GRPO_SECTION)
+    missing = [key for key in ("env", "output") if getattr(params, key) is None]
+    if missing:
+        raise ConfigError(f"{WHERE}: missing required key(s) {missing}")
+    if not isinstance(params.allow_no_signal, bool):
+        raise ConfigError(f"{WHERE}.allow_no_signal: true or false, got {params.allow_no_signal!r}")
+    return params
+
+
+def grpo_config(section: Mapping[str, Any] | TrainSectionConfig, llm: Mapping[str, Any] | None = None,
                 seed: int | None = None, start: str | None = None) -> tuple[TrainConfig, Any]:
     """The run's :class:`TrainConfig` (no Parquet source: the conversations are the data)
     and its :class:`flows.us_grpo.ConversationEnv`; under training seed ``seed`` from
@@ -36,11 +49,8 @@ def grpo_config(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None
     from flows.us_grpo import ConversationEnv
     from stages.common import judge_backend
 
-    where = "params.yaml pir_train.grpo"
-    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_US_GRPO_SECTION)
-    missing = [key for key in ("env", "output") if key not in section]
-    if missing:
-        raise ConfigError(f"{where}: missing required key(s) {missing}")
+    where = WHERE
+    params = section if isinstance(section, TrainSectionConfig) else us_grpo_section(section)
     env = from_params(ConversationEnv, params.env, f"{where}.env")
     if not Path(env.source).exists():
         raise ConfigError(f"{where}.env.source: {env.source} does not exist")
@@ -74,16 +84,14 @@ def run(section: Mapping[str, Any], llm: Mapping[str, Any] | None = None,
         seed: int | None = None, start: str | None = None) -> dict[str, Any]:
     from stages.common import configure_prefect
 
-    config, env = grpo_config(section, llm, seed, start)
-    allow_no_signal = from_params(TrainSectionConfig, section, "params.yaml pir_train.grpo", without=NOT_IN_US_GRPO_SECTION).allow_no_signal
-    if not isinstance(allow_no_signal, bool):
-        raise ConfigError(f"params.yaml pir_train.grpo.allow_no_signal: true or false, got {allow_no_signal!r}")
+    params = us_grpo_section(section)
+    config, env = grpo_config(params, llm, seed, start)
     configure_prefect(Path.cwd())
     from flows.local_api import local_prefect_api
     from flows.us_grpo import train_us_grpo
 
     with local_prefect_api(os.environ["PREFECT_HOME"]):
-        report = train_us_grpo(config, env, allow_no_signal)
+        report = train_us_grpo(config, env, params.allow_no_signal)
     before, after = report["eval"]["before"], report["eval"]["after"]
     signal = report["learning_signal"]
     if signal["no_signal"]:

@@ -65,6 +65,7 @@ from pipelines.training.config import (
     OutputSpec,
     TrainConfig,
     TrainSectionConfig,
+    method_outputs,
     with_training_seed,
 )
 from pipelines.preflight.inputs import check_schema_name
@@ -104,7 +105,7 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
         method=method,
         model=from_params(ModelSpec, settings.model, f"{where}.model"),
         data=from_params(DataSpec, data, f"{where}.data"),
-        output=from_params(OutputSpec, output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS) if output else OutputSpec.for_method(method),
+        output=from_params(OutputSpec, output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS) if output else method_outputs(method),
         optim=settings.optim,
         device=settings.device,
         eval=settings.eval,

@@ -46,9 +46,7 @@ def _declared(path: Path, paths: list[str]) -> bool:
 def test_every_dataset_is_declared_in_dvc_yaml(name: str) -> None:
     entry = datasets.DATASETS[name]
     for stage in entry.stages:
-        # gold_replay_real runs the gold_replay module on its own section of the same shape
-        section = stage if entry.section == "gold_replay" else entry.section
-        path = datasets.path(name, _lookup(section))
+        path = datasets.path(name, _lookup(entry.section_of(stage)))
         declared = _paths(stage, "outs" if entry.role == "out" else "deps")
         assert _declared(path, declared), f"{name}: {path} is not among dvc.yaml {stage}'s {entry.role}s {declared}"
 
@@ -57,8 +55,7 @@ def test_every_parquet_out_of_dvc_yaml_is_a_dataset() -> None:
     catalogued = set()
     for name, entry in datasets.DATASETS.items():
         for stage in entry.stages:
-            section = stage if entry.section == "gold_replay" else entry.section
-            catalogued.add(datasets.path(name, _lookup(section)))
+            catalogued.add(datasets.path(name, _lookup(entry.section_of(stage))))
     outs = [Path(p) for stage, body in DVC.items() if "foreach" not in body for p in _paths(stage, "outs") if p.endswith(".parquet")]
     assert outs and not [p for p in outs if p not in catalogued], "Parquet outs of dvc.yaml the catalog lacks"
 

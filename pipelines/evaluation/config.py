@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.config import OutputSpec, positive_int, rate
+from pipelines.config import MAX_LLM_FAILURE_RATE, OutputSpec, positive_int, rate
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.play import EvalPlan
@@ -68,7 +68,7 @@ class EvalConfig:
     stats: StatsSpec = field(default_factory=StatsSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
     # More failed LLM simulator calls than this share is an outage: the stage publishes nothing.
-    max_llm_failure_rate: float = 0.05
+    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
     # Processes that play a model's goals, each with its own copy of the model (the GPU job,
     # flows/gpu.py): one process decoding a batch at a time leaves a GPU mostly waiting on
     # Python. The goals are split between them; the episodes are the same (decoding.py).

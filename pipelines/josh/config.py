@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.episodes.formats import FORMATS
-from pipelines.config import FanOutSpec, OutputSpec, positive_int
+from pipelines.config import MAX_LLM_FAILURE_RATE, FanOutSpec, OutputSpec, positive_int
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.policy import GenerationSpec
@@ -88,7 +88,7 @@ class JoshConfig:
     min_reward: float = 1.0
     task_prompt: str = TOOLWOZ_TASK_PROMPT
     work_dir: str = "data/cache/josh"
-    max_llm_failure_rate: float = 0.05
+    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
     test: TestSpec = field(default_factory=TestSpec)
     fan_out: FanOutSpec = field(default_factory=FanOutSpec)
     # A harvest without training rows: false publishes empty SFT / KTO tables and the report
@@ -169,7 +169,7 @@ class ToolWozEvalConfig:
     generation: GenerationSpec = field(default_factory=lambda: _generation())
     prompt: PromptSpec = field(default_factory=_toolwoz_prompt)
     output: OutputSpec = field(default_factory=OutputSpec)
-    max_llm_failure_rate: float = 0.05
+    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
     round: RoundSpec | None = None
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pipelines.config import MAX_LLM_FAILURE_RATE
 from pipelines.errors import ConfigError
 from pipelines.stats import LEVEL, interval, resample_indices, resampled_ratios
 from pipelines.pir.entropy import SCOPES, Scope, Scorer, StepScores, fidelity, score_steps, select_top_k
@@ -23,9 +24,6 @@ from pipelines.pir.traces import Trace
 
 
 SWEEP_K: tuple[float, ...] = (10, 20, 30)
-
-
-DEFAULT_MAX_LLM_FAILURE_RATE = 0.05
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class PirConfig:
     scope: str = "trace"
     inserter: Any = None
     cache_dir: str | None = None
-    max_llm_failure_rate: float = DEFAULT_MAX_LLM_FAILURE_RATE
+    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
     def __post_init__(self) -> None:
         if not 0 < self.top_k_percent <= 100:

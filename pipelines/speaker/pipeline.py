@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pipelines.config import FanOutSpec, positive_int
+from pipelines.config import MAX_LLM_FAILURE_RATE, FanOutSpec, positive_int
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed
@@ -91,7 +91,7 @@ class SpeakerConfig:
     act_points: int = 1
     contrast_points: int = 3
     splits: tuple[str, ...] = ("train", "val")
-    max_llm_failure_rate: Any = 0.05
+    max_llm_failure_rate: Any = MAX_LLM_FAILURE_RATE
     min_yield: Any = 0.5
     fan_out: FanOutSpec = field(default_factory=FanOutSpec)
 

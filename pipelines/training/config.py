@@ -8,7 +8,7 @@ place that reads params. A :class:`TrainConfig` says everything one run needs::
         method="grpo",
         model=ModelSpec(path="models/sft"),
         data=DataSpec(sources=(SourceSpec("data/processed/speaker/speaker_grpo.parquet"),)),
-        output=OutputSpec.for_method("grpo"),
+        output=method_outputs("grpo"),
         objective=GRPOObjective(num_generations=4),
     )
 
@@ -22,10 +22,21 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
-from pipelines.config import TRAIN_OUTPUTS, OutputSpec, positive_int
+from pipelines.config import OutputSpec, positive_int
 from pipelines.errors import ConfigError
 
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
+#: What a training run writes (``train.<method>.output`` and every training section's).
+TRAIN_OUTPUTS: tuple[str, ...] = ("model_dir", "metrics", "curve")
+
+
+def method_outputs(method: str, models: str = "models", reports: str = "reports/train") -> OutputSpec:
+    """A training run's outputs by its method's name: ``models/sft``, ``reports/train/sft.json``, ...
+
+    >>> method_outputs("dpo").curve
+    'reports/train/dpo_curve.csv'
+    """
+    return OutputSpec(f"{models}/{method}", f"{reports}/{method}.json", f"{reports}/{method}_curve.csv")
 
 
 # --- Model -----------------------------------------------------------------------------------
@@ -406,6 +417,8 @@ __all__ = [
     "KTOObjective",
     "LoraSpec",
     "METHODS",
+    "TRAIN_OUTPUTS",
+    "method_outputs",
     "ModelSpec",
     "policy_model",
     "OBJECTIVES",

@@ -19,9 +19,9 @@ from pipelines.training.config import (
     HoldoutSpec,
     ModelSpec,
     OptimSpec,
-    OutputSpec,
     SourceSpec,
     TrainConfig,
+    method_outputs,
 )
 
 SYSTEM = {"role": "system", "content": "You are a travel agent."}
@@ -103,7 +103,7 @@ def tiny_config(method: str, model_dir: Path, data_dir: Path, out: Path, **chang
             compact_prompts=False,
             max_history_messages=2,
         ),
-        output=OutputSpec.for_method(method, str(out / "models"), str(out / "reports")),
+        output=method_outputs(method, str(out / "models"), str(out / "reports")),
         optim=OptimSpec(max_steps=2, batch_size=4, max_length=320, logging_steps=1, learning_rate=1e-3),
         eval=EvalSpec(max_examples=4, max_new_tokens=8, batch_size=4),
         objective=objective,
