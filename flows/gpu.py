@@ -11,6 +11,17 @@ top to bottom, stopping on steps and goal counts, never on time::
     evaluate  zero-shot, SFT and GRPO on the held-out test goals (agenda simulator), with
               bootstrap intervals over goals and paired tests, as the CPU ``evaluate`` stage
 
+A profile with a ``harvest`` section is JOSH's self-improvement round instead (issue 27)::
+
+    convert   the starting model M, as above
+    harvest   M harvests its own trees on the train goals (JOSH's beam search against the
+              agenda user; params.yaml ``josh`` with the section laid over it), and plays the
+              test goals sampled, as the CPU stage ``josh`` does; writes the SFT / KTO rows
+    sft       M' = M fine-tuned on its golden paths ("not trained" when it found none)
+    kto       KTO from the SFT model on its good and bad turns (section ``kto``)
+    toolwoz   M and each M' on the ToolWOZ test goals, greedy and without branching: average
+              reward and 100 % success with 95 % intervals over goals, as ``josh_evaluate``
+
 Each stage writes ``results/<stage>.json`` and ``.md`` (the SFT and GRPO reports carry
 ``tokens_per_s``, ``mfu``, steps/s and, for GRPO, the share of time spent generating);
 ``results/job.json`` has the hardware, package versions and every stage's status and wall
@@ -44,6 +55,8 @@ from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
 from pipelines.training.config import NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig
 
 STAGES = ("convert", "sft", "grpo", "evaluate")
+#: A profile's sections by its kind: SpeakRL's chain, or JOSH's round (it has a ``harvest``).
+PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz")}
 #: The models evaluation plays, in table order, and the stage that makes each.
 EVAL_MODELS = (("zero_shot", "convert"), ("sft", "sft"), ("grpo", "grpo"))
 
@@ -75,10 +88,16 @@ def profile_params(gpu: Mapping[str, Any], name: str | None, smoke: bool) -> tup
         raise ConfigError(f"params.yaml gpu.profiles: no profile {name!r}; profiles: {sorted(profiles)}")
     profile = dict(profiles[name])
     overrides = profile.pop("smoke", None) or {}
-    unknown = sorted(set(profile) - {"sft", "grpo", "evaluate"})
+    allowed = PROFILE_SECTIONS[profile_kind(profile)]
+    unknown = sorted(set(profile) - set(allowed))
     if unknown:
-        raise ConfigError(f"params.yaml gpu.profiles.{name}: unknown section(s) {unknown}; allowed: sft, grpo, evaluate, smoke")
+        raise ConfigError(f"params.yaml gpu.profiles.{name}: unknown section(s) {unknown}; allowed: {', '.join(allowed)}, smoke")
     return name, deep_merge(profile, overrides) if smoke else profile
+
+
+def profile_kind(sections: Mapping[str, Any]) -> str:
+    """``josh`` for a profile with a ``harvest`` section (JOSH's round), else ``speakrl``."""
+    return "josh" if "harvest" in sections else "speakrl"
 
 
 FROM_DATA = "from_data"
@@ -149,6 +168,11 @@ def check_profile_inputs(root: Path) -> list[str]:
         for name in gpu.get("profiles") or {}:
             for smoke in (False, True):
                 _, sections = profile_params(gpu, name, smoke)
+                if profile_kind(sections) == "josh":
+                    # its training rows are the node's harvest: the harvest settings are checked here
+                    josh_config(sections["harvest"], Path("models") / "smollm2", Path("work"), f"params.yaml gpu.profiles.{name}.harvest",
+                                read_params("josh", root / "params.yaml"))
+                    continue
                 for method in ("sft", "grpo"):
                     config = train_config(method, with_limit(sections[method], 1), model_path="models/smollm2",
                                           output_dir=Path("models") / "gpu", where=f"params.yaml gpu.profiles.{name}.{method}")
@@ -460,16 +484,167 @@ def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> l
     return in_play_order(played, goals, plan.seeds, prefix=f"{policy.name}/")
 
 
+# --- JOSH's round -----------------------------------------------------------------------------
+
+
+class NotTrained(AskflowError):
+    """A training stage with no rows to train on: reported "not trained" with the reason, not
+    as a failure (the round's M found no golden path)."""
+
+
+def josh_config(section: Mapping[str, Any], start: Path, work: Path, where: str, josh: Mapping[str, Any] | None = None) -> Any:
+    """The harvest's :class:`~pipelines.josh.config.JoshConfig`: params.yaml ``josh`` (or
+    ``josh``) with the profile's ``harvest`` section laid over it; the harvester is M, the
+    job's start model (``hf``, on the accelerator where there is one), its checkpoints under
+    ``work``, no fan-out (one process, ``concurrency`` trees in play)."""
+    import torch
+
+    from pipelines.josh.config import JoshConfig
+
+    params = deep_merge(josh if josh is not None else read_params("josh"), section)
+    params = deep_merge(params, {"agent": {"backend": "hf", "model_path": str(start), "device": "cuda" if torch.cuda.is_available() else "cpu"},
+                                 "work_dir": str(work / "josh_checkpoints"), "fan_out": {"workers": 0}})
+    return from_params(JoshConfig, params, where)
+
+
+def harvest_trees(config: Any, start_name: str) -> dict[str, Any]:
+    """M harvests the train goals (resuming from the checkpoints of an earlier try on this
+    node), writes ``josh_trees`` / ``josh_sft`` / ``josh_kto`` Parquet under ``config.output``,
+    then plays the test goals sampled without branching; the report has stage ``josh``'s
+    fields (the round's table reads them) and the harvest's speed."""
+    import asyncio
+
+    import pyarrow.parquet as pq
+
+    from catalog.josh import open_workspace
+    from pipelines.josh.config import HARVESTER_ROLES
+    from pipelines.josh.evaluate import play_toolwoz, toolwoz_intervals, toolwoz_scores
+    from pipelines.josh.goals import evaluation_goals
+    from pipelines.josh.tables import harvest_metrics, josh_tables
+
+    workspace = open_workspace(config, None)
+    done = workspace.done()
+    todo = [g for g in workspace.goals if g.goal_id not in done]
+    log.info("harvest: %d train goals (%d from an earlier try), beam %d, branching %d, %d turns, %d trees in play",
+             len(workspace.goals), len(done), config.beam.max_beam, config.beam.branching_factor, config.beam.max_turns, config.concurrency)
+    _synchronize()
+    started = time.perf_counter()
+    fresh = workspace.harvest(todo, on_tree=lambda tree: log.info("harvest: %s: %d nodes, tree reward %.2f", tree.goal_id,
+                                                                   len(tree.nodes), tree.reward))
+    _synchronize()
+    wall_s = time.perf_counter() - started
+    harvested = workspace.done()
+    trees = [harvested[g.goal_id] for g in workspace.goals if g.goal_id in harvested]
+    tables = josh_tables(trees, config.min_reward)
+    output = Path(config.output)
+    output.mkdir(parents=True, exist_ok=True)
+    for name in ("josh_trees", "josh_sft", "josh_kto"):
+        pq.write_table(tables[name], output / f"{name}.parquet", compression="zstd")
+    test_list = [d for d, split in workspace.corpus.splits.items() if split == "test"]
+    test = evaluation_goals(workspace.all_goals, test_list, config.test.max_goals)
+    episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
+                                        max_turns=config.beam.max_turns, task_prompt=config.task_prompt))
+    report = harvest_metrics(trees, tables)
+    report["agent"] = {"backend": "hf", "format": config.agent.format, "role": HARVESTER_ROLES["hf"], "model_path": start_name}
+    report["test"] = {**toolwoz_scores(episodes), **toolwoz_intervals(episodes)}
+    report["training_data"] = tables["josh_sft"].num_rows > 0
+    calls = sum(t.agent_calls for t in fresh)
+    report["speed"] = {"trees": len(fresh), "wall_s": round(wall_s, 2), "trees_per_s": round(len(fresh) / wall_s, 4) if wall_s else None,
+                       "agent_calls": calls, "agent_calls_per_s": round(calls / wall_s, 2) if wall_s else None}
+    report["settings"] = {"max_goals": config.max_goals, "beam": dataclasses.asdict(config.beam), "min_reward": config.min_reward,
+                          "sampling": dataclasses.asdict(config.agent.sampling), "test": dataclasses.asdict(config.test)}
+    log.info("harvest: %d trees, %d golden paths, %d SFT rows in %.1f s; M on %d test goals (sampled): avg reward %.3f",
+             len(trees), report["golden_paths"], report["sft_rows"], wall_s, report["test"]["goals"], report["test"]["avg_reward"])
+    return report
+
+
+def trained_on_harvest(method: str, section: Mapping[str, Any], start: Path, stage_dir: Path, where: str) -> dict[str, Any]:
+    """SFT / KTO on the harvest's rows; NotTrained when the harvest made none."""
+    import pyarrow.parquet as pq
+
+    config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=where)
+    rows = {s.path: pq.read_metadata(s.path).num_rows for s in config.data.sources}
+    if not any(rows.values()):
+        raise NotTrained(f"the harvest has no {method.upper()} rows ({', '.join(rows)}): M found no golden path to train M' on")
+    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
+    return train(config, epochs=params.epochs, sampler=params.sampler)
+
+
+def evaluate_toolwoz(section: Mapping[str, Any], models: Mapping[str, str], out: Path, harvest: Mapping[str, Any] | None,
+                     start: str, trained: Sequence[str], not_trained: Mapping[str, str]) -> dict[str, Any]:
+    """Every model of ``models`` (name -> directory; M is ``start``) plays the ToolWOZ test
+    goals greedily without branching against the agenda user, as stage ``josh_evaluate``;
+    the report has its fields, the round, ``dialogues_per_s`` per model and the round's table."""
+    import asyncio
+
+    import pyarrow.parquet as pq
+
+    from catalog.josh import build_simulator
+    from catalog.multiwoz_dir import load_multiwoz
+    from pipelines.env.tools import Database
+    from pipelines.env.toolwoz import ToolWozDatabase, toolwoz_tools
+    from pipelines.episodes.formats import get_format
+    from pipelines.evaluation.policy import PolicySpec, load_policy
+    from pipelines.josh.agent import RulesToolWozAgent
+    from pipelines.josh.config import HARVESTER_ROLES, ToolWozEvalConfig
+    from pipelines.josh.evaluate import play_toolwoz, toolwoz_summary
+    from pipelines.josh.goals import evaluation_goals, toolwoz_goals
+    from pipelines.josh.report import round_markdown
+    from pipelines.josh.tables import eval_table
+
+    where = "params.yaml gpu toolwoz"
+    config = from_params(ToolWozEvalConfig, {**section, "models": {name: {"path": path} for name, path in models.items()}}, where)
+    if config.simulator.kind != "agenda":
+        raise ConfigError(f"{where}.simulator.kind: the job runs offline; it must be agenda")
+    corpus = load_multiwoz(config.source, config.db_dir, strict=config.strict)
+    database = ToolWozDatabase(corpus.entities)
+    test_list = [d for d, split in corpus.splits.items() if split == "test"]
+    goals = evaluation_goals(toolwoz_goals(corpus.dialogues, corpus.splits, database), test_list, config.max_goals)
+    simulator, _ = build_simulator(config.simulator, Database(corpus.entities, corpus.taxi_options), None)
+    fmt = get_format(config.format, toolwoz_tools())
+    players: list[tuple[str, Any]] = [(name, entry) for name, entry in config.models]
+    if config.rules is not None:
+        players.append(("rules", RulesToolWozAgent(database, fmt, config.rules)))
+    results, speeds, episodes = {}, {}, []
+    for name, entry in players:
+        agent = entry if isinstance(entry, RulesToolWozAgent) else load_policy(
+            PolicySpec(name, entry.path, None, None, entry.prompt or config.prompt), fmt, config.generation)
+        _synchronize()
+        started = time.perf_counter()
+        played = asyncio.run(play_toolwoz(goals, agent, simulator, database, seeds=config.seeds, max_turns=config.max_turns,
+                                          task_prompt=config.task_prompt))
+        _synchronize()
+        wall_s = time.perf_counter() - started
+        del agent
+        played = [dataclasses.replace(e, agent=name) for e in played]
+        episodes += played
+        results[name] = toolwoz_summary(played)
+        speeds[name] = {"episodes": len(played), "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
+        log.info("toolwoz: %s: avg reward %.3f, 100%% success %.3f (%d episodes, %.1f s)", name, results[name]["avg_reward"],
+                 results[name]["success_rate"], len(played), wall_s)
+    pq.write_table(eval_table(episodes), out / "toolwoz_episodes.parquet", compression="zstd")
+    report = {"goals": len(goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
+              "models": results, "labels": {"rules": f"rules: {HARVESTER_ROLES['rules']}"} if "rules" in results else {},
+              "round": {"start": start, "trained": list(trained), "not_trained": dict(not_trained)}, "speed": speeds}
+    if harvest is not None:
+        report["markdown"] = round_markdown(harvest, report)
+    return report
+
+
 # --- The job ----------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class StageResult:
     name: str
-    status: str = "pending"         # ok | failed | skipped
+    status: str = "pending"         # ok | failed | skipped | not trained (no rows: not a failure)
     wall_s: float | None = None
     error: str | None = None
     needs: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status not in ("ok", "not trained")
 
 
 def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
@@ -477,7 +652,7 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
     and, on failure, ``error``) goes to ``out/<name>.json`` and ``.md``."""
     missing = [need for need in result.needs if results[need].status != "ok"]
     if missing:
-        result.status, result.error = "skipped", f"needs {', '.join(missing)}, which did not succeed"
+        result.status, result.error = "skipped", "needs " + ", ".join(f"{need} ({results[need].status})" for need in missing)
         log.warning("stage %s: skipped (%s)", result.name, result.error)
         _write_stage(out, result, {})
         return None
@@ -486,6 +661,10 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
     try:
         report = body()
         result.status = "ok"
+    except NotTrained as why:
+        report = {}
+        result.status, result.error = "not trained", str(why)
+        log.warning("stage %s: not trained: %s", result.name, why)
     except Exception as error:  # a failed stage is reported; the stages that do not need it run
         report = {"traceback": traceback.format_exc(limit=8)}
         result.status, result.error = "failed", f"{type(error).__name__}: {error}"
@@ -505,7 +684,7 @@ def _write_stage(out: Path, result: StageResult, report: Mapping[str, Any]) -> N
     if result.wall_s is not None:
         lines.append(f"Wall time: {result.wall_s:.1f} s.")
     if result.error:
-        lines += ["", f"Error: `{result.error}`"]
+        lines += ["", f"{'Why' if result.status == 'not trained' else 'Error'}: `{result.error}`"]
     if markdown:
         lines += ["", markdown]
     elif result.status == "ok":
@@ -517,6 +696,15 @@ def stage_summary(name: str, report: Mapping[str, Any]) -> str:
     """A few lines for a training or conversion stage's markdown."""
     if name == "convert":
         return f"Start model `{report.get('model')}`: {report.get('parameters', 0):,} parameters ({report.get('source')})."
+    if name == "harvest":
+        test, speed = report.get("test") or {}, report.get("speed") or {}
+        return "\n".join([
+            f"- {report.get('goals')} trees, {report.get('nodes')} nodes, {report.get('successful_nodes')} nodes that met a goal API, "
+            f"{report.get('golden_paths')} golden paths: {report.get('sft_rows')} SFT rows, KTO {report.get('kto_rows')}",
+            f"- {speed.get('agent_calls')} agent calls in {speed.get('wall_s')} s ({speed.get('agent_calls_per_s')} calls/s)",
+            f"- M on {test.get('goals')} test goals (sampled, no branching): avg reward {test.get('avg_reward')}, "
+            f"100 % success {test.get('success_rate')}",
+        ])
     throughput = report.get("throughput") or {}
     train = report.get("train") or {}
     after = json.dumps(report.get("eval", {}).get("after", {}), sort_keys=True)[:1500]
@@ -557,6 +745,70 @@ def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[
             "parameters": parameters}
 
 
+def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
+                      where: str, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """sft -> grpo -> evaluate after convert; returns the generation limit the data set."""
+    stages.update({"sft": StageResult("sft", needs=("convert",)), "grpo": StageResult("grpo", needs=("sft",)),
+                   "evaluate": StageResult("evaluate")})
+
+    def trained(method: str, start: Path) -> Callable[[], dict[str, Any]]:
+        def body() -> dict[str, Any]:
+            section = sections[method]
+            stage_dir = models / method
+            stage_dir.mkdir(parents=True, exist_ok=True)
+            config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=f"{where}.{method}")
+            params = from_params(TrainSectionConfig, section, f"{where}.{method}", without=NOT_IN_GPU_SECTION)
+            report = train(config, epochs=params.epochs, sampler=params.sampler)
+            shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
+            return report
+        return body
+
+    limit = None
+    if stages["convert"].status == "ok":  # recorded even where a profile (smoke) sets its own limits
+        limit = data_generation_limit(sections, start_path)
+        sections = with_limit(sections, limit["tokens"])
+        log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
+    run_stage(stages["sft"], stages, out, trained("sft", start_path))
+    run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
+    dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
+    playable = {model: str(dirs[model]) for model, stage in EVAL_MODELS if stages[stage].status == "ok"}
+    if playable:
+        run_stage(stages["evaluate"], stages, out, lambda: evaluate(sections["evaluate"], playable, out))
+    else:
+        stages["evaluate"].needs = ("convert",)
+        run_stage(stages["evaluate"], stages, out, dict)
+    return limit
+
+
+def run_josh_round(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
+                   where: str, manifest: Mapping[str, Any]) -> None:
+    """harvest -> sft -> kto -> toolwoz after convert: one JOSH self-improvement round."""
+    stages.update({"harvest": StageResult("harvest", needs=("convert",)), "sft": StageResult("sft", needs=("harvest",)),
+                   "kto": StageResult("kto", needs=("sft",)), "toolwoz": StageResult("toolwoz", needs=("convert",))})
+    start = str(manifest["model"]["kind"])  # M's name in the table: smollm2 (or base)
+    harvest = run_stage(stages["harvest"], stages, out, lambda: harvest_trees(
+        josh_config(sections["harvest"], start_path, models.parent, f"{where}.harvest"), start))
+
+    def trained(method: str, from_dir: Path) -> Callable[[], dict[str, Any]]:
+        def body() -> dict[str, Any]:
+            stage_dir = models / f"josh_{method}"
+            stage_dir.mkdir(parents=True, exist_ok=True)
+            report = trained_on_harvest(method, sections[method], from_dir, stage_dir, f"{where}.{method}")
+            shutil.copyfile(stage_dir / "curve.csv", out / f"{method}_curve.csv")
+            return report
+        return body
+
+    run_stage(stages["sft"], stages, out, trained("sft", start_path))
+    run_stage(stages["kto"], stages, out, trained("kto", models / "josh_sft" / "model"))
+    dirs = {start: start_path, "josh_sft": models / "josh_sft" / "model", "josh_kto": models / "josh_kto" / "model"}
+    stage_of = {start: "convert", "josh_sft": "sft", "josh_kto": "kto"}
+    playable = {name: str(path) for name, path in dirs.items() if stages[stage_of[name]].status == "ok"}
+    not_trained = {f"josh_{s}": f"{stages[s].status}: {stages[s].error}" for s in ("sft", "kto") if stages[s].status != "ok"}
+    run_stage(stages["toolwoz"], stages, out, lambda: evaluate_toolwoz(sections["toolwoz"], playable, out, harvest, start,
+                                                                      ("josh_sft", "josh_kto"), not_trained))
+    return None
+
+
 def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     """Every stage of the profile; 0 when all succeeded, 1 otherwise (2: not runnable)."""
     import torch
@@ -574,43 +826,12 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     started = time.perf_counter()
     machine = describe()
     log.info("job %s, profile %s%s on %s (%s)", manifest["commit"][:12], name, " (smoke)" if smoke else "", machine["device"], machine["accelerator"])
-    stages = {
-        "convert": StageResult("convert"),
-        "sft": StageResult("sft", needs=("convert",)),
-        "grpo": StageResult("grpo", needs=("sft",)),
-        "evaluate": StageResult("evaluate"),
-    }
     start_dir = models / "start"
-
-    def trained(method: str, start: Path) -> Callable[[], dict[str, Any]]:
-        def body() -> dict[str, Any]:
-            section = sections[method]
-            stage_dir = models / method
-            stage_dir.mkdir(parents=True, exist_ok=True)
-            where = f"params.yaml gpu.profiles.{name}.{method}"
-            config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=where)
-            params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
-            report = train(config, epochs=params.epochs, sampler=params.sampler)
-            shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
-            return report
-        return body
-
     start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
+    stages = {"convert": StageResult("convert")}
     run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir))
-    limit = None
-    if stages["convert"].status == "ok":  # recorded even where a profile (smoke) sets its own limits
-        limit = data_generation_limit(sections, start_path)
-        sections = with_limit(sections, limit["tokens"])
-        log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
-    run_stage(stages["sft"], stages, out, trained("sft", start_path))
-    run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
-    dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
-    playable = {model: str(dirs[model]) for model, stage in EVAL_MODELS if stages[stage].status == "ok"}
-    if playable:
-        run_stage(stages["evaluate"], stages, out, lambda: evaluate(sections["evaluate"], playable, out))
-    else:
-        stages["evaluate"].needs = ("convert",)
-        run_stage(stages["evaluate"], stages, out, dict)
+    run = run_josh_round if profile_kind(sections) == "josh" else run_speakrl_chain
+    limit = run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest)
     summary = {
         "commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": name, "smoke": smoke,
         "started": started_at, "wall_s": round(time.perf_counter() - started, 2), "machine": machine,
@@ -619,7 +840,7 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     }
     _write_json(out / "job.json", summary)
     write_results_manifest(out, manifest)
-    failed = [s.name for s in stages.values() if s.status != "ok"]
+    failed = [s.name for s in stages.values() if s.failed]
     log.info("job finished in %.1f s: %s", summary["wall_s"], "all stages ok" if not failed else f"not ok: {', '.join(failed)}")
     return 1 if failed else 0
 

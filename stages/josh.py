@@ -62,7 +62,8 @@ def josh_config(params: Mapping[str, Any]) -> JoshConfig:
 
 def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     config = josh_config(params)
-    from flows.josh import open_workspace, run_fan_out
+    from catalog.josh import open_workspace
+    from flows.josh import run_fan_out
 
     workspace = open_workspace(config, llm_params)
     goals = workspace.goals

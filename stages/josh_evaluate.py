@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError, DataError
 from pipelines.josh.config import HARVESTER_ROLES, ToolWozEvalConfig
-from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_intervals, toolwoz_scores
+from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_summary
 from pipelines.josh.tables import eval_table
 from stages.common import with_policy
 from stages.entry import main_wrapper
@@ -47,23 +47,6 @@ def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
     if not isinstance(models, Mapping):
         raise ConfigError(f"{where}.models: expected a mapping name -> {{path: ...}} or {{hub_id: ...}}")
     return from_params(ToolWozEvalConfig, {**params, "models": models}, where)
-
-
-def summary(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
-    """The paper's two scores and, as evidence of how an agent fails, per episode means of
-    its api calls, unparseable outputs and rejected calls, and how episodes ended."""
-    n = len(episodes) or 1
-    ended: dict[str, int] = {}
-    for e in episodes:
-        ended[e.ended_by] = ended.get(e.ended_by, 0) + 1
-    return {
-        **toolwoz_scores(episodes),
-        **toolwoz_intervals(episodes),
-        "tool_calls_per_episode": sum(e.tool_calls for e in episodes) / n,
-        "malformed_per_episode": sum(e.malformed for e in episodes) / n,
-        "rejected_calls_per_episode": sum(e.rejected_calls for e in episodes) / n,
-        "ended_by": dict(sorted(ended.items())),
-    }
 
 
 #: The reference row's label wherever it is reported: the rules agent is a template harvester.
@@ -160,7 +143,7 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     from pipelines.josh.agent import RulesToolWozAgent
     from pipelines.josh.goals import evaluation_goals, toolwoz_goals
     from pipelines.llm.accounting import check_failure_rate
-    from flows.josh import build_simulator
+    from catalog.josh import build_simulator
     from catalog.multiwoz_dir import load_multiwoz
 
     round_report, not_trained = harvest_round(config)
@@ -193,14 +176,14 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
                                               task_prompt=config.task_prompt, progress=progress.update))
         episodes[name] = [replace(e, agent=name) for e in played]
         timings[name] = round(time.perf_counter() - started, 2)
-        scores = summary(episodes[name])
+        scores = toolwoz_summary(episodes[name])
         print(f"josh_evaluate: {name}: avg reward {scores['avg_reward']:.3f}, 100% success {scores['success_rate']:.3f}, "
               f"malformed/episode {scores['malformed_per_episode']:.2f} ({timings[name]:.1f} s)")
     if client is not None:  # an LLM simulator's outage is an error, never a score
         check_failure_rate(client.accounting, config.max_llm_failure_rate, "josh_evaluate (user_simulator)")
 
     datasets.save({"toolwoz_eval": eval_table([e for eps in episodes.values() for e in eps])}, config)
-    results = {name: summary(eps) for name, eps in episodes.items()}
+    results = {name: toolwoz_summary(eps) for name, eps in episodes.items()}
     report = {"goals": len(goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
               "models": results, "labels": {"rules": RULES_LABEL} if "rules" in results else {}}
     if round_report is not None:

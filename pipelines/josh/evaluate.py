@@ -142,3 +142,20 @@ def toolwoz_intervals(episodes: Sequence[ToolWozEpisode], resamples: int = 2000,
     return {"avg_reward_ci95": interval(resampled_ratios(reward, count, indices)),
             "success_rate_ci95": interval(resampled_ratios(success, count, indices)),
             "resamples": resamples, "seed": seed, "unit": "goal"}
+
+
+def toolwoz_summary(episodes: Sequence[ToolWozEpisode]) -> dict[str, Any]:
+    """The paper's two scores and, as evidence of how an agent fails, per episode means of
+    its api calls, unparseable outputs and rejected calls, and how episodes ended."""
+    n = len(episodes) or 1
+    ended: dict[str, int] = {}
+    for e in episodes:
+        ended[e.ended_by] = ended.get(e.ended_by, 0) + 1
+    return {
+        **toolwoz_scores(episodes),
+        **toolwoz_intervals(episodes),
+        "tool_calls_per_episode": sum(e.tool_calls for e in episodes) / n,
+        "malformed_per_episode": sum(e.malformed for e in episodes) / n,
+        "rejected_calls_per_episode": sum(e.rejected_calls for e in episodes) / n,
+        "ended_by": dict(sorted(ended.items())),
+    }

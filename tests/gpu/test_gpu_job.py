@@ -148,6 +148,33 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert refused.returncode == 1 and "sft.md" in refused.stderr and not (tmp_path / "again").exists()
 
 
+def test_the_josh_round_smoke_runs_offline_with_smollm2_as_m(packed, tmp_path):
+    """JOSH's round (issue 27) on the same job: SmolLM2 (from the GGUF) harvests its own trees,
+    the round trains M' only on what it harvested, and M (and any M') plays the ToolWOZ test
+    goals; the round's table names every row, a "not trained" M' with its reason."""
+    job = _copy_job(packed, tmp_path / "josh" / "job")
+    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
+    result = _python(str(job / "run.py"), "--smoke", "--profile", "josh", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = job / "results"
+    stages = json.loads((results / "job.json").read_text())["stages"]
+    assert list(stages) == ["convert", "harvest", "sft", "kto", "toolwoz"]
+    assert stages["convert"]["status"] == stages["harvest"]["status"] == stages["toolwoz"]["status"] == "ok"
+    harvest = json.loads((results / "harvest.json").read_text())
+    assert harvest["agent"] == {"backend": "hf", "format": "react", "role": harvest["agent"]["role"], "model_path": "smollm2"}
+    assert "the method" in harvest["agent"]["role"] and harvest["goals"] == 1 and harvest["speed"]["agent_calls"] > 0
+    # M' exists exactly when M's harvest had golden paths
+    assert (stages["sft"]["status"] == "ok") == (harvest["sft_rows"] > 0)
+    if harvest["sft_rows"] == 0:
+        assert stages["sft"]["status"] == "not trained" and stages["kto"]["status"] == "skipped"
+    toolwoz = json.loads((results / "toolwoz.json").read_text())
+    assert list(toolwoz["models"])[0] == "smollm2" and "rules" not in toolwoz["models"]
+    assert toolwoz["round"]["start"] == "smollm2" and toolwoz["round"]["trained"] == ["josh_sft", "josh_kto"]
+    table = (results / "toolwoz.md").read_text()
+    assert "| smollm2 = M |" in table and "| josh_sft = M' |" in table and "| josh_kto = M' |" in table
+    assert (results / "toolwoz_episodes.parquet").is_file()
+
+
 def test_results_that_claim_another_commit_are_refused(project, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
