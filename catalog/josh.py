@@ -153,13 +153,20 @@ def build_agent(config: JoshConfig, database: ToolWozDatabase, llm_params: Mappi
     return OpenAIAgent(client, fmt, _sampling(config.agent.sampling)), client
 
 
-def _client(role: str, llm_params: Mapping[str, Any] | None) -> Any:
-    from pipelines.llm import LLMClient, ResponseCache, backends_from_dict
+def _backend(role: str, llm_params: Mapping[str, Any] | None) -> Any:
+    from pipelines.llm import backends_from_dict
 
     backends = backends_from_dict((llm_params or {}).get("roles") or {}, "params.yaml llm.roles")
     backend = backends.get(role)
     if backend is None or backend.kind != "openai":
         raise ConfigError(f"params.yaml llm.roles.{role}: josh needs an 'openai' backend for this role")
+    return backend
+
+
+def _client(role: str, llm_params: Mapping[str, Any] | None, backend: Any = None) -> Any:
+    from pipelines.llm import LLMClient, ResponseCache
+
+    backend = backend or _backend(role, llm_params)
     return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm"))
 
 
@@ -167,5 +174,8 @@ def build_simulator(spec: SimulatorSpec, corpus_db: Database, llm_params: Mappin
     """(the user simulator of ``spec``, its LLM client or None); also the ToolWOZ evaluation's."""
     from pipelines.simulators.factory import simulator_from_config
 
-    client = None if spec.kind == "agenda" else _client("user_simulator", llm_params)
-    return simulator_from_config(spec.kind, database=corpus_db, client=client, spec=spec), client
+    if spec.kind == "agenda":
+        return simulator_from_config("agenda", database=corpus_db, spec=spec), None
+    backend = _backend("user_simulator", llm_params)  # its sampling is the LLM user's
+    client = _client("user_simulator", llm_params, backend)
+    return simulator_from_config(spec.kind, database=corpus_db, client=client, spec=spec, sampling=backend.sampling), client

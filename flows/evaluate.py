@@ -58,10 +58,12 @@ def load_goals(config: EvalConfig) -> tuple[Any, list[Any]]:
     return database, goals
 
 
-def build_simulator(config: EvalConfig, database: Any, client: Any = None) -> Any:
+def build_simulator(config: EvalConfig, database: Any, client: Any = None, sampling: Any = None) -> Any:
+    """``config.simulator``'s user; an LLM user writes with ``client`` at ``sampling`` (the
+    ``user_simulator`` role's)."""
     from pipelines.simulators.factory import simulator_from_config
 
-    return simulator_from_config(config.simulator.kind, database=database, client=client, spec=config.simulator)
+    return simulator_from_config(config.simulator.kind, database=database, client=client, spec=config.simulator, sampling=sampling)
 
 
 @task(name="load-policy", **_TASK, **_RETRY)
@@ -152,11 +154,11 @@ def setup_summary(config: EvalConfig, n_goals: int) -> dict[str, Any]:
 
 
 @flow(name="evaluate", validate_parameters=False, log_prints=False)
-def evaluate(config: EvalConfig, simulator_client: Any = None) -> dict[str, Any]:
+def evaluate(config: EvalConfig, simulator_client: Any = None, simulator_sampling: Any = None) -> dict[str, Any]:
     """Every model of ``config`` against the user simulator; returns the report."""
     check_config(config)
     database, goals = load_goals(config)
-    simulator = build_simulator(config, database, simulator_client)
+    simulator = build_simulator(config, database, simulator_client, simulator_sampling)
     started = time.monotonic()
     scores: dict[str, list[list[Any]]] = {}
     summaries: dict[str, list[dict[str, Any]]] = {}  # each training seed's Avg@k, as score() logged it

@@ -652,8 +652,11 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
     and, on failure, ``error``) goes to ``out/<name>.json`` and ``.md``."""
     missing = [need for need in result.needs if results[need].status != "ok"]
     if missing:
-        result.status, result.error = "skipped", "needs " + ", ".join(f"{need} ({results[need].status})" for need in missing)
-        log.warning("stage %s: skipped (%s)", result.name, result.error)
+        # after a stage with nothing to train on, what builds on it is not trained either
+        quiet = all(results[need].status == "not trained" for need in missing)
+        result.status = "not trained" if quiet else "skipped"
+        result.error = "needs " + ", ".join(f"{need} ({results[need].status})" for need in missing)
+        log.warning("stage %s: %s (%s)", result.name, result.status, result.error)
         _write_stage(out, result, {})
         return None
     log.info("stage %s: start", result.name)

@@ -50,10 +50,11 @@ def eval_config(params: Mapping[str, Any]) -> EvalConfig:
     return from_params(EvalConfig, params, where)
 
 
-def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -> Any:
-    """The ``user_simulator`` role's LLM client, for an LLM simulator (None for agenda)."""
+def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    """The ``user_simulator`` role's LLM client and its sampling, for an LLM simulator (None,
+    None for agenda)."""
     if config.simulator.kind == "agenda":
-        return None
+        return None, None
     from pipelines.llm import LLMClient, ResponseCache, backends_from_dict
 
     # Every role of the section is checked: one that no code path uses is refused.
@@ -63,7 +64,7 @@ def simulator_client(config: EvalConfig, llm_params: Mapping[str, Any] | None) -
     backend = backends["user_simulator"]
     if backend.kind != "openai":
         raise ConfigError(f"evaluate.simulator.kind {config.simulator.kind!r} needs llm.roles.user_simulator.backend: openai")
-    return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm"))
+    return LLMClient(backend.client, cache=ResponseCache((llm_params or {}).get("cache_dir") or "data/cache/llm")), backend.sampling
 
 
 def run(
@@ -76,13 +77,13 @@ def run(
     from flows.evaluate import check_inputs
 
     check_inputs(config)  # before Prefect starts
-    client = simulator_client(config, llm_params)
+    client, sampling = simulator_client(config, llm_params)
     configure_prefect(Path.cwd())
     from flows.evaluate import evaluate
     from flows.local_api import local_prefect_api
 
     with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
-        report = evaluate(config, client)
+        report = evaluate(config, client, sampling)
     # Speeds are in the flow's log and reports/timings/evaluate.json, not in the report.
     for name, result in report["models"].items():
         print(f"evaluate: {name}: success {result['success']['mean']:.3f} ± {result['success']['std']:.3f}, "

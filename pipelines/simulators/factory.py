@@ -12,7 +12,8 @@ from pipelines.errors import ConfigError
 from pipelines.llm import LLMClient
 from pipelines.simulators.agenda import SimulatorSpec, AgendaSimulator
 from pipelines.simulators.base import UserSimulator
-from pipelines.simulators.llm import GoalLLMSimulator, GuideLLMSimulator, LLMSimulatorConfig
+from pipelines.llm import SamplingParams
+from pipelines.simulators.llm import DEFAULT_SAMPLING, GoalLLMSimulator, GuideLLMSimulator
 from pipelines.simulators.protection import ProtectedSimulator
 
 SIMULATOR_KINDS: tuple[str, ...] = ("agenda", "goal_llm", "guide_llm")
@@ -24,13 +25,14 @@ def simulator_from_config(
     database: Database | None = None,
     client: LLMClient | None = None,
     spec: SimulatorSpec = SimulatorSpec(),
-    llm: LLMSimulatorConfig = LLMSimulatorConfig(),
+    sampling: SamplingParams | None = None,
     protected: bool = True,
 ) -> UserSimulator:
     """The user simulator of ``kind``.
 
     ``agenda`` needs the ``database``. The LLM kinds need the ``client`` of role
-    "user_simulator"; they are wrapped in failure protection (``spec.max_retries``,
+    "user_simulator" and write at that role's ``sampling`` (None: :data:`DEFAULT_SAMPLING`, JOSH's
+    temperature 0); they are wrapped in failure protection (``spec.max_retries``,
     ``spec.turn_timeout_s``) unless ``protected`` is false, with the agenda simulator (``spec``'s
     settings) as the fallback when a ``database`` is given. The agenda
     simulator is never wrapped: it calls nothing that can fail, so a fault there is a bug
@@ -46,7 +48,8 @@ def simulator_from_config(
         raise ConfigError(
             f"user simulator {kind!r} needs an LLM client: configure an 'openai' backend for role 'user_simulator'"
         )
-    inner = GoalLLMSimulator(client, llm) if kind == "goal_llm" else GuideLLMSimulator(client, llm)
+    sampling = sampling or DEFAULT_SAMPLING
+    inner = GoalLLMSimulator(client, sampling) if kind == "goal_llm" else GuideLLMSimulator(client, sampling)
     if not protected:
         return inner
     fallback = AgendaSimulator(database, spec) if database is not None else None

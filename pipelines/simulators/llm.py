@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
 from typing import Sequence
 
-from pipelines.errors import ConfigError
 from pipelines.llm import Failure, LLMClient, SamplingParams
 from pipelines.records import Dialogue, Goal
 from pipelines.simulators.base import END_CONVERSATION, UserTurn
@@ -115,18 +113,9 @@ _QUOTED = re.compile(r'^"([^"]*)"$')
 _END = re.compile(r"\[?\s*" + END_CONVERSATION + r"\s*\]?")
 
 
-@dataclass(frozen=True)
-class LLMSimulatorConfig:
-    """``sampling``: the customer's replies; ``guide_sampling``: the guide's advice (the
-    guide-based simulator only). Both default to temperature 0, as in JOSH."""
-
-    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=256))
-    guide_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=256))
-
-    def __post_init__(self) -> None:
-        for name in ("sampling", "guide_sampling"):
-            if not isinstance(getattr(self, name), SamplingParams):
-                raise ConfigError(f"{name}: expected SamplingParams, got {type(getattr(self, name)).__name__}")
+#: The customer's replies and the guide's advice unless the ``user_simulator`` role's backend
+#: section sets ``sampling``: temperature 0, as in JOSH.
+DEFAULT_SAMPLING = SamplingParams(temperature=0.0, max_tokens=256)
 
 
 # --------------------------------------------------------------------------------------
@@ -192,10 +181,10 @@ def call_seed(session_seed: int, turn: int, attempt: int) -> int:
 class _LLMSession:
     """One customer whose turns an LLM writes. Subclasses define ``_write``."""
 
-    def __init__(self, client: LLMClient, config: LLMSimulatorConfig, goal: Goal, seed: int,
+    def __init__(self, client: LLMClient, sampling: SamplingParams, goal: Goal, seed: int,
                  reference: Dialogue | None = None, history: History = (), turn: int = 0):
         self._client = client
-        self._config = config
+        self._sampling = sampling
         self.goal = goal
         self.seed = seed
         self.reference = reference
@@ -210,7 +199,7 @@ class _LLMSession:
 
     def fork(self) -> _LLMSession:
         # The history is a tuple of strings: sharing it is copying it.
-        return type(self)(self._client, self._config, self.goal, self.seed, self.reference, self.history, self.turn)
+        return type(self)(self._client, self._sampling, self.goal, self.seed, self.reference, self.history, self.turn)
 
     def record_fallback(self, agent_text: str | None, turn: UserTurn) -> None:
         """Take a turn written by someone else (a fallback) as this customer's own, so that
@@ -241,16 +230,16 @@ class _LLMSession:
 
 class GoalLLMSession(_LLMSession):
     async def _write(self, history: History, seed: int) -> tuple[str, bool]:
-        return parse_reply(await self._complete(goal_messages(self.goal, history), self._config.sampling, seed))
+        return parse_reply(await self._complete(goal_messages(self.goal, history), self._sampling, seed))
 
 
 class GuideLLMSession(_LLMSession):
     async def _write(self, history: History, seed: int) -> tuple[str, bool]:
-        advice = await self._complete(guide_messages(self.goal, history, self.reference), self._config.guide_sampling, seed)
+        advice = await self._complete(guide_messages(self.goal, history, self.reference), self._sampling, seed)
         if not advice.strip():
             raise SimulatorFault("empty_advice", "the guide gave no advice")
         messages = goal_messages(self.goal, history, advice=advice)
-        return parse_reply(await self._complete(messages, self._config.sampling, seed))
+        return parse_reply(await self._complete(messages, self._sampling, seed))
 
 
 class _LLMSimulator:
@@ -260,14 +249,14 @@ class _LLMSimulator:
     name: str
     _session_class: type[_LLMSession]
 
-    def __init__(self, client: LLMClient, config: LLMSimulatorConfig = LLMSimulatorConfig()):
+    def __init__(self, client: LLMClient, sampling: SamplingParams = DEFAULT_SAMPLING):
         self.client = client
-        self.config = config
+        self.sampling = sampling
 
     def session(self, goal: Goal, seed: int, reference: Dialogue | None = None) -> _LLMSession:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        return self._session_class(self.client, self.config, goal, seed, reference)
+        return self._session_class(self.client, self.sampling, goal, seed, reference)
 
 
 class GoalLLMSimulator(_LLMSimulator):

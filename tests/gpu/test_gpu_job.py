@@ -166,7 +166,8 @@ def test_the_josh_round_smoke_runs_offline_with_smollm2_as_m(packed, tmp_path):
     # M' exists exactly when M's harvest had golden paths
     assert (stages["sft"]["status"] == "ok") == (harvest["sft_rows"] > 0)
     if harvest["sft_rows"] == 0:
-        assert stages["sft"]["status"] == "not trained" and stages["kto"]["status"] == "skipped"
+        assert stages["sft"]["status"] == stages["kto"]["status"] == "not trained"
+        assert stages["kto"]["error"] == "needs sft (not trained)"
     toolwoz = json.loads((results / "toolwoz.json").read_text())
     assert list(toolwoz["models"])[0] == "smollm2" and "rules" not in toolwoz["models"]
     assert toolwoz["round"]["start"] == "smollm2" and toolwoz["round"]["trained"] == ["josh_sft", "josh_kto"]

@@ -7,7 +7,7 @@ import pytest
 from pipelines.llm import SamplingParams
 from pipelines.llm.testing import fake_server
 from pipelines.records import Dialogue, Turn
-from pipelines.simulators import GoalLLMSimulator, GuideLLMSimulator, LLMSimulatorConfig, parse_reply
+from pipelines.simulators import GoalLLMSimulator, GuideLLMSimulator, parse_reply
 from pipelines.simulators.llm import AGENT_GREETING, EMPTY_CONVERSATION, GUIDE_NO_SOURCE, call_seed
 
 from .conftest import domain_goal, make_client, make_goal, run
@@ -91,9 +91,20 @@ def test_a_goal_without_message_is_rendered_for_the_prompt(server):
 
 
 def test_sampling_is_configurable(server):
-    config = LLMSimulatorConfig(sampling=SamplingParams(temperature=0.7, max_tokens=64))
-    converse(GoalLLMSimulator(make_client(server.base_url), config), GOAL, [])
+    converse(GoalLLMSimulator(make_client(server.base_url), SamplingParams(temperature=0.7, max_tokens=64)), GOAL, [])
     assert (server.stats.bodies[0]["temperature"], server.stats.bodies[0]["max_tokens"]) == (0.7, 64)
+
+
+def test_the_factory_gives_the_llm_user_its_roles_sampling(server):
+    # simulator_from_config gets the user_simulator role's sampling from the stages (its
+    # backend section's ``sampling``); without one, JOSH's temperature 0
+    from pipelines.simulators import DEFAULT_SAMPLING, simulator_from_config
+
+    role = SamplingParams(temperature=0.3, max_tokens=40)
+    converse(simulator_from_config("goal_llm", client=make_client(server.base_url), sampling=role, protected=False), GOAL, [])
+    converse(simulator_from_config("goal_llm", client=make_client(server.base_url), protected=False), GOAL, [])
+    sent = [(body["temperature"], body["max_tokens"]) for body in server.stats.bodies]
+    assert sent[0] == (0.3, 40) and sent[-1] == (DEFAULT_SAMPLING.temperature, DEFAULT_SAMPLING.max_tokens) == (0.0, 256)
 
 
 def test_end_conversation_in_the_reply_ends_the_session(server, scripted_replies):
