@@ -493,10 +493,10 @@ class NotTrained(AskflowError):
 
 
 def josh_config(section: Mapping[str, Any], start: Path, work: Path, where: str, josh: Mapping[str, Any] | None = None) -> Any:
-    """The harvest's :class:`~pipelines.josh.config.JoshConfig`: params.yaml ``josh`` (or
-    ``josh``) with the profile's ``harvest`` section laid over it; the harvester is M, the
-    job's start model (``hf``, on the accelerator where there is one), its checkpoints under
-    ``work``, no fan-out (one process, ``concurrency`` trees in play)."""
+    """The harvest's :class:`~pipelines.josh.config.JoshConfig`: params.yaml ``josh`` (or the
+    section given as ``josh``) with the profile's ``harvest`` section laid over it; the
+    harvester is M, the job's start model (``hf``, on the accelerator where there is one), its
+    checkpoints under ``work``, no fan-out (one process, ``concurrency`` trees in play)."""
     import torch
 
     from pipelines.josh.config import JoshConfig
