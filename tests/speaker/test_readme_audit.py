@@ -73,7 +73,8 @@ def test_readme_speaker_section_matches_the_committed_sft_proxies():
         return f"{proxies['before'][name]:.{digits}f} -> {proxies['after'][name]:.{digits}f}"
 
     section = _section()
-    for run, label in (("base", "tiny `models/base`"), ("base_1000", "tiny `models/base`"), ("smollm2", "SmolLM2-135M-Instruct, LoRA r 16")):
+    for run, label in (("base", "tiny `models/base`"), ("base_1000", "tiny `models/base`"), ("smollm2", "SmolLM2-135M-Instruct, LoRA r 16"),
+                       ("smollm2_96", "SmolLM2-135M-Instruct, LoRA r 16")):
         settings, proxies = runs[run]["settings"], runs[run]["proxies"]["speaker_sft"]
         row = (f"| {label} | {settings['steps']} steps on {settings['train_rows']:,} rows")
         cells = (f"| {pair(run, 'well_formed')} | {pair(run, 'action_kind_accuracy')} | "
@@ -82,4 +83,5 @@ def test_readme_speaker_section_matches_the_committed_sft_proxies():
         assert row in section, row
         assert cells in section, cells
         assert proxies["before"]["n"] == proxies["after"]["n"] == settings["heldout_rows"]
-    assert f"({runs['smollm2']['wall_s'] / 60:.0f} min)" in section
+    for run in ("smollm2", "smollm2_96"):
+        assert f"{runs[run]['settings']['steps']} steps on 2,000 rows ({runs[run]['wall_s'] / 60:.0f} min)" in section
