@@ -84,6 +84,8 @@ def from_params(cls: type, value: Any, where: str, *, without: Sequence[str] = (
         raise ConfigError(f"{where}: {exc}") from None
     except ConfigError as exc:  # a dataclass's own check: say where the setting is
         raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    except ValueError as exc:  # a check written as ValueError (Architecture, PretrainConfig, ...)
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:

@@ -56,10 +56,7 @@ def bootstrap_config(params: Mapping[str, Any]) -> BootstrapConfig:
     where = "params.yaml bootstrap"
     if isinstance(params.get("train"), Mapping) and "seed" in params["train"]:
         raise ConfigError(f"{where}.train.seed: use bootstrap.seed")
-    try:
-        return from_params(BootstrapConfig, params, where)
-    except ValueError as exc:  # Architecture's, PretrainConfig's and BootstrapConfig's own checks
-        raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    return from_params(BootstrapConfig, params, where)
 
 
 def directory_sha256(root: Path) -> str:
