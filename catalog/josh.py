@@ -2,25 +2,28 @@
 corpus, its ToolWOZ goals, the agent M, the user simulator) and the per-goal checkpoints.
 The stage (:mod:`stages.josh`), the fan-out flow's workers (:mod:`flows.josh`) and the GPU
 job's JOSH round (:mod:`flows.gpu`, on a node without Prefect) build them the same way, as
-:mod:`catalog.speaker` does for SpeakER."""
+:mod:`catalog.speaker` does for SpeakER; the ToolWOZ evaluation's test goals and user
+(:class:`ToolWozTest`) likewise for stage ``josh_evaluate`` and the GPU job."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from pipelines.env.tools import Database
 from pipelines.env.toolwoz import ToolWozDatabase, toolwoz_tools
 from pipelines.episodes.formats import get_format
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, DataError
 from pipelines.josh.agent import RulesToolWozAgent
 from pipelines.josh.beam import JoshTree, harvest
-from pipelines.josh.config import JoshConfig, SamplingSpec
-from pipelines.josh.goals import JoshGoal, harvest_goals, toolwoz_goals
+from pipelines.josh.config import HARVESTER_ROLES, JoshConfig, SamplingSpec, ToolWozEvalConfig
+from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_intervals, toolwoz_scores
+from pipelines.josh.goals import JoshGoal, evaluation_goals, harvest_goals, toolwoz_goals
+from pipelines.josh.tables import harvest_metrics
 from pipelines.llm.accounting import check_failure_rate
 from pipelines.records import Corpus
 from pipelines.simulators.agenda import SimulatorSpec
@@ -70,6 +73,32 @@ class Workspace:
             goals, self.agent, self.simulator, self.database, config.beam, seed=config.seed,
             task_prompt=config.task_prompt, concurrency=config.concurrency, done=done,
         )) if goals else []
+
+    def test_goals(self) -> list[JoshGoal]:
+        """The first ``test.max_goals`` official ToolWOZ test goals, on which M plays without
+        branching (its own score beside the harvest)."""
+        test_list = [d for d, split in self.corpus.splits.items() if split == "test"]
+        test = evaluation_goals(self.all_goals, test_list, self.config.test.max_goals)
+        if not test:
+            raise DataError(self.config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
+        return test
+
+    def play_test(self, goals: Sequence[JoshGoal], progress: Callable[[int, int], Any] | None = None) -> list[ToolWozEpisode]:
+        """M plays ``goals`` once per ``test.seeds``, sampled as it harvests, without branching."""
+        config = self.config
+        return asyncio.run(play_toolwoz(goals, self.agent, self.simulator, self.database, seeds=config.test.seeds,
+                                        max_turns=config.beam.max_turns, task_prompt=config.task_prompt, progress=progress))
+
+    def report(self, trees: Sequence[JoshTree], tables: Mapping[str, Any], episodes: Sequence[ToolWozEpisode],
+               model_name: str | None = None) -> dict[str, Any]:
+        """Stage ``josh``'s report: the harvest's counts, who harvested (``model_name``: how an
+        hf M is named, its ``model_path`` by default) and M's scores on the test goals."""
+        config = self.config
+        report = harvest_metrics(trees, tables)
+        report["agent"] = {"backend": config.agent.backend, "format": config.agent.format, "role": HARVESTER_ROLES[config.agent.backend],
+                           "model_path": (model_name or config.agent.model_path) if config.agent.backend == "hf" else None}
+        report["test"] = {**toolwoz_scores(episodes), **toolwoz_intervals(episodes)}
+        return report
 
     def check_llm_failures(self) -> None:
         for name, client in (("agent", self.agent_client), ("user_simulator", self.simulator_client)):
@@ -179,3 +208,35 @@ def build_simulator(spec: SimulatorSpec, corpus_db: Database, llm_params: Mappin
     backend = _backend("user_simulator", llm_params)  # its sampling is the LLM user's
     client = _client("user_simulator", llm_params, backend)
     return simulator_from_config(spec.kind, database=corpus_db, client=client, spec=spec, sampling=backend.sampling), client
+
+
+@dataclass
+class ToolWozTest:
+    """The official ToolWOZ test goals of a :class:`ToolWozEvalConfig` and what every model
+    plays them against (stage ``josh_evaluate`` and the GPU job's JOSH round)."""
+
+    config: ToolWozEvalConfig
+    goals: list[JoshGoal]
+    database: ToolWozDatabase
+    simulator: Any
+    simulator_client: Any
+    fmt: Any
+
+    def play(self, agent: Any, name: str, progress: Callable[[int, int], Any] | None = None) -> list[ToolWozEpisode]:
+        """``agent`` on every goal once per seed, greedy as configured, without branching;
+        the episodes carry ``name``."""
+        config = self.config
+        played = asyncio.run(play_toolwoz(self.goals, agent, self.simulator, self.database, seeds=config.seeds,
+                                          max_turns=config.max_turns, task_prompt=config.task_prompt, progress=progress))
+        return [replace(e, agent=name) for e in played]
+
+
+def open_toolwoz_test(config: ToolWozEvalConfig, llm_params: Mapping[str, Any] | None) -> ToolWozTest:
+    corpus = load_multiwoz(config.source, config.db_dir, strict=config.strict)
+    database = ToolWozDatabase(corpus.entities)
+    test_list = [d for d, split in corpus.splits.items() if split == "test"]
+    goals = evaluation_goals(toolwoz_goals(corpus.dialogues, corpus.splits, database), test_list, config.max_goals)
+    if not goals:
+        raise DataError(config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
+    simulator, client = build_simulator(config.simulator, Database(corpus.entities, corpus.taxi_options), llm_params)
+    return ToolWozTest(config, goals, database, simulator, client, get_format(config.format, toolwoz_tools()))

@@ -512,15 +512,10 @@ def harvest_trees(config: Any, start_name: str) -> dict[str, Any]:
     node), writes ``josh_trees`` / ``josh_sft`` / ``josh_kto`` Parquet under ``config.output``,
     then plays the test goals sampled without branching; the report has stage ``josh``'s
     fields (the round's table reads them) and the harvest's speed."""
-    import asyncio
-
     import pyarrow.parquet as pq
 
     from catalog.josh import open_workspace
-    from pipelines.josh.config import HARVESTER_ROLES
-    from pipelines.josh.evaluate import play_toolwoz, toolwoz_intervals, toolwoz_scores
-    from pipelines.josh.goals import evaluation_goals
-    from pipelines.josh.tables import harvest_metrics, josh_tables
+    from pipelines.josh.tables import josh_tables
 
     workspace = open_workspace(config, None)
     done = workspace.done()
@@ -540,13 +535,7 @@ def harvest_trees(config: Any, start_name: str) -> dict[str, Any]:
     output.mkdir(parents=True, exist_ok=True)
     for name in ("josh_trees", "josh_sft", "josh_kto"):
         pq.write_table(tables[name], output / f"{name}.parquet", compression="zstd")
-    test_list = [d for d, split in workspace.corpus.splits.items() if split == "test"]
-    test = evaluation_goals(workspace.all_goals, test_list, config.test.max_goals)
-    episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
-                                        max_turns=config.beam.max_turns, task_prompt=config.task_prompt))
-    report = harvest_metrics(trees, tables)
-    report["agent"] = {"backend": "hf", "format": config.agent.format, "role": HARVESTER_ROLES["hf"], "model_path": start_name}
-    report["test"] = {**toolwoz_scores(episodes), **toolwoz_intervals(episodes)}
+    report = workspace.report(trees, tables, workspace.play_test(workspace.test_goals()), model_name=start_name)
     report["training_data"] = tables["josh_sft"].num_rows > 0
     calls = sum(t.agent_calls for t in fresh)
     report["speed"] = {"trees": len(fresh), "wall_s": round(wall_s, 2), "trees_per_s": round(len(fresh) / wall_s, 4) if wall_s else None,
@@ -575,20 +564,13 @@ def evaluate_toolwoz(section: Mapping[str, Any], models: Mapping[str, str], out:
     """Every model of ``models`` (name -> directory; M is ``start``) plays the ToolWOZ test
     goals greedily without branching against the agenda user, as stage ``josh_evaluate``;
     the report has its fields, the round, ``dialogues_per_s`` per model and the round's table."""
-    import asyncio
-
     import pyarrow.parquet as pq
 
-    from catalog.josh import build_simulator
-    from catalog.multiwoz_dir import load_multiwoz
-    from pipelines.env.tools import Database
-    from pipelines.env.toolwoz import ToolWozDatabase, toolwoz_tools
-    from pipelines.episodes.formats import get_format
-    from pipelines.evaluation.policy import PolicySpec, load_policy
+    from catalog.josh import open_toolwoz_test
+    from pipelines.evaluation.policy import load_policy
     from pipelines.josh.agent import RulesToolWozAgent
-    from pipelines.josh.config import HARVESTER_ROLES, ToolWozEvalConfig
-    from pipelines.josh.evaluate import play_toolwoz, toolwoz_summary
-    from pipelines.josh.goals import evaluation_goals, toolwoz_goals
+    from pipelines.josh.config import RULES_LABEL, ToolWozEvalConfig
+    from pipelines.josh.evaluate import toolwoz_summary
     from pipelines.josh.report import round_markdown
     from pipelines.josh.tables import eval_table
 
@@ -596,35 +578,27 @@ def evaluate_toolwoz(section: Mapping[str, Any], models: Mapping[str, str], out:
     config = from_params(ToolWozEvalConfig, {**section, "models": {name: {"path": path} for name, path in models.items()}}, where)
     if config.simulator.kind != "agenda":
         raise ConfigError(f"{where}.simulator.kind: the job runs offline; it must be agenda")
-    corpus = load_multiwoz(config.source, config.db_dir, strict=config.strict)
-    database = ToolWozDatabase(corpus.entities)
-    test_list = [d for d, split in corpus.splits.items() if split == "test"]
-    goals = evaluation_goals(toolwoz_goals(corpus.dialogues, corpus.splits, database), test_list, config.max_goals)
-    simulator, _ = build_simulator(config.simulator, Database(corpus.entities, corpus.taxi_options), None)
-    fmt = get_format(config.format, toolwoz_tools())
-    players: list[tuple[str, Any]] = [(name, entry) for name, entry in config.models]
-    if config.rules is not None:
-        players.append(("rules", RulesToolWozAgent(database, fmt, config.rules)))
+    test = open_toolwoz_test(config, None)
+    players: list[tuple[str, Any]] = [("rules", None)] if config.rules is not None else []
+    players += [(name, entry) for name, entry in config.models]
     results, speeds, episodes = {}, {}, []
     for name, entry in players:
-        agent = entry if isinstance(entry, RulesToolWozAgent) else load_policy(
-            PolicySpec(name, entry.path, None, None, entry.prompt or config.prompt), fmt, config.generation)
+        agent = RulesToolWozAgent(test.database, test.fmt, config.rules) if entry is None else load_policy(
+            entry.policy(name, config.prompt), test.fmt, config.generation)
         _synchronize()
         started = time.perf_counter()
-        played = asyncio.run(play_toolwoz(goals, agent, simulator, database, seeds=config.seeds, max_turns=config.max_turns,
-                                          task_prompt=config.task_prompt))
+        played = test.play(agent, name)
         _synchronize()
         wall_s = time.perf_counter() - started
         del agent
-        played = [dataclasses.replace(e, agent=name) for e in played]
         episodes += played
         results[name] = toolwoz_summary(played)
         speeds[name] = {"episodes": len(played), "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
         log.info("toolwoz: %s: avg reward %.3f, 100%% success %.3f (%d episodes, %.1f s)", name, results[name]["avg_reward"],
                  results[name]["success_rate"], len(played), wall_s)
     pq.write_table(eval_table(episodes), out / "toolwoz_episodes.parquet", compression="zstd")
-    report = {"goals": len(goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
-              "models": results, "labels": {"rules": f"rules: {HARVESTER_ROLES['rules']}"} if "rules" in results else {},
+    report = {"goals": len(test.goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
+              "models": results, "labels": {"rules": RULES_LABEL} if "rules" in results else {},
               "round": {"start": start, "trained": list(trained), "not_trained": dict(not_trained)}, "speed": speeds}
     if harvest is not None:
         report["markdown"] = round_markdown(harvest, report)

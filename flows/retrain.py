@@ -33,17 +33,14 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from pipelines.errors import AskflowError, ConfigError
+from catalog.retrain import file_md5, file_sha256, git_version, read_lock
 from pipelines.retrain import (
     DEFAULT_METRICS,
     HISTORY,
     RECORD_DIR,
     RetrainConfig,
     build_record,
-    file_md5,
-    file_sha256,
-    git_version,
     markdown_report,
-    read_lock,
     record_name,
     stage_outs,
     stages_run,

@@ -38,7 +38,6 @@ time and speed go to ``reports/timings/josh.json``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
@@ -46,10 +45,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import DataError
-from pipelines.josh.config import HARVESTER_ROLES, JoshConfig
-from pipelines.josh.evaluate import play_toolwoz, toolwoz_intervals, toolwoz_scores
-from pipelines.josh.goals import evaluation_goals
-from pipelines.josh.tables import eval_table, harvest_metrics, josh_tables
+from pipelines.josh.config import JoshConfig
+from pipelines.josh.tables import eval_table, josh_tables
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_timings
 from pipelines.config import from_params
@@ -64,6 +61,7 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     config = josh_config(params)
     from catalog.josh import open_workspace
     from flows.josh import run_fan_out
+    from pipelines.progress import Progress
 
     workspace = open_workspace(config, llm_params)
     goals = workspace.goals
@@ -80,8 +78,6 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
         with local_prefect_api(os.environ["PREFECT_HOME"]):  # cleans up after a killed run
             run_fan_out(config, llm_params, [g.goal_id for g in todo])
     else:
-        from pipelines.progress import Progress
-
         # trees harvested at least every 30 s, with the time left
         with Progress(len(todo), "josh harvest", unit="trees") as progress:
             workspace.harvest(todo, on_tree=lambda tree: progress.advance())
@@ -94,28 +90,18 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None) 
     trees = [harvested[g.goal_id] for g in goals]
     fresh = [harvested[g.goal_id] for g in todo]
 
-    test_list = [d for d, split in workspace.corpus.splits.items() if split == "test"]
-    test = evaluation_goals(workspace.all_goals, test_list, config.test.max_goals)
-    if not test:
-        raise DataError(config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
-    from pipelines.progress import Progress
-
+    test = workspace.test_goals()
     with Progress(len(test) * len(config.test.seeds), "josh test episodes", unit="episodes") as progress:
-        episodes = asyncio.run(play_toolwoz(test, workspace.agent, workspace.simulator, workspace.database, seeds=config.test.seeds,
-                                            max_turns=config.beam.max_turns, task_prompt=config.task_prompt, progress=progress.update))
+        episodes = workspace.play_test(test, progress=progress.update)
     workspace.check_llm_failures()
-    test_scores = {**toolwoz_scores(episodes), **toolwoz_intervals(episodes)}
-    role = HARVESTER_ROLES[config.agent.backend]
-    harvester = config.agent.model_path if config.agent.backend == "hf" else config.agent.backend
-    print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the harvester ({harvester}: {role}) "
-          f"without branching: avg reward {test_scores['avg_reward']:.3f} {test_scores['avg_reward_ci95']}, "
-          f"100% success {test_scores['success_rate']:.3f} {test_scores['success_rate_ci95']}")
     tables = josh_tables(trees, config.min_reward)
     tables["josh_eval"] = eval_table(episodes)
-    metrics = harvest_metrics(trees, tables)
-    metrics["agent"] = {"backend": config.agent.backend, "format": config.agent.format, "role": role,
-                        "model_path": config.agent.model_path if config.agent.backend == "hf" else None}
-    metrics["test"] = test_scores
+    metrics = workspace.report(trees, tables, episodes)
+    test_scores = metrics["test"]
+    harvester = config.agent.model_path if config.agent.backend == "hf" else config.agent.backend
+    print(f"josh: test goals ({test_scores['goals']}, seeds {list(config.test.seeds)}): the harvester ({harvester}: "
+          f"{metrics['agent']['role']}) without branching: avg reward {test_scores['avg_reward']:.3f} {test_scores['avg_reward_ci95']}, "
+          f"100% success {test_scores['success_rate']:.3f} {test_scores['success_rate_ci95']}")
     metrics["llm"] = workspace.llm_accounting()  # this process's calls (fan-out workers keep their own)
     metrics["training_data"] = tables["josh_sft"].num_rows > 0
     if not metrics["training_data"]:

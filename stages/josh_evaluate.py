@@ -22,16 +22,14 @@ model, and the evidence columns' means) and ``reports/josh_eval.md`` (the table)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipelines.errors import ConfigError, DataError
-from pipelines.josh.config import HARVESTER_ROLES, ToolWozEvalConfig
-from pipelines.josh.evaluate import ToolWozEpisode, play_toolwoz, toolwoz_summary
+from pipelines.josh.config import RULES_LABEL, ToolWozEvalConfig
+from pipelines.josh.evaluate import ToolWozEpisode, toolwoz_summary
 from pipelines.josh.tables import eval_table
 from stages.common import with_policy
 from stages.entry import main_wrapper
@@ -47,10 +45,6 @@ def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
     if not isinstance(models, Mapping):
         raise ConfigError(f"{where}.models: expected a mapping name -> {{path: ...}} or {{hub_id: ...}}")
     return from_params(ToolWozEvalConfig, {**params, "models": models}, where)
-
-
-#: The reference row's label wherever it is reported: the rules agent is a template harvester.
-RULES_LABEL = f"rules: {HARVESTER_ROLES['rules']}"
 
 
 def _ci(interval: Sequence[float] | None) -> str:
@@ -136,62 +130,43 @@ def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequen
 
 def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
     config = eval_config(with_policy(params, policy))
-    from pipelines.env.tools import Database
-    from pipelines.env.toolwoz import ToolWozDatabase, toolwoz_tools
-    from pipelines.episodes.formats import get_format
-    from pipelines.evaluation.policy import PolicySpec, check_policy, load_policy
+    from pipelines.evaluation.policy import check_policy, load_policy
     from pipelines.josh.agent import RulesToolWozAgent
-    from pipelines.josh.goals import evaluation_goals, toolwoz_goals
     from pipelines.llm.accounting import check_failure_rate
-    from catalog.josh import build_simulator
-    from catalog.multiwoz_dir import load_multiwoz
+    from pipelines.progress import Progress
+    from catalog.josh import open_toolwoz_test
 
     round_report, not_trained = harvest_round(config)
     not_trained.update(unmarked_models(config, not_trained))  # train.josh_*'s NOT_TRAINED.json directories
-    specs = [PolicySpec(name, entry.path, entry.hub_id, entry.revision, entry.prompt or config.prompt) for name, entry in config.models
-             if name not in not_trained]
+    specs = [entry.policy(name, config.prompt) for name, entry in config.models if name not in not_trained]
     for spec in specs:
         check_policy(spec)  # every model exists before any plays
-    corpus = load_multiwoz(config.source, config.db_dir, strict=config.strict)
-    database = ToolWozDatabase(corpus.entities)
-    test_list = [d for d, split in corpus.splits.items() if split == "test"]
-    goals = evaluation_goals(toolwoz_goals(corpus.dialogues, corpus.splits, database), test_list, config.max_goals)
-    if not goals:
-        raise DataError(config.source, "no test dialogue has ToolWOZ goal APIs: nothing to evaluate on")
-    simulator, client = build_simulator(config.simulator, Database(corpus.entities, corpus.taxi_options), llm_params)
-    fmt = get_format(config.format, toolwoz_tools())
+    test = open_toolwoz_test(config, llm_params)
 
-    agents: list[Any] = [RulesToolWozAgent(database, fmt, config.rules)] if config.rules is not None else []
-    agents += [spec for spec in specs]  # loaded one at a time below
     episodes: dict[str, list[ToolWozEpisode]] = {}
     timings: dict[str, float] = {}
-    for item in agents:
-        started = time.perf_counter()
-        agent = item if isinstance(item, RulesToolWozAgent) else load_policy(item, fmt, config.generation)
-        name = "rules" if isinstance(item, RulesToolWozAgent) else item.name
-        from pipelines.progress import Progress
-
-        with Progress(len(goals) * len(config.seeds), f"josh_evaluate {name}", unit="episodes") as progress:
-            played = asyncio.run(play_toolwoz(goals, agent, simulator, database, seeds=config.seeds, max_turns=config.max_turns,
-                                              task_prompt=config.task_prompt, progress=progress.update))
-        episodes[name] = [replace(e, agent=name) for e in played]
+    for name, spec in ([("rules", None)] if config.rules is not None else []) + [(spec.name, spec) for spec in specs]:
+        started = time.perf_counter()  # a model's load included
+        agent = RulesToolWozAgent(test.database, test.fmt, config.rules) if spec is None else load_policy(spec, test.fmt, config.generation)
+        with Progress(len(test.goals) * len(config.seeds), f"josh_evaluate {name}", unit="episodes") as progress:
+            episodes[name] = test.play(agent, name, progress=progress.update)
         timings[name] = round(time.perf_counter() - started, 2)
         scores = toolwoz_summary(episodes[name])
         print(f"josh_evaluate: {name}: avg reward {scores['avg_reward']:.3f}, 100% success {scores['success_rate']:.3f}, "
               f"malformed/episode {scores['malformed_per_episode']:.2f} ({timings[name]:.1f} s)")
-    if client is not None:  # an LLM simulator's outage is an error, never a score
-        check_failure_rate(client.accounting, config.max_llm_failure_rate, "josh_evaluate (user_simulator)")
+    if test.simulator_client is not None:  # an LLM simulator's outage is an error, never a score
+        check_failure_rate(test.simulator_client.accounting, config.max_llm_failure_rate, "josh_evaluate (user_simulator)")
 
     datasets.save({"toolwoz_eval": eval_table([e for eps in episodes.values() for e in eps])}, config)
     results = {name: toolwoz_summary(eps) for name, eps in episodes.items()}
-    report = {"goals": len(goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
+    report = {"goals": len(test.goals), "seeds": list(config.seeds), "simulator": config.simulator.kind, "format": config.format,
               "models": results, "labels": {"rules": RULES_LABEL} if "rules" in results else {}}
     if round_report is not None:
         report["round"] = {**round_report, "not_trained": not_trained}
     elif not_trained:
         report["not_trained"] = not_trained
     write_json_atomic(Path(config.output.metrics), report)
-    write_text_atomic(Path(config.output.markdown), markdown(results, len(goals), config.seeds, report.get("round"), report.get("not_trained")))
+    write_text_atomic(Path(config.output.markdown), markdown(results, len(test.goals), config.seeds, report.get("round"), report.get("not_trained")))
     write_timings("josh_evaluate", {"wall_s": timings})
     return report
 

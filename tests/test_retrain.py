@@ -168,7 +168,7 @@ def test_the_record_says_what_changed_and_the_markdown_shows_versions_outs_and_s
 
 
 def test_a_project_outside_git_still_gets_a_record(tmp_path):
-    from pipelines.retrain import git_version
+    from catalog.retrain import git_version
 
     version = git_version(tmp_path)
     assert (version["commit"], version["dirty"]) == (None, None) and "not a git repository" in version["error"]

@@ -8,19 +8,8 @@ from pipelines.config import MAX_LLM_FAILURE_RATE, OutputSpec, positive_int, rat
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
 from pipelines.evaluation.play import EvalPlan
-from pipelines.evaluation.policy import GenerationSpec, PolicySpec
+from pipelines.evaluation.policy import GenerationSpec, ModelEntry, PolicySpec
 from pipelines.simulators.agenda import SimulatorSpec
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """One model: ``path`` (local directory or LoRA adapter) or ``hub_id``; ``prompt``
-    overrides the shared prompt settings for it (e.g. ``{compact: false}`` for a hub model)."""
-
-    path: str | None = None
-    hub_id: str | None = None
-    revision: str | None = None
-    prompt: PromptSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -107,11 +96,7 @@ class EvalConfig:
         rows: dict[str, list[PolicySpec]] = {}
         for name, entries in self.models:
             many = isinstance(entries, tuple)
-            rows[name] = [
-                PolicySpec(f"{name}@{k}" if k else name, path=entry.path, hub_id=entry.hub_id, revision=entry.revision,
-                           prompt=entry.prompt or self.prompt)
-                for k, entry in enumerate(entries if many else (entries,))
-            ]
+            rows[name] = [entry.policy(f"{name}@{k}" if k else name, self.prompt) for k, entry in enumerate(entries if many else (entries,))]
         return rows
 
     def policy_specs(self) -> list[PolicySpec]:

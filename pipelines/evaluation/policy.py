@@ -33,6 +33,26 @@ class PolicySpec:
 
 
 @dataclass(frozen=True)
+class ModelEntry:
+    """A model as a section's ``models`` names it: ``path`` (local directory or LoRA adapter)
+    or ``hub_id``; ``prompt`` overrides the section's shared prompt settings for it (e.g.
+    ``{compact: false}`` for a hub model). The evaluation and JOSH's ToolWOZ evaluation read it.
+
+    >>> ModelEntry(path="models/sft").policy("sft", PromptSpec(max_prompt_tokens=576)).prompt.max_prompt_tokens
+    576
+    """
+
+    path: str | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+    prompt: PromptSpec | None = None
+
+    def policy(self, name: str, prompt: PromptSpec) -> PolicySpec:
+        """The model to play as ``name``, prompted by its own settings or ``prompt``."""
+        return PolicySpec(name, self.path, self.hub_id, self.revision, self.prompt or prompt)
+
+
+@dataclass(frozen=True)
 class GenerationSpec:
     """Decoding: greedy at ``temperature`` 0 (the default: seeds then vary the user and
     the environment, not the policy). ``batch_size``: conversations per decoded batch."""

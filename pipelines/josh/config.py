@@ -8,7 +8,7 @@ from pipelines.episodes.formats import FORMATS
 from pipelines.config import MAX_LLM_FAILURE_RATE, FanOutSpec, OutputSpec, positive_int
 from pipelines.errors import ConfigError
 from pipelines.evaluation.agent import PromptSpec
-from pipelines.evaluation.policy import GenerationSpec
+from pipelines.evaluation.policy import GenerationSpec, ModelEntry
 from pipelines.josh.agent import RulesPolicy
 from pipelines.josh.beam import BeamConfig
 from pipelines.simulators.agenda import SimulatorSpec
@@ -26,6 +26,8 @@ HARVESTER_ROLES: dict[str, str] = {
     "openai": "policy M behind an endpoint (the method)",
     "rules": "template harvester (rules agent; a reference, not the method)",
 }
+#: The reference row's label wherever the ToolWOZ evaluation reports it.
+RULES_LABEL = f"rules: {HARVESTER_ROLES['rules']}"
 
 
 @dataclass(frozen=True)
@@ -120,17 +122,6 @@ def _toolwoz_prompt() -> PromptSpec:
     return PromptSpec(compact=True, system_prompt="toolwoz_react", max_prompt_tokens=896, max_tool_results=None)
 
 
-@dataclass(frozen=True)
-class ToolWozModel:
-    """One model to evaluate: ``path`` (a local directory or LoRA adapter) or ``hub_id``;
-    ``prompt`` overrides the shared prompt settings for it."""
-
-    path: str | None = None
-    hub_id: str | None = None
-    revision: str | None = None
-    prompt: PromptSpec | None = None
-
-
 #: What the ToolWOZ evaluation writes (``josh_evaluate.output``), and where by default; the
 #: episodes: every model's, josh_eval's schema.
 TOOLWOZ_OUTPUTS: dict[str, str] = {"episodes": "data/episodes/toolwoz_eval.parquet", "metrics": "reports/josh_eval.json",
@@ -156,7 +147,7 @@ class ToolWozEvalConfig:
     against the user simulator, without branching; scores as the paper's Table 1."""
 
     source: str
-    models: tuple[tuple[str, ToolWozModel], ...]
+    models: tuple[tuple[str, ModelEntry], ...]
     db_dir: str | None = None
     strict: bool = False
     max_goals: int = 450
