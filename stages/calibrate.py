@@ -26,12 +26,12 @@ mutations (rewordings, anchor-pool examples as few-shot, output-format rules).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.config import OutputSpec, from_params, positive_int
+from pipelines.config import from_params, positive_int
 from pipelines.errors import ConfigError, DataError
+from pipelines.learn_to_ask.config import CalibrateParams, CalibratePolicyParams
 from pipelines.learn_to_ask.autoprompt import RulesProposer, calibrate, calibrated
 from pipelines.learn_to_ask.calibration import (
     EXTRACT_REWORDINGS,
@@ -78,42 +78,6 @@ TRACK_PARTS = {
 # Where corpus-built anchors get their labels: never from the model or prompt under calibration.
 ANCHORS_FROM = {"extract": "corpus annotations (belief states)", "grader": "corpus annotations (dialog acts)",
                 "rollout": "none (scored by the fixed rules grader)"}
-
-
-@dataclass(frozen=True)
-class CalibratePolicyParams:
-    """``calibrate.policy``: the model whose sampler prompt ROLLOUT calibrates, ``samples`` per
-    context, its ``batch_size`` and ``sampling`` (:class:`pipelines.llm.SamplingParams`' keys)."""
-
-    model_path: str
-    samples: int = 2
-    batch_size: int = 8
-    sampling: Any = field(default_factory=lambda: {"temperature": 0.7, "max_tokens": 48})
-
-
-@dataclass(frozen=True)
-class CalibrateParams:
-    """params.yaml ``calibrate``: the sessions (``source``, ``format``, ``db_dir``), the
-    ``tracks`` to calibrate, the ``extractor`` / ``grader`` under calibration (backend
-    sections, :meth:`BackendConfig.from_dict`), the rollout track's ``policy``, curated
-    ``anchors`` (extract / grader -> file or null), the search's sizes and seed, the outputs
-    (``output: {runs, prompts}``, ``metrics``)."""
-
-    source: str
-    output: OutputSpec
-    metrics: str
-    format: str = "multiwoz"
-    db_dir: str | None = None
-    tracks: tuple[str, ...] = ("extract",)
-    extractor: Any = None
-    grader: Any = None
-    policy: CalibratePolicyParams | None = None
-    anchors: Any = None
-    n_anchors: int = 8
-    n_pool: int = 3
-    iterations: int = 2
-    k: int = 2
-    seed: int = 0
 
 
 def policy_sampler(section: CalibratePolicyParams) -> tuple[Any, str]:

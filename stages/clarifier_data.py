@@ -28,7 +28,7 @@ The stage is in the pipeline only when ``clarifier.enable`` lists ``taubench`` (
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -46,30 +46,11 @@ from pipelines.llm.accounting import check_failure_rate
 from pipelines.simulators.taubench import TauRulesUser
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_timings
-from pipelines.config import MAX_LLM_FAILURE_RATE, from_params
+from pipelines.clarifier.config import ClarifierDataParams
+from pipelines.config import from_params
 from catalog import datasets
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
-
-
-@dataclass(frozen=True)
-class ClarifierDataParams:
-    """params.yaml ``clarifier.data``: ``splits`` (label -> retail split; None: train and
-    dev), the ``teacher`` and ``judge`` backend sections (None: rules), ``candidates``
-    (``{noise, temperature}``: the two DPO candidates' rules noise / openai temperature)."""
-
-    output: str
-    metrics: str
-    taubench: str | None = None
-    splits: Any = None
-    seed: int = 0
-    budget: int = 3
-    patience: int = 2
-    teacher: Any = None
-    candidates: Any = None
-    judge: Any = None
-    cache_dir: str | None = None
-    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
 
 def _client(backend: BackendConfig, cache_dir: str | None, accounting: Accounting) -> LLMClient:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -51,7 +50,8 @@ from pipelines.simulators.taubench import TauInstructionUser
 from stages.common import evaluation_parser, for_seeds_table
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_text_atomic, write_timings
-from pipelines.config import MAX_LLM_FAILURE_RATE, from_params
+from pipelines.clarifier.config import ClarifierEvalParams
+from pipelines.config import from_params
 from catalog import datasets
 from catalog.taubench_dir import load_taubench_domain, taubench_root
 
@@ -78,29 +78,6 @@ NOTES = {
         "(meaningful when the backbone is a real instruct model; the embedded tiny models stay at the floor).",
     ],
 }
-
-
-@dataclass(frozen=True)
-class ClarifierEvalParams:
-    """params.yaml ``clarifier.eval``: ``domains`` (domain -> split; None: retail and airline
-    test), ``seeds`` (None: ``[seed]``), ``max_tasks`` (the first N tasks of each split; None:
-    all), the ``agent`` / ``user`` / ``clarifiers`` sections (read by :func:`make_agent`,
-    :func:`make_user`, :func:`make_clarifier`), the outputs."""
-
-    output: str
-    metrics: str
-    markdown: str
-    taubench: str | None = None
-    domains: Any = None
-    seed: int = 0
-    seeds: tuple[int, ...] | None = None
-    budget: int = 3
-    max_tasks: int | None = None
-    agent: Any = None
-    user: Any = None
-    clarifiers: Any = None
-    cache_dir: str | None = None
-    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
 
 def _backend(role: str, section: Any, where: str) -> BackendConfig:

@@ -25,7 +25,6 @@ greedily (temperature 0), and ``llm.cache_dir`` caches the openai backend's repl
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,33 +39,17 @@ from pipelines.learn_to_ask.hindsight import (
     RulesExtractor,
     hindsight_samples,
 )
+from pipelines.learn_to_ask.config import HindsightParams
 from pipelines.learn_to_ask.tables import hindsight_metrics, samples_table, train_table
 from pipelines.llm import Accounting, BackendConfig
 from pipelines.llm.accounting import check_failure_rate
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_timings
-from pipelines.config import MAX_LLM_FAILURE_RATE, from_params
+from pipelines.config import from_params
 from catalog import datasets
 from catalog.learn_to_ask import extractor_prompt, load_sessions, policy_prompt
 
 ROLE = "extractor"
-
-
-@dataclass(frozen=True)
-class HindsightParams:
-    """params.yaml ``hindsight``: the sessions (``source``, ``format``, ``db_dir``,
-    ``max_sessions``: the first N by id, None for all), the stop rule, the calibrated
-    ``prompts`` file (None: the seed prompts), the LLM failure budget, the outputs."""
-
-    source: str
-    output: str
-    metrics: str
-    format: str = "multiwoz"
-    db_dir: str | None = None
-    max_sessions: int | None = None
-    stop_when: str = "no_info"
-    prompts: str | None = None
-    max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
 
 def extractor_backend(llm: Mapping[str, Any] | None) -> BackendConfig:

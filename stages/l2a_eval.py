@@ -39,45 +39,24 @@ from __future__ import annotations
 from collections import Counter
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelines.config import OutputSpec, from_params, positive_int
+from pipelines.config import from_params, positive_int
+from pipelines.learn_to_ask.config import L2aEvalParams
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.metrics import (
     METRICS, REFERENCES, QuestionGrader, bootstrap, bootstrap_seeds, bootstrap_seeds_difference, counts_of, markdown_table, metrics_of, reference_outputs, score_output,
 )
 from pipelines.learn_to_ask.tables import eval_table
 from pipelines.progress import Progress
-from pipelines.rewards.learn_to_ask import BETA, CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
+from pipelines.rewards.learn_to_ask import CONTINUE, Grade, LLMGrader, RulesGrader, grader_case, questions
 from stages.entry import main_wrapper
 from catalog.io import read_params, write_json_atomic, write_text_atomic, write_timings
 from catalog import datasets
 
 _SALT = "askflow-l2a-eval"
 _GRADER_SALT = "askflow-l2a-model-grader"
-
-
-@dataclass(frozen=True)
-class L2aEvalParams:
-    """params.yaml ``l2a.eval``: ``models`` (name -> model directory, or a list of them: one
-    per training seed), ``generation`` (``{max_new_tokens, batch_size}``), ``stats``
-    (``{resamples, alpha, seed}``), ``compare`` ([model, baseline] pairs), ``model_grader``
-    (null or ``{samples, backend, ...}``), ``output`` (``{generations, metrics, markdown}``);
-    checked further by :func:`check_params`."""
-
-    samples: str
-    models: Any
-    output: OutputSpec
-    split: str = "test"
-    max_samples: int | None = None
-    max_prompt_tokens: int = 512
-    generation: Any = None
-    beta: float = BETA
-    stats: Any = None
-    compare: Any = None
-    model_grader: Any = None
 
 
 def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
