@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 from pipelines.errors import ConfigError, DataError
 from pipelines.josh.config import RULES_LABEL, ToolWozEvalConfig
 from pipelines.josh.evaluate import ToolWozEpisode, toolwoz_summary
+from pipelines.josh.report import evaluation_markdown
 from pipelines.josh.tables import eval_table
 from stages.common import with_policy
 from stages.entry import main_wrapper
@@ -45,10 +46,6 @@ def eval_config(params: Mapping[str, Any]) -> ToolWozEvalConfig:
     if not isinstance(models, Mapping):
         raise ConfigError(f"{where}.models: expected a mapping name -> {{path: ...}} or {{hub_id: ...}}")
     return from_params(ToolWozEvalConfig, {**params, "models": models}, where)
-
-
-def _ci(interval: Sequence[float] | None) -> str:
-    return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "n/a"
 
 
 def harvest_round(config: ToolWozEvalConfig) -> tuple[dict[str, Any] | None, dict[str, str]]:
@@ -97,37 +94,6 @@ def unmarked_models(config: ToolWozEvalConfig, known: Mapping[str, str]) -> dict
     return found
 
 
-def markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequence[int],
-             round_report: Mapping[str, Any] | None = None, not_trained: Mapping[str, str] | None = None) -> str:
-    """The table: one row per model (the rules row labelled as the template reference), the
-    paper's two scores with their 95 % bootstrap intervals over goals; with a round, its
-    harvest's counts and a row for each M' that had nothing to train on."""
-    lines = [f"# ToolWOZ test goals ({goals} goals, seeds {list(seeds)}, agenda user)", ""]
-    if round_report is not None:
-        r = round_report
-        lines += [f"Round: M = {r['start']} ({r['harvester']}, {r['harvester_role']}); self-improvement: "
-                  f"{'yes' if r['self_improvement'] else 'no'}. Harvest: {r['goals']} trees, {r['nodes']} nodes, "
-                  f"{r['successful_nodes']} nodes that met a goal API, {r['golden_paths']} golden paths, {r['sft_rows']} SFT rows, "
-                  f"KTO {r['kto_rows']['desirable']} desirable / {r['kto_rows']['undesirable']} undesirable.", ""]
-    lines += [
-        "| model | avg reward [95% CI] | 100% success [95% CI] | api calls / ep | malformed / ep | rejected calls / ep |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    roles = {}
-    if round_report is not None:
-        roles = {round_report["start"]: " (M)", **{name: " (M')" for name in round_report.get("trained", ())}}
-    for name, r in results.items():
-        label = RULES_LABEL if name == "rules" else name + roles.get(name, "")
-        lines.append(f"| {label} | {r['avg_reward']:.3f} {_ci(r.get('avg_reward_ci95'))} | "
-                     f"{r['success_rate']:.3f} {_ci(r.get('success_rate_ci95'))} | {r['tool_calls_per_episode']:.2f} | "
-                     f"{r['malformed_per_episode']:.2f} | {r['rejected_calls_per_episode']:.2f} |")
-    for name, why in ((round_report or {}).get("not_trained") or {}).items():
-        lines.append(f"| {name} (M') | {why} | | | | |")
-    for name, why in (not_trained or {}).items():  # without a round
-        lines.append(f"| {name} | {why} | | | | |")
-    return "\n".join(lines) + "\n"
-
-
 def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
     config = eval_config(with_policy(params, policy))
     from pipelines.evaluation.policy import check_policy, load_policy
@@ -166,7 +132,7 @@ def run(params: Mapping[str, Any], llm_params: Mapping[str, Any] | None = None, 
     elif not_trained:
         report["not_trained"] = not_trained
     write_json_atomic(Path(config.output.metrics), report)
-    write_text_atomic(Path(config.output.markdown), markdown(results, len(test.goals), config.seeds, report.get("round"), report.get("not_trained")))
+    write_text_atomic(Path(config.output.markdown), evaluation_markdown(results, len(test.goals), config.seeds, report.get("round"), report.get("not_trained")))
     write_timings("josh_evaluate", {"wall_s": timings})
     return report
 

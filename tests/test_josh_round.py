@@ -104,7 +104,8 @@ def _eval_params(tmp: Path, harvest: Path, start: Path, **round_: object) -> dic
 
 
 def test_josh_evaluate_plays_m_and_says_m_prime_was_not_trained(no_data_round, small_corpus_dir, tiny_model_dir):
-    from stages.josh_evaluate import RULES_LABEL, run as evaluate
+    from pipelines.josh.config import RULES_LABEL
+    from stages.josh_evaluate import run as evaluate
 
     tmp, _, _ = no_data_round
     params = {**_eval_params(tmp, tmp / "josh.json", tiny_model_dir), "source": str(small_corpus_dir)}
@@ -161,9 +162,9 @@ def test_the_readme_round_block_is_the_committed_reports():
     assert harvest["agent"]["backend"] == "hf" and evaluation["round"]["self_improvement"] is True
     assert evaluation["round"]["golden_paths"] == harvest["golden_paths"] and evaluation["round"]["sft_rows"] == harvest["sft_rows"]
     # josh_eval.md is the same table the stage wrote from the same report
-    from stages.josh_evaluate import markdown
+    from pipelines.josh.report import evaluation_markdown
 
-    assert (ROOT / "reports/josh_eval.md").read_text(encoding="utf-8") == markdown(
+    assert (ROOT / "reports/josh_eval.md").read_text(encoding="utf-8") == evaluation_markdown(
         evaluation["models"], evaluation["goals"], evaluation["seeds"], evaluation.get("round"))
 
 

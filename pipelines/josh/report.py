@@ -1,6 +1,7 @@
 """The README's JOSH round block, generated from ``reports/josh.json`` (stage josh: who
 harvested, the harvest's counts) and ``reports/josh_eval.json`` (stage josh_evaluate: M, M'
-and the template reference on the ToolWOZ test goals, with 95 % bootstrap intervals).
+and the template reference on the ToolWOZ test goals, with 95 % bootstrap intervals), and
+stage josh_evaluate's own table (``reports/josh_eval.md``, :func:`evaluation_markdown`).
 
 ``python -m pipelines.josh.report [README.md] [reports/josh.json] [reports/josh_eval.json]``
 rewrites the README's block between :data:`README_START` and :data:`README_END`;
@@ -15,12 +16,49 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pipelines.josh.config import RULES_LABEL
+
 README_START = "<!-- josh-round:start (generated from reports/josh.json and reports/josh_eval.json: python -m pipelines.josh.report) -->"
 README_END = "<!-- josh-round:end -->"
 
 
 def _ci(value: float, interval: Sequence[float] | None) -> str:
     return f"{value:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else f"{value:.3f}"
+
+
+def _interval(interval: Sequence[float] | None) -> str:
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "n/a"
+
+
+def evaluation_markdown(results: Mapping[str, Mapping[str, Any]], goals: int, seeds: Sequence[int],
+                        round_report: Mapping[str, Any] | None = None, not_trained: Mapping[str, str] | None = None) -> str:
+    """The table: one row per model (the rules row labelled as the template reference), the
+    paper's two scores with their 95 % bootstrap intervals over goals; with a round, its
+    harvest's counts and a row for each M' that had nothing to train on."""
+    lines = [f"# ToolWOZ test goals ({goals} goals, seeds {list(seeds)}, agenda user)", ""]
+    if round_report is not None:
+        r = round_report
+        lines += [f"Round: M = {r['start']} ({r['harvester']}, {r['harvester_role']}); self-improvement: "
+                  f"{'yes' if r['self_improvement'] else 'no'}. Harvest: {r['goals']} trees, {r['nodes']} nodes, "
+                  f"{r['successful_nodes']} nodes that met a goal API, {r['golden_paths']} golden paths, {r['sft_rows']} SFT rows, "
+                  f"KTO {r['kto_rows']['desirable']} desirable / {r['kto_rows']['undesirable']} undesirable.", ""]
+    lines += [
+        "| model | avg reward [95% CI] | 100% success [95% CI] | api calls / ep | malformed / ep | rejected calls / ep |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    roles = {}
+    if round_report is not None:
+        roles = {round_report["start"]: " (M)", **{name: " (M')" for name in round_report.get("trained", ())}}
+    for name, r in results.items():
+        label = RULES_LABEL if name == "rules" else name + roles.get(name, "")
+        lines.append(f"| {label} | {r['avg_reward']:.3f} {_interval(r.get('avg_reward_ci95'))} | "
+                     f"{r['success_rate']:.3f} {_interval(r.get('success_rate_ci95'))} | {r['tool_calls_per_episode']:.2f} | "
+                     f"{r['malformed_per_episode']:.2f} | {r['rejected_calls_per_episode']:.2f} |")
+    for name, why in ((round_report or {}).get("not_trained") or {}).items():
+        lines.append(f"| {name} (M') | {why} | | | | |")
+    for name, why in (not_trained or {}).items():  # without a round
+        lines.append(f"| {name} | {why} | | | | |")
+    return "\n".join(lines) + "\n"
 
 
 def round_markdown(harvest: Mapping[str, Any], evaluation: Mapping[str, Any]) -> str:

@@ -34,7 +34,7 @@ def samples_rows():
 
 
 def test_held_out_samples_are_the_usable_rows_of_the_split_a_stable_sample():
-    from stages.l2a_eval import held_out_samples
+    from pipelines.evaluation.learn_to_ask import held_out_samples
 
     rows = samples_rows()
     rows[0] = {**rows[0], "split": "test", "failure": "empty_info"}  # a dropped sample never counts
@@ -137,7 +137,7 @@ def test_model_grader_agreement_counts_pairs_and_unreadable_grades():
     from pipelines.learn_to_ask.autoprompt import Prompt
     from pipelines.learn_to_ask.metrics import reference_outputs, score_output
     from pipelines.rewards.learn_to_ask import GRADER_FORMAT, GRADER_INSTRUCTION, LLMGrader, QuestionGrader, RulesGrader
-    from stages.l2a_eval import grading_sample, model_grader_agreement
+    from pipelines.evaluation.learn_to_ask import grading_sample, model_grader_agreement
 
     samples = [r for r in samples_rows() if r["failure"] is None]
     outputs = reference_outputs(samples)
@@ -168,7 +168,7 @@ def test_model_grader_in_chunks_grades_as_in_one_call_and_tells_progress():
     from pipelines.learn_to_ask.autoprompt import Prompt
     from pipelines.learn_to_ask.metrics import reference_outputs, score_output
     from pipelines.rewards.learn_to_ask import GRADER_FORMAT, GRADER_INSTRUCTION, LLMGrader, QuestionGrader, RulesGrader
-    from stages.l2a_eval import model_grader_agreement
+    from pipelines.evaluation.learn_to_ask import model_grader_agreement
 
     samples = [r for r in samples_rows() if r["failure"] is None]
     outputs = reference_outputs(samples)

@@ -19,7 +19,7 @@ def readme_block(name: str) -> str:
 
 
 def test_the_readme_learn_to_ask_table_is_the_report():
-    from stages.l2a_eval import readme_block as generate
+    from pipelines.evaluation.learn_to_ask import readme_block as generate
 
     report = json.loads((REPO / "reports/l2a.json").read_text(encoding="utf-8"))
     assert set(report["references"]) == {"expert", "catch_all"}  # every model row has its reference rows
@@ -34,7 +34,7 @@ def test_the_readme_auto_prompt_figures_are_the_report():
 
 
 def test_a_changed_figure_fails_the_comparison():
-    from stages.l2a_eval import readme_block as generate
+    from pipelines.evaluation.learn_to_ask import readme_block as generate
 
     report = json.loads((REPO / "reports/l2a.json").read_text(encoding="utf-8"))
     first = next(iter(report["models"]))

@@ -35,7 +35,8 @@ def test_params_and_dvc_yaml_list_every_training_seed():
 
 
 def test_eval_pools_the_seeds_of_a_row_and_keeps_each_seeds_outputs(tmp_path, tiny_model_dir, single_torch_thread):
-    from stages.l2a_eval import readme_block, run
+    from pipelines.evaluation.learn_to_ask import readme_block
+    from stages.l2a_eval import run
     from pipelines.learn_to_ask.tables import L2A_SAMPLES
 
     import shutil
