@@ -15,8 +15,10 @@ played once per seed by the same agent and user; per run:
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -216,3 +218,86 @@ def results_json(results: Iterable[RunResult], setting: Mapping[str, Any]) -> di
     for result in results:
         out["runs"].setdefault(result.clarifier, {})[result.domain] = result.as_dict()
     return out
+
+
+#: Agent kinds that never receive a task (its ground-truth actions and outputs); the rest are oracles.
+HONEST_AGENTS = ("policy", "openai", "hf")
+ORACLE_AGENTS = ("oracle_informed",)
+#: The report's notes on each agent setting (a model backbone: ``model``).
+NOTES = {
+    "policy": [
+        "Agent `policy` (offline rules, `pipelines/clarifier/policy_agent.py`): it is built from the domain's name alone and "
+        "never sees a task's solution; it authenticates the user with what the user says, reads the profile and orders, "
+        "reads the request from the user's words (items, reason, variant, payment), asks for what it lacks, confirms and "
+        "writes. It has no give-up timer. Airline: it only cancels a reservation whose id the user gives. Its pass@1 is "
+        "what a script that does not know the answer reaches here, not a model's τ-bench ability.",
+        "User `rules`: it knows only its instruction (values the instruction states) and says it does not know anything else.",
+        "`oracle_rules` is an ORACLE upper bound, not a Clarifier a model can be: it reads the task's ground-truth actions "
+        "to pick its question. Every other row reads only the dialogue.",
+    ],
+    "oracle_informed": [
+        "ORACLE agent `oracle_informed`: it replays each task's ground-truth actions once the user has said their values and "
+        "gives up after `patience` idle turns; its pass@1 is not an agent's result.",
+    ],
+    "model": [
+        "A model backbone: pass@1 is a real τ-bench result for this agent, user and Clarifier "
+        "(meaningful when the backbone is a real instruct model; the embedded tiny models stay at the floor).",
+    ],
+}
+
+
+def play_domain(domain: Any, domain_name: str, tasks: Sequence[Any], seeds: Sequence[int], rows: Mapping[str, Sequence[tuple[str, Any]]],
+                agent_for: Callable[[Mapping[str, Any]], Any], user: Any, budget: int) -> tuple[list[RunResult], list[Episode], dict[str, float]]:
+    """Each row's Clarifiers (``(label, Clarifier)``, one per training seed; None: no Clarifier)
+    on every task of ``tasks`` once per seed with at most ``budget`` questions, beside the
+    do-nothing floor; ``agent_for(tasks by episode id)`` builds the agent for each seed (only
+    an oracle agent reads the tasks). The rows' results, every episode, each row's seconds."""
+    from pipelines.env.world import TauBenchWorld
+    from pipelines.episodes import FunctionCallingFormat
+    from pipelines.episodes.runner import EpisodeSpec, run_episodes
+    from pipelines.episodes.taubench import tau_runner_config, tau_specs
+    from pipelines.simulators.taubench import TauInstructionUser
+
+    world = TauBenchWorld(domain)
+    fmt = FunctionCallingFormat(domain.tool_schemas)
+    floor_episodes = asyncio.run(run_episodes(tau_specs(tasks, seeds[0]), DoNothingAgent(fmt), TauInstructionUser(), world, tau_runner_config(domain)))
+    floor_passed = sum(e.success for e in floor_episodes)
+    results, episodes, timings = [], [], {}
+    for name, seeded in rows.items():
+        t0 = time.perf_counter()
+        per_seed = []
+        for label, clarifier in seeded:  # one per training seed of the row
+            played = []
+            for seed in seeds:
+                specs = [EpisodeSpec(f"{label}:{task.task_id}#{seed}", task, seed) for task in tasks]
+                agent = agent_for({s.episode_id: s.goal for s in specs})
+                config = tau_runner_config(domain, max_exchanges=30 + budget)
+                played += asyncio.run(run_episodes(specs, agent, user, world, config, clarifier, budget))
+            per_seed.append(played)
+        results.append(summarize_seeds(name, domain_name, per_seed, floor_passed))
+        episodes.extend(ep for played in per_seed for ep in played)
+        timings[f"{name}/{domain_name}_s"] = round(time.perf_counter() - t0, 2)
+    return results, episodes, timings
+
+
+def evaluation_markdown(results: Sequence[RunResult], setting: Mapping[str, Any], training_seeds: Mapping[str, int]) -> str:
+    """The report's Markdown: a title that names an oracle agent, the table and its notes
+    (the agent setting, the floor and budget, the rows pooled over ``training_seeds``)."""
+    agent_kind, budget, seeds, max_tasks = setting["agent"], setting["budget"], setting["seeds"], setting["max_tasks"]
+    notes = NOTES.get(agent_kind, NOTES["model"]) + [
+        f"Floor: a do-nothing agent against the same user (tasks that change nothing and require no output). "
+        f"Budget {budget} Clarifier questions per episode; user `{setting['user']}`; seeds {seeds}: every task played once "
+        f"per seed (pass@1 is the mean over tasks and seeds; the interval is a 95 % bootstrap over tasks, 2,000 resamples)."
+        + (f" The first {max_tasks} tasks of each split." if max_tasks is not None else "")
+    ]
+    pooled = [name for name, k in training_seeds.items() if k > 1]
+    if pooled:
+        notes.append(f"Training seeds: {', '.join(pooled)} each pool {max(training_seeds.values())} Clarifiers trained "
+                     "under different seeds (every one plays every task and seed); pass@1 is the mean over all their "
+                     "episodes and the interval resamples the training seeds, then the tasks, so it carries what a "
+                     "re-training moves. Each seed's model, passed / questions per episode (Avg Clarify): "
+                     + "; ".join(f"{r.clarifier} {r.domain} " + ", ".join(f"{p}/{r.n_tasks * r.seeds} {c:.2f}" for p, c in zip(
+                         r.passed_by_training_seed, r.clarify_by_training_seed)) for r in results if r.training_seeds > 1) + ".")
+    title = ("# τ-bench Clarifier evaluation: ORACLE agent (it replays the solution)" if agent_kind in ORACLE_AGENTS
+             else "# τ-bench Clarifier evaluation (Table 1 layout)")
+    return title + "\n\n" + table1_markdown(results, list(setting["domains"]), notes)

@@ -87,7 +87,8 @@ def _play(domain, task: TauTask, agent, user, clarifier=None, budget: int = 0):
 def test_no_measured_agent_kind_is_handed_a_task_and_the_oracle_is(tmp_path, retail, tiny_model_dir):
     """Every non-oracle agent kind the stage builds holds no task (so no ground-truth actions or
     outputs); the oracle kind does, which shows that the check finds one."""
-    from stages.clarifier_eval import HONEST_AGENTS, ORACLE_AGENTS, make_agent
+    from catalog.clarifier import make_agent
+    from pipelines.clarifier.evaluation import HONEST_AGENTS, ORACLE_AGENTS
 
     tasks = {f"x:{t.task_id}#0": t for t in retail.tasks["test"][:5]}
     sections = {
@@ -106,7 +107,7 @@ def test_no_measured_agent_kind_is_handed_a_task_and_the_oracle_is(tmp_path, ret
 
 
 def test_the_rules_clarifier_must_be_named_an_oracle(tmp_path):
-    from stages.clarifier_eval import make_clarifier
+    from catalog.clarifier import make_clarifier
 
     with pytest.raises(ConfigError, match="oracle"):
         make_clarifier("rules", {"backend": "rules"}, Accounting(), ResponseCache(tmp_path))
