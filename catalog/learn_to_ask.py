@@ -1,7 +1,8 @@
 """Learn-to-Ask inputs: the offline logs (a chat-log file or a MultiWOZ-layout directory,
 params.yaml ``hindsight`` / ``calibrate`` ``source`` and ``format``) and the calibrated
-prompts file of stage ``calibrate`` (``hindsight.prompts``). Stages ``hindsight``,
-``calibrate`` and ``l2a_eval`` read them here."""
+prompts file of stage ``calibrate`` (``hindsight.prompts``), curated calibration anchors and
+the rollout track's sampler model. Stages ``hindsight``, ``calibrate`` and ``l2a_eval`` read
+them here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Mapping
 from pipelines.config import positive_int
 from pipelines.errors import ConfigError, DataError
 from pipelines.learn_to_ask.autoprompt import Prompt
-from pipelines.learn_to_ask.calibration import SEED_GRADER_PROMPT, SEED_POLICY_PROMPT, prompt_from_document
+from pipelines.learn_to_ask.calibration import SEED_GRADER_PROMPT, SEED_POLICY_PROMPT, anchor_from_record, prompt_from_document
 from pipelines.learn_to_ask.hindsight import SEED_EXTRACTOR_PROMPT
 from pipelines.learn_to_ask.logs import Session, parse_chat_logs, session_from_dialogue
 from catalog.io import read_json, read_jsonl
@@ -76,3 +77,36 @@ def policy_prompt(path: Any) -> Prompt:
         if isinstance(document, Mapping) and "rollout" in document:
             return prompt_from_document(document, "rollout", str(path))
     return SEED_POLICY_PROMPT
+
+
+def read_anchors(path: Path, parse: Any = anchor_from_record) -> list:
+    """A curated anchor file (JSON Lines, each line read by ``parse``: an extraction anchor by
+    default); at least one anchor."""
+    if not path.is_file():
+        raise DataError(str(path), "file not found")
+    anchors = [parse(raw, str(path), where) for where, raw in read_jsonl(path)]
+    if not anchors:
+        raise DataError(str(path), "no anchors")
+    return anchors
+
+
+def policy_sampler(section: Any) -> tuple[Any, str]:
+    """Stage calibrate's rollout track's sampler (``calibrate.policy``: ``model_path``,
+    ``samples``, ``batch_size``, ``sampling``): ``samples`` draws per context, seeded, so a
+    re-run samples the same."""
+    from pipelines.llm import HFConfig, SamplingParams
+
+    samples = positive_int(section.samples, "params.yaml calibrate.policy.samples")
+    sampling = SamplingParams.from_dict(section.sampling, "params.yaml calibrate.policy.sampling")
+    config = HFConfig(model_path=section.model_path, batch_size=section.batch_size)
+    if not Path(config.model_path).exists():
+        raise ConfigError(f"params.yaml calibrate.policy.model_path: {config.model_path} does not exist (python -m stages.smollm2)")
+    from pipelines.llm.hf import HFBackend
+
+    model = HFBackend.from_config(config)
+
+    def sample(conversations: list[list[dict[str, str]]]) -> list[list[str]]:
+        # Sample s of every conversation is seeded with s: the same prompts get the same draws.
+        drawn = [model.generate(conversations, sampling, seed=s) for s in range(samples)]
+        return [[draws[i] for draws in drawn] for i in range(len(conversations))]
+    return sample, "hf"

@@ -34,8 +34,10 @@ import pyarrow as pa
 
 from pipelines.artifacts.spec import ArtifactSpec, between, in_set, length_between
 from pipelines.errors import DataError
-from pipelines.learn_to_ask.autoprompt import MUTATIONS, TRACKS, Candidate, Prompt, extraction_f1, negative_mse
-from pipelines.learn_to_ask.hindsight import CONTINUE, STOP, Info, LLMExtractor, Point, annotated_targets, case_text, decide, points
+from pipelines.learn_to_ask.autoprompt import MUTATIONS, TRACKS, Candidate, Prompt, RulesProposer, calibrate, calibrated, extraction_f1, negative_mse
+from pipelines.learn_to_ask.hindsight import (
+    CONTINUE, SEED_EXTRACTOR_PROMPT, STOP, Info, LLMExtractor, Point, annotated_targets, case_text, decide, points,
+)
 from pipelines.learn_to_ask.logs import Session, parse_chat_log
 from pipelines.multiwoz.ontology import ACT_SLOT
 from pipelines.rewards.learn_to_ask import (
@@ -398,3 +400,66 @@ def rollout_score(prompt: Prompt, cases: Sequence[RolloutCase], sample: Callable
         scored = reward([None] * len(replies), list(replies), decision_truth=[case.decision] * len(replies), info_truth=[info] * len(replies))
         values += [v for v in scored if v is not None]
     return sum(values) / len(values) if values else 0.0
+
+
+# --- One calibration track, as stage calibrate runs it --------------------------------------
+
+BUILT_TRACKS = ("extract", "grader", "rollout")
+ROLE_OF = {"extract": "extractor", "grader": "grader"}  # the llm role under calibration
+SCORE_NAMES = {"extract": "f1", "grader": "negative_mse", "rollout": "mean_reward"}
+# build anchors from the corpus, pool anchor -> few-shot example, score, seed prompt, rewordings, rules
+TRACK_PARTS = {
+    "extract": (corpus_anchors, as_example, extract_score, SEED_EXTRACTOR_PROMPT, EXTRACT_REWORDINGS, EXTRACT_RULES),
+    "grader": (corpus_grader_anchors, as_grader_example, grader_score, SEED_GRADER_PROMPT, GRADER_REWORDINGS, GRADER_RULES),
+    # no human anchors: the fixed rules grader scores the policy's samples
+    "rollout": (corpus_rollout_cases, as_policy_example, rollout_score, SEED_POLICY_PROMPT, POLICY_REWORDINGS, POLICY_EXTRA_RULES),
+}
+#: How a curated anchor file's lines are read, per track (rollout has no human anchors).
+ANCHOR_PARSERS = {"extract": anchor_from_record, "grader": grader_anchor_from_record}
+# Where corpus-built anchors get their labels: never from the model or prompt under calibration.
+ANCHORS_FROM = {"extract": "corpus annotations (belief states)", "grader": "corpus annotations (dialog acts)",
+                "rollout": "none (scored by the fixed rules grader)"}
+
+
+def calibrate_track(track: str, sessions: Sequence[Session], complete: Callable[..., Any], kind: str, *, curated: Sequence[Any] | None,
+                    curated_from: str | None, n_anchors: int, n_pool: int, iterations: int, k: int, seed: int,
+                    on_score: Callable[[], Any] | None = None) -> tuple[list[Candidate], Candidate, dict[str, Any]]:
+    """Auto-Prompt on one track: the anchors (``curated``, read from ``curated_from``, or
+    ``n_anchors`` built from the corpus annotations) and a few-shot pool from other sessions,
+    the rules proposer, ``iterations`` rounds of ``k`` candidates scored with ``complete`` (the
+    model under calibration, or the rollout track's sampler; ``on_score`` after each score).
+    Every candidate, the winner, and the track's report."""
+    build, to_example, score, seed_prompt, rewordings, rules = TRACK_PARTS[track]
+    if curated is None:
+        anchors, pool = build(sessions, n_anchors, n_pool, seed)
+    else:
+        anchors, taken = list(curated), {a.point.session.session_id for a in curated}
+        _, pool = build([s for s in sessions if s.session_id not in taken], 0, n_pool, seed)
+    proposer = RulesProposer((seed_prompt.instruction, *rewordings), [to_example(a) for a in pool], (*seed_prompt.rules, *rules), seed)
+
+    def scored(prompt: Any) -> float:
+        value = score(prompt, anchors, complete, kind)
+        if on_score is not None:
+            on_score()
+        return value
+
+    runs = calibrate(track, seed_prompt, proposer.propose, scored, iterations, k)
+    best = calibrated(runs)
+    report = {
+        "backend": kind, "anchors": len(anchors), "anchors_from": ANCHORS_FROM[track] if curated_from is None else curated_from,
+        "pool": len(pool), "iterations": iterations, "k": k,
+        "candidates": len({c.prompt_id for c in runs}), "score": SCORE_NAMES[track],
+        "seed_score": round(runs[0].score, 4), "calibrated_score": round(best.score, 4), "winner": best.prompt_id,
+        "lineage": [c.mutation for c in runs if c.selected and c.mutation != "kept"],
+    }
+    return runs, best, report
+
+
+def readme_block(metrics: Mapping[str, Any]) -> str:
+    """README's Auto-Prompt figures, generated from ``reports/calibrate.json`` (a test compares them)."""
+    names = {"f1": "F1", "negative_mse": "-MSE", "mean_reward": "mean reward"}
+    parts = [f"{track} {names.get(m['score'], m['score'])} {m['seed_score']:g} -> {m['calibrated_score']:g} "
+             f"({m['backend']}, {m['anchors']} anchors" + (f" labelled by {m['anchors_from']}" if track != "rollout" and m.get("anchors_from") else "")
+             + f", {m['candidates']} prompts, winner by {' + '.join(m['lineage'])})"
+             for track, m in metrics.items()]
+    return "Auto-Prompt, `reports/calibrate.json`: " + "; ".join(parts) + "."

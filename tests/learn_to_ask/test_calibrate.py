@@ -78,7 +78,7 @@ ANCHOR = {"session_id": "a1", "goal": "a cough", "turn": 1, "info": [{"field": "
     ({"messages": [{"role": "nurse", "content": "x"}]}, "record 'a2', field 'messages[0].role'"),
 ])
 def test_a_curated_anchor_file_is_validated(tmp_path, edit, message):
-    from stages.calibrate import read_anchors
+    from catalog.learn_to_ask import read_anchors
 
     path = tmp_path / "anchors.jsonl"
     path.write_text(json.dumps(ANCHOR) + "\n" + json.dumps({**ANCHOR, "session_id": "a2", **edit}) + "\n")
@@ -102,7 +102,7 @@ def test_calibrate_refuses_an_extractor_that_cannot_read_a_prompt(tmp_path, smal
 
 def test_grader_anchors_mix_the_grades_and_curated_ones_are_validated(small_corpus, tmp_path):
     from pipelines.learn_to_ask.calibration import corpus_grader_anchors
-    from stages.calibrate import read_anchors
+    from catalog.learn_to_ask import read_anchors
     from pipelines.learn_to_ask.calibration import grader_anchor_from_record
 
     sessions = [session_from_dialogue(d) for d in small_corpus.dialogues]

@@ -27,7 +27,7 @@ def test_the_readme_learn_to_ask_table_is_the_report():
 
 
 def test_the_readme_auto_prompt_figures_are_the_report():
-    from stages.calibrate import readme_block as generate
+    from pipelines.learn_to_ask.calibration import readme_block as generate
 
     metrics = json.loads((REPO / "reports/calibrate.json").read_text(encoding="utf-8"))
     assert readme_block("l2a-autoprompt") == generate(metrics).strip()
