@@ -13,6 +13,7 @@ DVC, sees either the previous file or the complete new one, never a torn write.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -381,3 +382,15 @@ def _write_temp(path: Path, write: Callable[[IO[bytes]], Any]) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return temp
+
+
+def directory_sha256(root: Path) -> str:
+    """A content hash of a directory: every file's relative path and bytes, in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()

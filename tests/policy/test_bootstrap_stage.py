@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pipelines.errors import ConfigError
 from pipelines.policy.bootstrap import score_generations
 from pipelines.policy.model import Generation
-from stages.bootstrap import bootstrap_config, directory_sha256, run
+from catalog.io import directory_sha256
+from stages.bootstrap import bootstrap_config, run
 from tests.policy.conftest import TINY
 
 TOOL_CALL = '<tool_call>\n{"name": "query_hotel", "arguments": {"area": "north"}}\n</tool_call>'
