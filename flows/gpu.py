@@ -52,7 +52,7 @@ from catalog.io import read_params
 from pipelines.config import from_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
-from pipelines.training.config import NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig
+from pipelines.training.config import NOT_IN_GPU_SECTION, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig
 
 STAGES = ("convert", "sft", "grpo", "evaluate")
 #: A profile's sections by its kind: SpeakRL's chain, or JOSH's round (it has a ``harvest``).
@@ -140,17 +140,9 @@ def train_config(method: str, section: Mapping[str, Any], *, model_path: str, ou
     params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
     if "data" not in section:
         raise ConfigError(f"{where}: missing required key(s) ['data']")
-    model = {**(params.model or {}), "path": model_path}
-    return TrainConfig(
-        method=method,
-        model=from_params(ModelSpec, model, f"{where}.model"),
-        data=from_params(DataSpec, params.data, f"{where}.data"),
-        output=OutputSpec(model_dir=str(output_dir / "model"), metrics=str(output_dir / "metrics.json"), curve=str(output_dir / "curve.csv")),
-        optim=params.optim,
-        device=params.device,
-        eval=params.eval,
-        objective=from_params(OBJECTIVES[method], params.objective, f"{where}.objective"),
-    )
+    return params.train_config(method, where, data=params.data, model={**(params.model or {}), "path": model_path},
+                               output=OutputSpec(model_dir=str(output_dir / "model"), metrics=str(output_dir / "metrics.json"),
+                                                 curve=str(output_dir / "curve.csv")))
 
 
 def check_profile_inputs(root: Path) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from catalog.io import read_params
 from pipelines.config import from_params
 from pipelines.errors import ConfigError
-from pipelines.training.config import NOT_IN_US_GRPO_SECTION, TRAIN_OUTPUTS, DataSpec, GRPOObjective, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, with_training_seed
+from pipelines.training.config import NOT_IN_US_GRPO_SECTION, TRAIN_OUTPUTS, DataSpec, OutputSpec, TrainConfig, TrainSectionConfig, with_training_seed
 from stages.entry import main_wrapper
 
 WHERE = "params.yaml pir_train.grpo"
@@ -54,16 +54,8 @@ def grpo_config(section: Mapping[str, Any] | TrainSectionConfig, llm: Mapping[st
     env = from_params(ConversationEnv, params.env, f"{where}.env")
     if not Path(env.source).exists():
         raise ConfigError(f"{where}.env.source: {env.source} does not exist")
-    config = TrainConfig(
-        method="grpo",
-        model=from_params(ModelSpec, params.model, f"{where}.model"),
-        data=DataSpec(sources=()),
-        output=from_params(OutputSpec, params.output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS),
-        optim=params.optim,
-        device=params.device,
-        objective=from_params(GRPOObjective, params.objective, f"{where}.objective"),
-        judge=judge_backend(llm),
-    )
+    config = params.train_config("grpo", where, data=DataSpec(sources=()), judge=judge_backend(llm),
+                                 output=from_params(OutputSpec, params.output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS))
     if seed is not None:  # another training seed of the same run: its own outputs (``_s<seed>``)
         config = with_training_seed(config, seed, start)
     elif start is not None:

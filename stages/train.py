@@ -59,9 +59,6 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.training.config import (
     NOT_IN_STAGE_SECTION,
     TRAIN_OUTPUTS,
-    OBJECTIVES,
-    DataSpec,
-    ModelSpec,
     OutputSpec,
     TrainConfig,
     TrainSectionConfig,
@@ -101,17 +98,9 @@ def train_config(method: str, params: Mapping[str, Any], *, llm: Mapping[str, An
     if "sources" not in data:
         raise ConfigError(f"{where}.data.sources: required (a list of {{path: ...}})")
     output = settings.output
-    config = TrainConfig(
-        method=method,
-        model=from_params(ModelSpec, settings.model, f"{where}.model"),
-        data=from_params(DataSpec, data, f"{where}.data"),
-        output=from_params(OutputSpec, output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS) if output else method_outputs(method),
-        optim=settings.optim,
-        device=settings.device,
-        eval=settings.eval,
-        objective=from_params(OBJECTIVES[method], settings.objective, f"{where}.objective"),
-        judge=judge_backend(llm),
-    )
+    config = settings.train_config(
+        method, where, data=data, judge=judge_backend(llm),
+        output=from_params(OutputSpec, output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS) if output else method_outputs(method))
     for index, source in enumerate(config.data.sources):
         check_schema_name(source.schema, f"{where}.data.sources[{index}].schema")
     return config

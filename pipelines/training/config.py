@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
-from pipelines.config import OutputSpec, positive_int
+from pipelines.config import OutputSpec, from_params, positive_int
 from pipelines.errors import ConfigError
 
 METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "grpo")
@@ -361,6 +361,24 @@ class TrainSectionConfig:
     allow_no_signal: Any = False
     epochs: int | float | None = None
     sampler: str | None = None
+
+    def train_config(self, method: str, where: str, *, data: Any, output: OutputSpec, model: Any = None,
+                     judge: Any = None) -> "TrainConfig":
+        """The run this section describes, for ``method``: ``data`` (a mapping read as a
+        :class:`DataSpec`, or one), ``output``, ``model`` in place of the section's (the GPU
+        job's start model), the ``judge`` role's backend; the section's optimiser, device,
+        evaluation and the method's objective. The stages, US-GRPO and the GPU job build it so."""
+        return TrainConfig(
+            method=method,
+            model=from_params(ModelSpec, self.model if model is None else model, f"{where}.model"),
+            data=data if isinstance(data, DataSpec) else from_params(DataSpec, data, f"{where}.data"),
+            output=output,
+            optim=self.optim,
+            device=self.device,
+            eval=self.eval,
+            objective=from_params(OBJECTIVES[method], self.objective, f"{where}.objective"),
+            judge=judge,
+        )
 
 
 #: What each reader of a training section does not take (:class:`TrainSectionConfig`).
