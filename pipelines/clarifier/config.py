@@ -33,8 +33,8 @@ class ClarifierDataParams:
 class ClarifierEvalParams:
     """params.yaml ``clarifier.eval``: ``domains`` (domain -> split; None: retail and airline
     test), ``seeds`` (None: ``[seed]``), ``max_tasks`` (the first N tasks of each split; None:
-    all), the ``agent`` / ``user`` / ``clarifiers`` sections (read by :func:`make_agent`,
-    :func:`make_user`, :func:`make_clarifier`), the outputs."""
+    all), the ``agent`` / ``user`` / ``clarifiers`` sections (read by :mod:`catalog.clarifier`'s
+    ``make_agent``, ``make_user``, ``make_clarifier``), the outputs."""
 
     output: str
     metrics: str

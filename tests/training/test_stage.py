@@ -134,3 +134,20 @@ def test_the_stage_exits_1_with_the_message(tiny_model_dir, tiny_data_dir, tmp_p
     proc = subprocess.run([sys.executable, "-m", "stages.train", "rlhf", "--params", str(path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "unknown training method 'rlhf'" in proc.stderr
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo", "kto", "grpo"])
+def test_the_stage_and_the_gpu_job_read_a_training_section_alike(method):
+    """One reader of a training section (TrainSectionConfig.train_config): the GPU job's run of a
+    stage's section differs from the stage's only where the job decides (start model, outputs)."""
+    from dataclasses import replace
+
+    from flows.gpu import train_config as job_config
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))["train"]
+    ours = stage.train_config(method, params)
+    section = {key: value for key, value in params[method].items() if key != "output"}  # the job writes its own
+    section["data"] = {**section["data"], "holdout": params["holdout"]}  # the stages' shared hold-out, given here
+    theirs = job_config(method, section, model_path=str(ours.model.path), output_dir=Path("job/sft"), where=f"gpu {method}")
+    assert theirs.output.model_dir == str(Path("job/sft/model"))
+    assert replace(theirs, output=ours.output) == ours
