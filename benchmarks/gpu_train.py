@@ -1,5 +1,6 @@
 """Training throughput of the GPU profile's recipe (flows/gpu.py): SFT tokens/s and MFU per
-batch size, and GRPO steps/s with the share of time spent generating.
+batch size, and GRPO steps/s with the share of time spent generating (the profile's GRPO:
+multi-turn, whole conversations, where its section has an ``env``).
 
     python benchmarks/gpu_train.py [--model models/smollm2] [--batch-sizes 16,32,64] [--steps 30]
                                    [--grpo-steps 5] [--profile speakrl]
@@ -37,7 +38,7 @@ def main() -> None:
     import torch
 
     from catalog.io import read_params
-    from flows.gpu import deep_merge, profile_params, train, train_config
+    from flows.gpu import conversation_env, data_generation_limit, deep_merge, profile_params, train, train_config, with_limit
     from pipelines.gpu.hardware import describe
 
     gpu = torch.cuda.is_available()
@@ -45,6 +46,7 @@ def main() -> None:
     where = f"{machine['device']} ({'GPU' if gpu else 'CPU figures: no CUDA device here'})"
     print(f"gpu_train: {where}; torch {machine['versions']['torch']}, transformers {machine['versions']['transformers']}, trl {machine['versions']['trl']}")
     _, sections = profile_params(read_params("gpu"), args.profile, smoke=not gpu)
+    sections = with_limit(sections, data_generation_limit(sections, Path(args.model))["tokens"])  # as the job does
     batch_sizes = [int(b) for b in (args.batch_sizes or ("16,32,64" if gpu else "2")).split(",")]
     steps = args.steps or (30 if gpu else 2)
     grpo_steps = args.grpo_steps if args.grpo_steps is not None else (5 if gpu else 1)
@@ -70,7 +72,7 @@ def main() -> None:
             out = Path(scratch) / "grpo"
             out.mkdir()
             config = train_config("grpo", section, model_path=str(last), output_dir=out, where="benchmark grpo")
-            report = train(config)
+            report = train(config, env=conversation_env(section, "grpo", "benchmark grpo"))  # multi-turn where it has an env
             figures = report["throughput"]
             print(json.dumps({"run": "grpo", "device": machine["device"], "steps": report["train"]["steps"],
                               "batch_size": config.optim.batch_size, "num_generations": config.resolved_objective().num_generations,

@@ -7,7 +7,10 @@ top to bottom, stopping on steps and goal counts, never on time::
 
     convert   the starting model: SmolLM2-135M-Instruct from the job's GGUF (or models/base)
     sft       full fine-tuning from it on the SpeakER SFT rows (``epochs`` -> max_steps)
-    grpo      GRPO from the SFT model with SpeakRL's rewards (format + clarify_verifiable)
+    grpo      GRPO from the SFT model: with an ``env`` section, multi-turn (whole conversations
+              with the agenda user on the train goals, rewarded by the goal checker's verdict,
+              :mod:`pipelines.rewards.dialogue`); without, single-turn on the SpeakER GRPO rows
+              with SpeakRL's rewards (format + clarify_verifiable)
     evaluate  zero-shot, SFT and GRPO on the held-out test goals (agenda simulator), with
               bootstrap intervals over goals and paired tests, as the CPU ``evaluate`` stage
 
@@ -52,7 +55,8 @@ from catalog.io import read_params
 from pipelines.config import from_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
-from pipelines.training.config import NOT_IN_GPU_SECTION, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig
+from pipelines.training.config import NOT_IN_GPU_SECTION, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, config_dict
+from pipelines.training.rollout import ConversationEnv
 
 STAGES = ("convert", "sft", "grpo", "evaluate")
 #: A profile's sections by its kind: SpeakRL's chain, or JOSH's round (it has a ``harvest``).
@@ -134,13 +138,34 @@ def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[
             "source": path}
 
 
+def conversation_env(section: Mapping[str, Any], method: str, where: str) -> ConversationEnv | None:
+    """A GRPO section's ``env`` (multi-turn: the conversations are the data), checked; None
+    for a section trained on Parquet rows."""
+    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
+    if params.env is None:
+        return None
+    if method != "grpo":
+        raise ConfigError(f"{where}.env: whole conversations are GRPO's rollouts; {method} trains on data.sources")
+    env = from_params(ConversationEnv, params.env, f"{where}.env")
+    if not Path(env.source).exists():
+        raise ConfigError(f"{where}.env.source: {env.source} does not exist")
+    return env
+
+
 def train_config(method: str, section: Mapping[str, Any], *, model_path: str, output_dir: Path, where: str) -> TrainConfig:
     """A :class:`~pipelines.training.config.TrainConfig` from a profile section
-    (:class:`~pipelines.training.config.TrainSectionConfig`); the model and outputs are the job's."""
+    (:class:`~pipelines.training.config.TrainSectionConfig`); the model and outputs are the job's.
+    A section with an ``env`` (multi-turn GRPO) has no ``data``: the conversations are its data."""
     params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
-    if "data" not in section:
+    if params.env is not None:
+        if "data" in section:
+            raise ConfigError(f"{where}: env (whole conversations) and data (Parquet rows) exclude each other")
+        data: Any = DataSpec(sources=())
+    elif "data" not in section:
         raise ConfigError(f"{where}: missing required key(s) ['data']")
-    return params.train_config(method, where, data=params.data, model={**(params.model or {}), "path": model_path},
+    else:
+        data = params.data
+    return params.train_config(method, where, data=data, model={**(params.model or {}), "path": model_path},
                                output=OutputSpec(model_dir=str(output_dir / "model"), metrics=str(output_dir / "metrics.json"),
                                                  curve=str(output_dir / "curve.csv")))
 
@@ -166,8 +191,10 @@ def check_profile_inputs(root: Path) -> list[str]:
                                 read_params("josh", root / "params.yaml"))
                     continue
                 for method in ("sft", "grpo"):
+                    where = f"params.yaml gpu.profiles.{name}.{method}"
                     config = train_config(method, with_limit(sections[method], 1), model_path="models/smollm2",
-                                          output_dir=Path("models") / "gpu", where=f"params.yaml gpu.profiles.{name}.{method}")
+                                          output_dir=Path("models") / "gpu", where=where)
+                    conversation_env(with_limit(sections[method], 1), method, where)
                     check_inputs(config)
                     checked += [s.path for s in config.data.sources if s.path not in checked]
     return checked
@@ -236,10 +263,39 @@ def steps_for_epochs(epochs: float, examples: int, batch_size: int, accumulation
     return max(1, math.ceil(epochs * examples / (batch_size * accumulation)))
 
 
-def train(config: Any, *, epochs: float | None = None, sampler: str | None = None) -> dict[str, Any]:
+def conversations(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """Multi-turn GRPO's data: one row per train goal's conversation start, TRL's
+    ``rollout_func`` that plays each on with the policy and the agenda user (its turns
+    decoded in batches of ``env.rollout.batch_size``), and what the report says of them. Each
+    rollout carries the goal checker's verdict and :func:`conversation_columns` for the
+    rewards of :mod:`pipelines.rewards.dialogue`."""
+    from datasets import Dataset
+
+    from catalog.conversations import build_environment
+    from pipelines.evaluation.metrics import conversation_columns
+    from pipelines.training.rollout import conversation_rows, trl_rollout_func
+
+    rollout, _, dialogues, _ = build_environment(env, tokenizer)
+    rows, specs, repeated = conversation_rows(rollout, dialogues, env.seed)
+    if not rows:
+        raise ConfigError(f"env: no train goals in {env.source} (split {env.split!r}) to play")
+    goals = {spec.episode_id: spec.goal for spec in specs.values()}
+
+    def columns(played: Any) -> dict[str, Any]:
+        return conversation_columns(played.episode, goals[played.episode.episode_id])
+
+    about = {"source": env.source, "split": env.split, "train_goals": len(rows), "repeated_starts_left_out": repeated,
+             "rollout": rollout}
+    return Dataset.from_list(rows), trl_rollout_func(rollout, specs, columns), about
+
+
+def train(config: Any, *, epochs: float | None = None, sampler: str | None = None, env: ConversationEnv | None = None) -> dict[str, Any]:
     """One training run of the library's recipe (:mod:`flows.train` without Prefect): data,
     model, held-out metrics before (if asked) and after, the trained model saved; returns
-    the report with ``throughput`` (tokens/s and MFU for SFT, generation share for GRPO)."""
+    the report with ``throughput`` (tokens/s and MFU for SFT, generation share for GRPO).
+    With ``env`` (GRPO only) the data are whole conversations (:func:`conversations`); the
+    report's ``conversations`` then has the rollouts' counts and the share of groups whose
+    rewards varied, step by step."""
     from transformers import set_seed
 
     from pipelines.gpu.hardware import describe, mfu
@@ -255,14 +311,23 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
 
     # Every row was validated by its training contract when the job was packed
     # (check_profile_inputs); the node has no Great Expectations to do it again.
-    device = preflight(config, validate_inputs=False)
+    device = preflight(config, validate_inputs=False, rows=env is None)
     tokenizer = load_tokenizer(config.model)
     count = TokenCounter(tokenizer)
     prepare_started = time.perf_counter()
-    prepared = [_load_source(config, source, tokenizer, count) for source in config.data.sources]
     objective = config.resolved_objective()
-    dataset = build_train_dataset(config.method, prepared, seed=config.data.seed, tokenizer=tokenizer,
-                                  loss_mask=getattr(objective, "loss_mask", None))
+    rollout_func, played = None, None
+    if env is None:
+        prepared = [_load_source(config, source, tokenizer, count) for source in config.data.sources]
+        dataset = build_train_dataset(config.method, prepared, seed=config.data.seed, tokenizer=tokenizer,
+                                      loss_mask=getattr(objective, "loss_mask", None))
+    else:
+        if env.rollout.temperature != objective.temperature:
+            # TRL recomputes the rollouts' log-probabilities at the objective's temperature.
+            raise ConfigError(f"grpo: env.rollout.temperature ({env.rollout.temperature}) must equal objective.temperature "
+                              f"({objective.temperature}): the policy is trained at the temperature it was sampled at")
+        prepared = []
+        dataset, rollout_func, played = conversations(env, tokenizer)
     prepare_s = time.perf_counter() - prepare_started
     if epochs is not None:
         steps = steps_for_epochs(epochs, len(dataset), config.optim.batch_size, config.optim.gradient_accumulation_steps)
@@ -285,7 +350,8 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
     try:
         built = time.perf_counter()
         trainer = build_trainer(config, device, model, tokenizer, dataset, peft_config(config.model.lora), str(workdir),
-                                [LoggingCallback(log, config.method, [c for c in columns if c.startswith("rewards/")])])
+                                [LoggingCallback(log, config.method, [c for c in columns if c.startswith("rewards/")])],
+                                rollout_func=rollout_func)
         trainer_init_s = time.perf_counter() - built  # TRL tokenizes the dataset here
         if sampler is not None:
             # The sampler is built when training starts: length-grouped batches pad little.
@@ -326,6 +392,12 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
             throughput.update(generate_s=round(timer.seconds, 2), generate_calls=timer.calls,
                               generate_share=round(timer.seconds / train_s, 4) if train_s else None)
         report["throughput"] = throughput
+        if played is not None:
+            rollout = played.pop("rollout")
+            varied = [round(1.0 - row["frac_reward_zero_std"], 4) for row in summary.curve
+                      if row.get("frac_reward_zero_std") is not None]
+            report["conversations"] = {**played, "rollouts": dict(rollout.stats), "config": config_dict(env),
+                                       "groups_with_reward_variance_by_step": varied}
         report["optim"] = {"max_steps": config.optim.max_steps, "batch_size": config.optim.batch_size,
                            "learning_rate": config.optim.learning_rate, "max_length": config.optim.max_length,
                            "epochs_asked": epochs, "sampler": sampler or "random"}
@@ -727,7 +799,7 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
             stage_dir.mkdir(parents=True, exist_ok=True)
             config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=f"{where}.{method}")
             params = from_params(TrainSectionConfig, section, f"{where}.{method}", without=NOT_IN_GPU_SECTION)
-            report = train(config, epochs=params.epochs, sampler=params.sampler)
+            report = train(config, epochs=params.epochs, sampler=params.sampler, env=conversation_env(section, method, f"{where}.{method}"))
             shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
             return report
         return body

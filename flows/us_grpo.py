@@ -18,79 +18,16 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 
+from catalog.conversations import build_environment
 from flows.train import _TASK, load_model, load_tokenizer, save_model, train, write_timings
-from pipelines.training.rollout import RolloutConfig
-from pipelines.errors import ConfigError
 from pipelines.files import staging_directory
-from pipelines.simulators.agenda import SimulatorSpec
 from pipelines.training.config import TrainConfig, config_dict
-
-
-@dataclass(frozen=True)
-class ConversationEnv:
-    """Where the conversations come from: the MultiWOZ directory ``source`` (``db_dir``: its
-    database elsewhere), ``max_goals`` goals of the ``split`` to train on (the first by
-    dialogue id that need the tools), ``eval_goals`` of ``eval_split`` played greedily before
-    and after training, the agenda simulator's settings, the rollout's limits and sampling."""
-
-    source: str
-    db_dir: str | None = None
-    split: str = "train"
-    max_goals: int = 8
-    eval_split: str = "val"
-    eval_goals: int = 8
-    seed: int = 0
-    simulator: SimulatorSpec = SimulatorSpec()
-    rollout: RolloutConfig = RolloutConfig()
-
-    def __post_init__(self) -> None:
-        if self.simulator.kind != "agenda":  # the rollouts call the agenda user in-process
-            raise ConfigError(f"simulator.kind: US-GRPO rolls out with the agenda user simulator, got {self.simulator.kind!r}")
-
-
-def build_environment(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, list, list]:
-    """The sampling rollout, its greedy twin for the held-out conversations (each with its own
-    simulator and counters, over one database), and the train and held-out dialogues: the
-    corpus is read once."""
-    from dataclasses import replace
-
-    from catalog.multiwoz_dir import load_multiwoz
-    from pipelines.env.tools import Database
-    from pipelines.training.rollout import ConversationRollout
-    from pipelines.evaluation.play import held_out_goals
-    from pipelines.simulators.agenda import AgendaSimulator
-
-    corpus = load_multiwoz(env.source, env.db_dir)
-    database = Database(corpus.entities, corpus.taxi_options)
-    rollout, greedy = (ConversationRollout(database, AgendaSimulator(database, env.simulator), tokenizer, config)
-                       for config in (env.rollout, replace(env.rollout, temperature=0.0)))
-    return (rollout, greedy, held_out_goals(corpus.dialogues, env.split, env.max_goals),
-            held_out_goals(corpus.dialogues, env.eval_split, env.eval_goals))
-
-
-def conversation_rows(rollout: Any, dialogues: list, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
-    """GRPO rows (``prompt``: the conversation start; ``dialogue_id``), the episode each
-    prompt names, and how many goals were left out because their start repeats another's."""
-    from pipelines.training.rollout import prompt_key
-    from pipelines.episodes.runner import EpisodeSpec
-
-    rows, specs, repeated = [], {}, 0
-    for dialogue in dialogues:
-        spec = EpisodeSpec(f"{dialogue.dialogue_id}#{seed}", dialogue.goal, seed)
-        prompt = rollout.prompt(spec)
-        key = prompt_key(prompt)
-        if key in specs:
-            repeated += 1
-            continue
-        specs[key] = spec
-        rows.append({"prompt": prompt, "dialogue_id": dialogue.dialogue_id})
-    return rows, specs, repeated
+from pipelines.training.rollout import ConversationEnv, conversation_rows
 
 
 @task(name="play-held-out", **_TASK)
@@ -198,4 +135,4 @@ def train_us_grpo(config: TrainConfig, env: ConversationEnv, allow_no_signal: bo
     return report
 
 
-__all__ = ["ConversationEnv", "build_environment", "conversation_rows", "train_us_grpo"]
+__all__ = ["train_us_grpo"]

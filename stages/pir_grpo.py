@@ -44,9 +44,9 @@ def us_grpo_section(section: Mapping[str, Any]) -> TrainSectionConfig:
 def grpo_config(section: Mapping[str, Any] | TrainSectionConfig, llm: Mapping[str, Any] | None = None,
                 seed: int | None = None, start: str | None = None) -> tuple[TrainConfig, Any]:
     """The run's :class:`TrainConfig` (no Parquet source: the conversations are the data)
-    and its :class:`flows.us_grpo.ConversationEnv`; under training seed ``seed`` from
+    and its :class:`pipelines.training.rollout.ConversationEnv`; under training seed ``seed`` from
     ``start`` when given (:func:`pipelines.training.config.with_training_seed`)."""
-    from flows.us_grpo import ConversationEnv
+    from pipelines.training.rollout import ConversationEnv
     from stages.common import judge_backend
 
     where = WHERE

@@ -188,6 +188,19 @@ def score_episode(episode: Episode, goal: Goal) -> EpisodeScore:
     )
 
 
+def conversation_columns(episode: Episode, goal: Goal) -> dict[str, float | int]:
+    """What the multi-turn GRPO rewards (:mod:`pipelines.rewards.dialogue`) read of a played
+    conversation, graded against its goal by :func:`score_episode`: ``progress``, the share
+    of the goal's inform, book and request checks met (its success where it has none);
+    ``useless_questions``, questions about nothing the goal constrains that the user had
+    not said (the verifiable judge's 0); ``malformed``, turns the format could not parse."""
+    score = score_episode(episode, goal)
+    met = score.inform[0] + score.book[0] + score.request[0]
+    checks = score.inform[1] + score.book[1] + score.request[1]
+    return {"progress": met / checks if checks else float(score.success),
+            "useless_questions": score.n_clarifications - score.n_discriminating, "malformed": score.n_malformed}
+
+
 def mean_std(values: Sequence[float]) -> dict[str, float]:
     """``{"mean", "std"}``: the sample standard deviation (0 for a single run)."""
     values = [float(v) for v in values]

@@ -45,7 +45,9 @@ def check_model(config: TrainConfig) -> None:
             raise ConfigError(f"model path {str(path)!r} is not a Hugging Face model directory (no {' or '.join(MODEL_MARKERS)})")
 
 
-def check_numbers(config: TrainConfig) -> None:
+def check_numbers(config: TrainConfig, *, rows: bool = True) -> None:
+    """The run's numbers. ``rows=False``: GRPO whose rollouts are whole conversations (the
+    conversations are its data): no data source, and no prompt-plus-completion length to fit."""
     optim, objective = config.optim, config.resolved_objective()
     positive = {
         "optim.max_steps": optim.max_steps,
@@ -62,7 +64,7 @@ def check_numbers(config: TrainConfig) -> None:
         raise ConfigError(f"optim.max_time_s must be positive (or null), got {optim.max_time_s!r}")
     if not 0 < config.data.holdout.fraction < 1:
         raise ConfigError(f"data.holdout.fraction must be between 0 and 1, got {config.data.holdout.fraction!r}")
-    if not config.data.sources:
+    if rows and not config.data.sources:
         raise ConfigError(f"{config.method}: data.sources is empty")
     if config.method == "kto" and optim.batch_size < 2:
         raise ConfigError("kto: optim.batch_size must be at least 2 (KTO estimates its KL term across a batch)")
@@ -75,7 +77,7 @@ def check_numbers(config: TrainConfig) -> None:
                 f"grpo: optim.batch_size x gradient_accumulation_steps ({completions}) must be a multiple of "
                 f"num_generations ({objective.num_generations}): the batch counts completions, a group per prompt"
             )
-        if objective.max_completion_length >= optim.max_length:
+        if rows and objective.max_completion_length >= optim.max_length:
             raise ConfigError(
                 f"grpo: max_completion_length ({objective.max_completion_length}) must be below optim.max_length "
                 f"({optim.max_length}), which also holds the prompt"
@@ -117,15 +119,16 @@ def _check_prompts_from(config: TrainConfig, path: str, prompts_from: str, colum
         raise ConfigError(f"{config.method}: prompts_from {prompts_from!r} lacks column(s) {', '.join(map(repr, missing))}")
 
 
-def preflight(config: TrainConfig, machine: Machine | None = None, *, validate_inputs: bool = True) -> DeviceSpec:
+def preflight(config: TrainConfig, machine: Machine | None = None, *, validate_inputs: bool = True, rows: bool = True) -> DeviceSpec:
     """Every check; the device settings the run will use. ``validate_inputs=False`` leaves out
     reading every row through its expectation suite, for inputs validated before they were
-    carried (the GPU job validates them when it is packed: its node has no Great Expectations)."""
+    carried (the GPU job validates them when it is packed: its node has no Great Expectations).
+    ``rows=False``: multi-turn GRPO, trained on conversations (:func:`check_numbers`)."""
     check_method(config.method)
     expected = OBJECTIVES[config.method]
     if config.objective is not None and not isinstance(config.objective, expected):
         raise ConfigError(f"{config.method}: objective must be a {expected.__name__}, got {type(config.objective).__name__}")
-    check_numbers(config)
+    check_numbers(config, rows=rows)
     if isinstance(config.resolved_objective(), GRPOObjective):
         reward_functions(config.resolved_objective(), config.judge)
     loss_mask = getattr(config.resolved_objective(), "loss_mask", None)

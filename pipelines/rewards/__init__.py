@@ -14,6 +14,9 @@
 * :mod:`~pipelines.rewards.clarifier`: the Clarifier paper's goal-aware reward over G*:
   ``clarifier_goal`` (rules judge) and ``clarifier_goal_llm`` (the paper's judge prompt);
 * :mod:`~pipelines.rewards.pir`: PIR's US-GRPO composite reward, ``pir_composite_rules``;
+* :mod:`~pipelines.rewards.dialogue`: whole conversations' rewards for multi-turn GRPO
+  (the rollout's columns): ``dialogue_success``, ``goal_progress``, ``useless_questions``,
+  ``malformed_turns``;
 * :mod:`~pipelines.rewards.prompts`: the Table 1 training instruction and the conversation
   rendering, shared with the GRPO dataset.
 
@@ -43,6 +46,7 @@ from typing import Any, Callable, Mapping
 from pipelines.errors import ConfigError
 from pipelines.llm import LLMClient
 from pipelines.rewards.clarifier import clarifier_goal, clarifier_goal_llm
+from pipelines.rewards.dialogue import dialogue_success, goal_progress, malformed_turns, useless_questions
 from pipelines.rewards.clarify import NO_QUESTION, Clarification, ClarifyReward, Judge, JudgeError, Verdict
 from pipelines.rewards.format import (
     FULL_CREDIT,
@@ -88,6 +92,11 @@ REWARD_FUNCTIONS: Mapping[str, Callable[..., list]] = MappingProxyType(
         "clarifier_goal": clarifier_goal,
         # PIR's composite reward with the rules helpfulness judge (US-GRPO's rollout gives ``correct``).
         "pir_composite_rules": pir_composite_rules,
+        # Whole conversations (multi-turn GRPO's rollout columns: the world's grade of each).
+        "dialogue_success": dialogue_success,
+        "goal_progress": goal_progress,
+        "useless_questions": useless_questions,
+        "malformed_turns": malformed_turns,
     }
 )
 
@@ -168,6 +177,10 @@ __all__ = [
     "ClarifyReward",
     "DISCRIMINATING_SLOTS",
     "FULL_CREDIT",
+    "dialogue_success",
+    "goal_progress",
+    "malformed_turns",
+    "useless_questions",
     "JUDGE_PROMPT_TEMPLATE",
     "JUDGE_REWARDS",
     "Judge",

@@ -343,10 +343,10 @@ class TrainSectionConfig:
     * the stages' Parquet-trained sections: ``data`` (joined by the shared ``holdout``),
       ``eval``, ``output`` (None: the method's defaults), ``allow_empty`` and
       ``source_report`` (sources without rows: the run ends before it trains);
-    * US-GRPO (``pir_train.grpo``): ``env`` (``flows.us_grpo.ConversationEnv``'s fields),
+    * US-GRPO (``pir_train.grpo``): ``env`` (``pipelines.training.rollout.ConversationEnv``'s fields),
       ``output``, ``allow_no_signal`` (true or false, checked where the run ends);
-    * a GPU profile: ``data``, ``eval``, ``epochs`` (-> max_steps) and ``sampler``; no
-      ``output``: the job's."""
+    * a GPU profile: ``data``, ``eval``, ``epochs`` (-> max_steps) and ``sampler``, or, for
+      multi-turn GRPO, ``env`` in place of ``data``; no ``output``: the job's."""
 
     model: Any = None
     data: Any = None
@@ -384,7 +384,7 @@ class TrainSectionConfig:
 #: What each reader of a training section does not take (:class:`TrainSectionConfig`).
 NOT_IN_STAGE_SECTION = ("env", "allow_no_signal", "epochs", "sampler")
 NOT_IN_US_GRPO_SECTION = ("data", "eval", "allow_empty", "source_report", "epochs", "sampler")
-NOT_IN_GPU_SECTION = ("output", "allow_empty", "source_report", "env", "allow_no_signal")
+NOT_IN_GPU_SECTION = ("output", "allow_empty", "source_report", "allow_no_signal")
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from pipelines.episodes.agents import AgentOutput
 from pipelines.episodes.formats import ASK_CLOSE, ASK_OPEN, RESPONSE_CLOSE, RESPONSE_OPEN, AgentFormat, SpeakRLFormat
 from pipelines.episodes.records import Episode
 from pipelines.episodes.runner import WAITS_FOR_AGENT, WAITS_FOR_USER, EpisodeSpec, EpisodeState, RunnerConfig
+from pipelines.simulators.agenda import SimulatorSpec
 from pipelines.simulators.base import UserSimulator
 
 
@@ -54,7 +55,10 @@ class RolloutConfig:
     sequence, prompt included, past which the conversation stops (a turn limit);
     ``max_asks``: in-reasoning questions per conversation (PIR's N_max; more are not
     answered); sampling at ``temperature`` (0: greedy) and ``top_p``; tool results keep at
-    most ``max_tool_results`` search results (as the compact evaluation prompts do)."""
+    most ``max_tool_results`` search results (as the compact evaluation prompts do).
+    ``batch_size``: conversations played together, their turns decoded as one batch
+    (:meth:`ConversationRollout.play`); 1 plays them one by one, each sampled from its own
+    seed. Left out of reports at its default."""
 
     max_exchanges: int = 3
     max_steps: int = 3
@@ -67,9 +71,10 @@ class RolloutConfig:
     top_p: float | None = None
     max_tool_results: int | None = 2
     seed: int = 0
+    batch_size: int = field(default=1, metadata={"omit_if_default": True})
 
     def __post_init__(self) -> None:
-        for name in ("max_exchanges", "max_steps", "max_turn_tokens", "max_total_tokens", "max_asks"):
+        for name in ("max_exchanges", "max_steps", "max_turn_tokens", "max_total_tokens", "max_asks", "batch_size"):
             positive_int(getattr(self, name), name)
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
@@ -189,17 +194,37 @@ class ConversationRollout:
     # -- playing ------------------------------------------------------------------------
 
     def play(self, model: Any, specs: Sequence[EpisodeSpec], seeds: Sequence[int] | None = None) -> list[Rollout]:
-        """One rollout per spec; ``seeds`` (one per spec) seed the policy's sampling."""
+        """One rollout per spec; ``seeds`` (one per spec) seed the policy's sampling. With
+        ``config.batch_size`` above 1, that many conversations play together and their turns
+        are decoded as one left-padded batch (:class:`_LockStep`), seeded by the batch's first
+        seed: a conversation's sample then depends on its batch, not on its seed alone."""
         seeds = list(seeds) if seeds is not None else [self.config.seed] * len(specs)
         was_training = getattr(model, "training", False)
         model.eval()
         try:
-            return [asyncio.run(self._play_one(model, spec, seed)) for spec, seed in zip(specs, seeds)]
+            size = self.config.batch_size
+            if size == 1:
+                return [asyncio.run(self._play_one(model, spec, seed)) for spec, seed in zip(specs, seeds)]
+            played: list[Rollout] = []
+            for first in range(0, len(specs), size):
+                played += asyncio.run(self._play_together(model, specs[first:first + size], seeds[first:first + size]))
+            return played
         finally:
             if was_training:
                 model.train()
 
-    async def _play_one(self, model: Any, spec: EpisodeSpec, seed: int) -> Rollout:
+    async def _play_together(self, model: Any, specs: Sequence[EpisodeSpec], seeds: Sequence[int]) -> list[Rollout]:
+        lockstep = _LockStep(self, model, len(specs))
+
+        async def one(spec: EpisodeSpec, seed: int) -> Rollout:
+            try:
+                return await self._play_one(model, spec, seed, lockstep)
+            finally:
+                lockstep.finished()
+
+        return list(await asyncio.gather(*(one(spec, seed) for spec, seed in zip(specs, seeds))))
+
+    async def _play_one(self, model: Any, spec: EpisodeSpec, seed: int, lockstep: "_LockStep | None" = None) -> Rollout:
         state = EpisodeState.start(spec, _PolicyName(self.name, self.format), self.simulator, self.world, self.config.runner)
         await state.hear_user()
         prompt_ids = self._ids(self._system_text + self._blocks(state.messages[1:]))
@@ -207,7 +232,7 @@ class ConversationRollout:
         seen = len(state.messages)
         turn = 0
         while state.phase == WAITS_FOR_AGENT:
-            text = await self._policy_turn(model, state, rollout, seed, turn)
+            text = await self._policy_turn(model, state, rollout, seed, turn, lockstep)
             turn += 1
             state.take(AgentOutput(text=text, completion_tokens=None))
             # The runner's messages after the policy's own: tool results, feedback, an apology.
@@ -238,7 +263,8 @@ class ConversationRollout:
         rollout.env_mask.extend([0] * len(ids))
         rollout.logprobs.extend([0.0] * len(ids))
 
-    async def _policy_turn(self, model: Any, state: EpisodeState, rollout: Rollout, seed: int, turn: int) -> str:
+    async def _policy_turn(self, model: Any, state: EpisodeState, rollout: Rollout, seed: int, turn: int,
+                           lockstep: "_LockStep | None" = None) -> str:
         """Generate one policy turn into ``rollout``; with in-reasoning asks, answered by the
         simulator between segments. The turn's text (answers included) is returned."""
         budget = self.config.max_turn_tokens
@@ -250,8 +276,11 @@ class ConversationRollout:
             if room <= 0:
                 break
             asks_left = self.config.ask_inside_reasoning and len(rollout.asks) < self.config.max_asks
-            ids, logprobs = self._generate(model, rollout.prompt_ids + rollout.completion_ids, room,
-                                           _seed(seed, state.spec.episode_id, turn, segment), stop_at_ask=asks_left)
+            context, step_seed = rollout.prompt_ids + rollout.completion_ids, _seed(seed, state.spec.episode_id, turn, segment)
+            if lockstep is None:
+                ids, logprobs = self._generate(model, context, room, step_seed, stop_at_ask=asks_left)
+            else:
+                ids, logprobs = await lockstep.generate(context, room, step_seed, asks_left)
             segment += 1
             budget -= len(ids)
             rollout.completion_ids.extend(ids)
@@ -294,6 +323,104 @@ class ConversationRollout:
         return new, logprobs
 
 
+    def generate_batch(self, model: Any, requests: Sequence[tuple[list[int], int, bool]], seed: int) -> list[tuple[list[int], list[float]]]:
+        """:meth:`_generate` for several contexts at once, ``requests`` of ``(ids, max_new,
+        stop_at_ask)``: left-padded, one sampling seed; each row is cut where the one-by-one
+        path would stop it (its end token, its own limit, a closed in-reasoning question)."""
+        import torch
+        from transformers import StoppingCriteriaList
+
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        width = max(len(ids) for ids, _, _ in requests)
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids, _, _ in requests], device=model.device)
+        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids, _, _ in requests], device=model.device)
+        sample = self.config.temperature > 0
+        options: dict[str, Any] = {"do_sample": sample}
+        if sample:
+            options.update(temperature=self.config.temperature, top_p=self.config.top_p or 1.0, top_k=0)
+        rows = _RowStops(self, width, requests)
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(m for _, m, _ in requests),
+                eos_token_id=self.eos_id, pad_token_id=pad, stopping_criteria=StoppingCriteriaList([rows]),
+                output_scores=True, return_dict_in_generate=True, **options,
+            )
+        results = []
+        for row, (_, max_new, stop_at_ask) in enumerate(requests):
+            new = out.sequences[row, width:].tolist()
+            end = rows.cut(new, max_new, stop_at_ask)
+            logprobs = torch.log_softmax(torch.stack([score[row] for score in out.scores[:end]]).float(), -1) if end else None
+            results.append((new[:end], [float(logprobs[i, token]) for i, token in enumerate(new[:end])] if end else []))
+        return results
+
+
+class _RowStops:
+    """A ``StoppingCriteria`` of a left-padded batch: each row stops at its end token, at its
+    own token limit, or (``stop_at_ask``) once its text closes an in-reasoning question."""
+
+    def __init__(self, rollout: ConversationRollout, start: int, requests: Sequence[tuple[list[int], int, bool]]):
+        self.tokenizer, self.eos_id, self.start = rollout.tokenizer, rollout.eos_id, start
+        self.limits = [max_new for _, max_new, _ in requests]
+        self.asks = [stop for _, _, stop in requests]
+
+    def _asked(self, new: Sequence[int]) -> bool:
+        # The same tail as _TextStop reads: the last 12 generated tokens.
+        return self.tokenizer.decode(list(new[-12:])).rstrip().endswith(ASK_CLOSE)
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        done = []
+        for row in range(input_ids.shape[0]):
+            new = input_ids[row, self.start:].tolist()
+            done.append(len(new) >= self.limits[row] or self.eos_id in new or (self.asks[row] and self._asked(new)))
+        return torch.tensor(done, device=input_ids.device)
+
+    def cut(self, new: Sequence[int], max_new: int, stop_at_ask: bool) -> int:
+        """How many of a row's generated tokens are its own: up to and including the first
+        stop, padding after it dropped."""
+        for i, token in enumerate(new):
+            if token == self.eos_id or i + 1 >= max_new or (stop_at_ask and self._asked(new[:i + 1])):
+                return i + 1
+        return len(new)
+
+
+class _LockStep:
+    """Conversations played together: each asks for its next tokens and waits; once every
+    conversation still playing waits, the requests are decoded as one batch
+    (:meth:`ConversationRollout.generate_batch`). Simulator replies and tool calls run between
+    batches, conversation by conversation."""
+
+    def __init__(self, rollout: ConversationRollout, model: Any, playing: int):
+        self.rollout, self.model, self.playing = rollout, model, playing
+        self.pending: list[tuple[list[int], int, int, bool, asyncio.Future]] = []
+
+    async def generate(self, ids: list[int], max_new: int, seed: int, stop_at_ask: bool) -> tuple[list[int], list[float]]:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((ids, max_new, seed, stop_at_ask, future))
+        self._decode_when_all_wait()
+        return await future
+
+    def finished(self) -> None:
+        self.playing -= 1
+        self._decode_when_all_wait()
+
+    def _decode_when_all_wait(self) -> None:
+        if not self.pending or len(self.pending) < self.playing:
+            return
+        batch, self.pending = self.pending, []
+        try:
+            results = self.rollout.generate_batch(self.model, [(ids, m, ask) for ids, m, _, ask, _ in batch], batch[0][2])
+        except BaseException as exc:  # every waiting conversation hears of it
+            for *_, future in batch:
+                future.set_exception(exc)
+            return
+        self.rollout.stats["batches"] += 1
+        for (*_, future), result in zip(batch, results):
+            future.set_result(result)
+
+
 def _seed(seed: int, *parts: Any) -> int:
     digest = hashlib.sha256(json.dumps([seed, *parts], default=str).encode()).digest()
     return int.from_bytes(digest[:4], "big")
@@ -334,6 +461,45 @@ def trl_rollout_func(rollout: ConversationRollout, specs_by_prompt: Mapping[str,
     return rollout_func
 
 
+@dataclass(frozen=True)
+class ConversationEnv:
+    """Where a multi-turn GRPO run's conversations come from (PIR's US-GRPO, SpeakRL's on the
+    GPU): the MultiWOZ directory ``source`` (``db_dir``: its database elsewhere),
+    ``max_goals`` goals of the ``split`` to train on (the first by dialogue id that need the
+    tools), ``eval_goals`` of ``eval_split`` played greedily before and after training, the
+    agenda simulator's settings, the rollout's limits and sampling."""
+
+    source: str
+    db_dir: str | None = None
+    split: str = "train"
+    max_goals: int = 8
+    eval_split: str = "val"
+    eval_goals: int = 8
+    seed: int = 0
+    simulator: SimulatorSpec = SimulatorSpec()
+    rollout: RolloutConfig = RolloutConfig()
+
+    def __post_init__(self) -> None:
+        if self.simulator.kind != "agenda":  # the rollouts call the agenda user in-process
+            raise ConfigError(f"simulator.kind: US-GRPO rolls out with the agenda user simulator, got {self.simulator.kind!r}")
+
+
+def conversation_rows(rollout: ConversationRollout, dialogues: Sequence[Any], seed: int) -> tuple[list[dict[str, Any]], dict[str, EpisodeSpec], int]:
+    """GRPO rows (``prompt``: the conversation start; ``dialogue_id``), the episode each
+    prompt names, and how many goals were left out because their start repeats another's."""
+    rows, specs, repeated = [], {}, 0
+    for dialogue in dialogues:
+        spec = EpisodeSpec(f"{dialogue.dialogue_id}#{seed}", dialogue.goal, seed)
+        prompt = rollout.prompt(spec)
+        key = prompt_key(prompt)
+        if key in specs:
+            repeated += 1
+            continue
+        specs[key] = spec
+        rows.append({"prompt": prompt, "dialogue_id": dialogue.dialogue_id})
+    return rows, specs, repeated
+
+
 def prompt_key(prompt: Any) -> str:
     """A prompt (chat messages or text) as a lookup key."""
     if isinstance(prompt, str):
@@ -341,4 +507,4 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps([[m["role"], m["content"]] for m in prompt], ensure_ascii=False)
 
 
-__all__ = ["ConversationRollout", "Rollout", "RolloutConfig", "prompt_key", "trl_rollout_func"]
+__all__ = ["ConversationEnv", "ConversationRollout", "Rollout", "RolloutConfig", "conversation_rows", "prompt_key", "trl_rollout_func"]

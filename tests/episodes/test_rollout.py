@@ -162,3 +162,48 @@ def test_trl_grpo_trainer_trains_only_on_the_policy_tokens(world, tiny_model_dir
         assert 0 in mask and 1 in mask
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+def test_conversations_played_together_match_the_one_by_one_play_when_greedy(small_corpus, tiny_model_dir, tokenizer):
+    """rollout.batch_size > 1: the turns of several conversations decoded as one left-padded
+    batch; greedy, each conversation is the one the one-by-one path plays (tokens, log-probs,
+    episode), and fewer decode calls are made than turns were written."""
+    database = Database(small_corpus.entities, small_corpus.taxi_options)
+    dialogues = [d for d in small_corpus.dialogues if d.split == "train"][:3]
+    specs = [EpisodeSpec(f"{d.dialogue_id}#0", d.goal, 0) for d in dialogues]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    played = {}
+    for size in (1, 3):
+        config = RolloutConfig(max_exchanges=3, max_turn_tokens=12, max_total_tokens=2048, temperature=0.0,
+                               ask_inside_reasoning=False, batch_size=size)
+        rollout = ConversationRollout(database, AgendaSimulator(database), tokenizer, config)
+        played[size] = (rollout.play(model, specs, [0, 1, 2]), rollout.stats)
+    (alone, _), (together, stats) = played[1], played[3]
+    for a, b in zip(alone, together):
+        assert a.completion_ids == b.completion_ids and a.env_mask == b.env_mask
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert [(e.actor, e.kind, e.text) for e in a.episode.events] == [(e.actor, e.kind, e.text) for e in b.episode.events]
+    turns = sum(1 for r in together for e in r.episode.events if e.actor == "agent")
+    assert stats["episodes"] == 3 and 0 < stats["batches"] < turns
+
+
+def test_a_failing_batch_reaches_every_conversation_waiting_on_it(world, tokenizer):
+    database, dialogue = world
+
+    class Broken(ScriptedPolicy):
+        def generate(self, input_ids, max_new_tokens, **kwargs):
+            raise RuntimeError("out of memory (injected)")
+
+    config = RolloutConfig(max_exchanges=2, max_turn_tokens=8, ask_inside_reasoning=False, batch_size=2)
+    rollout = ConversationRollout(database, AgendaSimulator(database), tokenizer, config)
+    spec = EpisodeSpec(f"{dialogue.dialogue_id}#0", dialogue.goal, 0)
+    with pytest.raises(RuntimeError, match="injected"):
+        rollout.play(Broken(tokenizer, []), [spec, spec], [0, 1])
+
+
+def test_batch_size_is_left_out_of_reports_at_its_default():
+    from pipelines.training.config import config_dict
+
+    assert "batch_size" not in config_dict(RolloutConfig()) and config_dict(RolloutConfig(batch_size=4))["batch_size"] == 4
+    with pytest.raises(Exception, match="batch_size"):
+        RolloutConfig(batch_size=0)
