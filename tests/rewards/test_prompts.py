@@ -60,7 +60,8 @@ def test_judge_prompt_is_figure_6_with_conversation_and_question():
 
 
 def test_registry():
-    assert set(REWARD_FUNCTIONS) == {"format", "clarify_verifiable", "l2a", "l2a_questions", "clarifier_goal", "pir_composite_rules"}
+    assert set(REWARD_FUNCTIONS) == {"format", "clarify_verifiable", "l2a", "l2a_questions", "clarifier_goal", "pir_composite_rules",
+                                     "dialogue_success", "goal_progress", "useless_questions", "malformed_turns"}
     assert REWARD_FUNCTIONS["format"] is format_reward
     with pytest.raises(TypeError):
         REWARD_FUNCTIONS["extra"] = format_reward  # type: ignore[index]
