@@ -364,7 +364,9 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
     machine = summary.get("machine") or {}
     if dest is None:
         name = f"{summary['started'][:10]}_{_slug(str(machine.get('device', 'unknown')))}_{summary['profile']}"
-        dest = root / "reports" / "gpu" / (name + ("_smoke" if summary.get("smoke") else ""))
+        # A job stopped from outside (its lease ended) checkpointed the stages it finished.
+        dest = root / "reports" / "gpu" / (name + ("_smoke" if summary.get("smoke") else "")
+                                           + ("_partial" if summary.get("finished") is False else ""))
     if dest.exists():
         raise ConfigError(f"{dest}: exists already; remove it or give --dest")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -402,8 +404,10 @@ def results_markdown(root: Path) -> str:
     runs = []
     for summary_path in sorted((root / "reports" / "gpu").glob("*/job.json")):
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        evaluation = summary_path.parent / "evaluate.json"
-        if summary.get("smoke") or not evaluation.is_file():
+        # The whole evaluation, else the one of the zero-shot and SFT models made before GRPO.
+        evaluation = next((path for path in (summary_path.parent / "evaluate.json", summary_path.parent / "evaluate_sft.json")
+                           if path.is_file() and json.loads(path.read_text(encoding="utf-8")).get("status", "ok") == "ok"), None)
+        if summary.get("smoke") or evaluation is None:
             continue
         runs.append((summary, json.loads(evaluation.read_text(encoding="utf-8")), summary_path.parent))
     if not runs:
@@ -415,9 +419,12 @@ def results_markdown(root: Path) -> str:
         throughput = sft.get("throughput") or {}
         speeds = ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" for name, speed in evaluation.get("speed", {}).items())
         setup = evaluation["setup"]
+        pending = [stage for stage, entry in summary.get("stages", {}).items() if entry.get("status") == "pending"]
+        whole = (f"stopped from outside after {summary['wall_s'] / 60:.1f} min, before {', '.join(pending) or 'its end'} (partial)"
+                 if summary.get("finished") is False else f"whole job {summary['wall_s'] / 60:.1f} min")
         blocks.append("\n".join([
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
-            f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: whole job {summary['wall_s'] / 60:.1f} min; "
+            f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
             f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation dialogues/s: {speeds}. "
             f"{setup['goals']} test goals x {len(setup['seeds'])} seed(s), greedy; one training seed "
             f"(`{folder.relative_to(root)}/`).",

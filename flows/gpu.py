@@ -7,12 +7,15 @@ top to bottom, stopping on steps and goal counts, never on time::
 
     convert   the starting model: SmolLM2-135M-Instruct from the job's GGUF (or models/base)
     sft       full fine-tuning from it on the SpeakER SFT rows (``epochs`` -> max_steps)
+    evaluate_sft  zero-shot and SFT on the held-out test goals, before GRPO (a lease that ends
+              during GRPO still leaves their table)
     grpo      GRPO from the SFT model: with an ``env`` section, multi-turn (whole conversations
               with the agenda user on the train goals, rewarded by the goal checker's verdict,
               :mod:`pipelines.rewards.dialogue`); without, single-turn on the SpeakER GRPO rows
               with SpeakRL's rewards (format + clarify_verifiable)
-    evaluate  zero-shot, SFT and GRPO on the held-out test goals (agenda simulator), with
-              bootstrap intervals over goals and paired tests, as the CPU ``evaluate`` stage
+    evaluate  the GRPO model on the same goals, then zero-shot, SFT and GRPO together (agenda
+              simulator), with bootstrap intervals over goals and paired tests, as the CPU
+              ``evaluate`` stage
 
 A profile with a ``harvest`` section is JOSH's self-improvement round instead (issue 27)::
 
@@ -29,7 +32,8 @@ Each stage writes ``results/<stage>.json`` and ``.md`` (the SFT and GRPO reports
 ``tokens_per_s``, ``mfu``, steps/s and, for GRPO, the share of time spent generating);
 ``results/job.json`` has the hardware, package versions and every stage's status and wall
 time; ``results/manifest.json`` a sha256 of every result file and the commit, for
-``askflow gpu import``. A stage that fails is reported with its error and the stages that do
+``askflow gpu import``. Both are rewritten after every stage (``finished: false`` until the
+end): a job stopped from outside leaves importable results of the stages it finished. A stage that fails is reported with its error and the stages that do
 not need it still run (evaluation plays whichever models exist). Models stay on the node
 (``work/models``). This is the same library the Prefect flows call (:mod:`pipelines.training`,
 :mod:`pipelines.evaluation`); only the orchestration differs.
@@ -58,7 +62,6 @@ from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
 from pipelines.training.config import NOT_IN_GPU_SECTION, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, config_dict
 from pipelines.training.rollout import ConversationEnv
 
-STAGES = ("convert", "sft", "grpo", "evaluate")
 #: A profile's sections by its kind: SpeakRL's chain, or JOSH's round (it has a ``harvest``).
 PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz")}
 #: The models evaluation plays, in table order, and the stage that makes each.
@@ -419,9 +422,11 @@ def _logged_tokens(history: Sequence[Mapping[str, Any]]) -> float | None:
 # --- Evaluation -------------------------------------------------------------------------------
 
 
-def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -> dict[str, Any]:
+def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every model of ``models`` (name -> directory) plays the profile's held-out goals;
-    the report as the CPU ``evaluate`` stage writes it, plus ``dialogues_per_s`` per model."""
+    the report as the CPU ``evaluate`` stage writes it, plus ``dialogues_per_s`` per model.
+    ``played_before`` (name -> (episodes, scores, speed)): models already played with these
+    settings are not played again, and what this call plays is added to it."""
     import pyarrow.parquet as pq
 
     from catalog.multiwoz_dir import held_out_world
@@ -440,12 +445,11 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
     database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, "gpu evaluate")
     simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
     by_id = {d.dialogue_id: d.goal for d in goals}
-    scores: dict[str, list[Any]] = {}
-    speeds: dict[str, dict[str, Any]] = {}
-    episodes: list[Any] = []
-    pool = _shard_pool(config.workers) if config.workers > 1 else None
+    played_before = {} if played_before is None else played_before
+    to_play = [policy for policy in config.policy_specs() if policy.name not in played_before]
+    pool = _shard_pool(config.workers) if config.workers > 1 and to_play else None
     try:
-        for policy in config.policy_specs():
+        for policy in to_play:
             if pool is None:
                 agent = load_policy(policy, get_format(config.agent_format), config.generation)
                 _synchronize()
@@ -459,15 +463,18 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path) -
                 started = time.perf_counter()
                 played = play_sharded(pool, config, policy, goals)
                 wall_s = time.perf_counter() - started
-            scores[policy.name] = [score_episode(e, by_id[e.dialogue_id]) for e in played]
-            speeds[policy.name] = {"episodes": len(played), "wall_s": round(wall_s, 2), "workers": config.workers,
-                                   "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
+            speed = {"episodes": len(played), "wall_s": round(wall_s, 2), "workers": config.workers,
+                     "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
+            played_before[policy.name] = (played, [score_episode(e, by_id[e.dialogue_id]) for e in played], speed)
             log.info("evaluate: %s: %d episodes in %.1f s (%.2f dialogues/s, %d process%s)", policy.name, len(played), wall_s,
                      len(played) / wall_s if wall_s else 0.0, config.workers, "es" if config.workers > 1 else "")
-            episodes += played
     finally:
         if pool is not None:
             pool.shutdown()
+    names = [policy.name for policy in config.policy_specs()]
+    scores = {name: played_before[name][1] for name in names}
+    speeds = {name: played_before[name][2] for name in names}
+    episodes = [episode for name in names for episode in played_before[name][0]]
     results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
@@ -696,6 +703,7 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
         result.error = "needs " + ", ".join(f"{need} ({results[need].status})" for need in missing)
         log.warning("stage %s: %s (%s)", result.name, result.status, result.error)
         _write_stage(out, result, {})
+        _checkpoint()
         return None
     log.info("stage %s: start", result.name)
     started = time.perf_counter()
@@ -713,7 +721,19 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
     result.wall_s = round(time.perf_counter() - started, 2)
     _write_stage(out, result, report)
     log.info("stage %s: %s in %.1f s", result.name, result.status, result.wall_s)
+    _checkpoint()
     return report if result.status == "ok" else None
+
+
+# What run_job writes after every stage (job.json with ``finished: false`` and the results'
+# manifest), so that a job stopped from outside (a lease that ends) leaves importable results
+# of every stage it finished. None outside run_job.
+_CHECKPOINT: list[Callable[[], None]] = []
+
+
+def _checkpoint() -> None:
+    for write in _CHECKPOINT:
+        write()
 
 
 def _write_stage(out: Path, result: StageResult, report: Mapping[str, Any]) -> None:
@@ -788,9 +808,12 @@ def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[
 
 def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
                       where: str, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-    """sft -> grpo -> evaluate after convert; returns the generation limit the data set."""
-    stages.update({"sft": StageResult("sft", needs=("convert",)), "grpo": StageResult("grpo", needs=("sft",)),
-                   "evaluate": StageResult("evaluate")})
+    """sft -> evaluate_sft -> grpo -> evaluate after convert; returns the generation limit the
+    data set. The zero-shot and SFT models are evaluated before GRPO starts, so a lease that
+    ends during GRPO still leaves their table (the results are checkpointed after every
+    stage); ``evaluate`` then plays the GRPO model only and reports all three."""
+    stages.update({"sft": StageResult("sft", needs=("convert",)), "evaluate_sft": StageResult("evaluate_sft"),
+                   "grpo": StageResult("grpo", needs=("sft",)), "evaluate": StageResult("evaluate")})
 
     def trained(method: str, start: Path) -> Callable[[], dict[str, Any]]:
         def body() -> dict[str, Any]:
@@ -809,15 +832,21 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
         limit = data_generation_limit(sections, start_path)
         sections = with_limit(sections, limit["tokens"])
         log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
-    run_stage(stages["sft"], stages, out, trained("sft", start_path))
-    run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
     dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
-    playable = {model: str(dirs[model]) for model, stage in EVAL_MODELS if stages[stage].status == "ok"}
-    if playable:
-        run_stage(stages["evaluate"], stages, out, lambda: evaluate(sections["evaluate"], playable, out))
-    else:
-        stages["evaluate"].needs = ("convert",)
-        run_stage(stages["evaluate"], stages, out, dict)
+    played: dict[str, Any] = {}  # the models evaluate_sft played, not played again by evaluate
+
+    def evaluation(stage: str) -> None:
+        playable = {model: str(dirs[model]) for model, needs in EVAL_MODELS if stages[needs].status == "ok"}
+        if playable:
+            run_stage(stages[stage], stages, out, lambda: evaluate(sections["evaluate"], playable, out, played))
+        else:
+            stages[stage].needs = ("convert",)
+            run_stage(stages[stage], stages, out, dict)
+
+    run_stage(stages["sft"], stages, out, trained("sft", start_path))
+    evaluation("evaluate_sft")
+    run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
+    evaluation("evaluate")
     return limit
 
 
@@ -870,17 +899,27 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     start_dir = models / "start"
     start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
     stages = {"convert": StageResult("convert")}
-    run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir))
-    run = run_josh_round if profile_kind(sections) == "josh" else run_speakrl_chain
-    limit = run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest)
-    summary = {
-        "commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": name, "smoke": smoke,
-        "started": started_at, "wall_s": round(time.perf_counter() - started, 2), "machine": machine,
-        "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"), "generation_limit": limit,
-        "stages": {s.name: {"status": s.status, "wall_s": s.wall_s, "error": s.error} for s in stages.values()},
-    }
-    _write_json(out / "job.json", summary)
-    write_results_manifest(out, manifest)
+    limit: dict[str, Any] | None = None
+
+    def write_summary(finished: bool) -> dict[str, Any]:
+        summary = {
+            "commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": name, "smoke": smoke,
+            "started": started_at, "wall_s": round(time.perf_counter() - started, 2), "finished": finished, "machine": machine,
+            "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"), "generation_limit": limit,
+            "stages": {s.name: {"status": s.status, "wall_s": s.wall_s, "error": s.error} for s in stages.values()},
+        }
+        _write_json(out / "job.json", summary)
+        write_results_manifest(out, manifest)
+        return summary
+
+    _CHECKPOINT.append(lambda: write_summary(False))
+    try:
+        run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir))
+        run = run_josh_round if profile_kind(sections) == "josh" else run_speakrl_chain
+        limit = run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest)
+    finally:
+        _CHECKPOINT.clear()
+    summary = write_summary(True)
     failed = [s.name for s in stages.values() if s.failed]
     log.info("job finished in %.1f s: %s", summary["wall_s"], "all stages ok" if not failed else f"not ok: {', '.join(failed)}")
     return 1 if failed else 0

@@ -118,8 +118,9 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert "stage sft: ok" in result.stdout and "stage evaluate: ok" in result.stdout
     results = job / "results"
     summary = json.loads((results / "job.json").read_text())
-    assert {name: stage["status"] for name, stage in summary["stages"].items()} == dict.fromkeys(("convert", "sft", "grpo", "evaluate"), "ok")
-    assert summary["smoke"] and summary["machine"]["versions"]["trl"]
+    assert {name: stage["status"] for name, stage in summary["stages"].items()} == dict.fromkeys(
+        ("convert", "sft", "evaluate_sft", "grpo", "evaluate"), "ok")
+    assert summary["smoke"] and summary["finished"] and summary["machine"]["versions"]["trl"]
     assert summary["generation_limit"]["tokens"] >= summary["generation_limit"]["longest"] > 0
     sft = json.loads((results / "sft.json").read_text())
     assert sft["train"]["steps"] == 2 and sft["throughput"]["tokens_per_s"] > 0
@@ -127,9 +128,20 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert sft["throughput"]["mfu"] is None  # a CPU has no peak in the table: no guessed MFU
     grpo = json.loads((results / "grpo.json").read_text())
     assert 0 < grpo["throughput"]["generate_share"] <= 1
+    # Multi-turn: whole conversations with the agenda user, rewarded by the goal checker.
+    conversations = grpo["conversations"]
+    assert conversations["train_goals"] == 1 and conversations["rollouts"]["episodes"] == 2 and conversations["rollouts"]["batches"] >= 1
+    assert len(conversations["groups_with_reward_variance_by_step"]) == grpo["train"]["steps"] == 1
+    header = (results / "grpo_curve.csv").read_text().splitlines()[0].split(",")
+    assert {f"rewards_{name}_mean" for name in ("dialogue_success", "goal_progress", "useless_questions", "malformed_turns")} <= set(header)
     evaluation = json.loads((results / "evaluate.json").read_text())
     assert list(evaluation["models"]) == ["zero_shot", "sft", "grpo"] and evaluation["setup"]["workers"] == 2
     assert all(speed["dialogues_per_s"] > 0 for speed in evaluation["speed"].values())
+    # zero-shot and SFT were played once, before GRPO; the final table reuses their episodes
+    before_grpo = json.loads((results / "evaluate_sft.json").read_text())
+    assert list(before_grpo["models"]) == ["zero_shot", "sft"]
+    assert {name: evaluation["models"][name] for name in before_grpo["models"]} == before_grpo["models"]
+    assert {name: evaluation["speed"][name] for name in before_grpo["speed"]} == before_grpo["speed"]
     assert "comparisons" in evaluation["statistics"] and (results / "episodes.parquet").is_file()
 
     # Import: checked against the results' manifest and the commit's code, then copied.
@@ -174,6 +186,37 @@ def test_the_josh_round_smoke_runs_offline_with_smollm2_as_m(packed, tmp_path):
     table = (results / "toolwoz.md").read_text()
     assert "| smollm2 = M |" in table and "| josh_sft = M' |" in table and "| josh_kto = M' |" in table
     assert (results / "toolwoz_episodes.parquet").is_file()
+
+
+def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_stages(packed, project, tmp_path):
+    """A lease that ends mid-job (here: the job killed once GRPO starts) leaves job.json
+    (``finished: false``) and a results manifest written after the last finished stage: the
+    zero-shot and SFT evaluation made before GRPO is importable, as a partial run."""
+    import signal
+
+    job = _copy_job(packed, tmp_path / "killed" / "job")
+    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
+    process = subprocess.Popen([sys.executable, str(job / "run.py"), "--smoke"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "stage grpo: start" in line:
+            os.killpg(process.pid, signal.SIGKILL)
+            break
+    process.wait()
+    assert any("stage grpo: start" in line for line in seen), "".join(seen)[-3000:]
+    results = job / "results"
+    summary = json.loads((results / "job.json").read_text())
+    assert summary["finished"] is False
+    assert {name: stage["status"] for name, stage in summary["stages"].items()} == {
+        "convert": "ok", "sft": "ok", "evaluate_sft": "ok", "grpo": "pending", "evaluate": "pending"}
+    assert not (results / "evaluate.json").exists()
+    dest = tmp_path / "imported"
+    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke",
+                       "--dest", str(dest), cwd=project)
+    assert imported.returncode == 0, imported.stderr
+    assert list(json.loads((dest / "evaluate_sft.json").read_text())["models"]) == ["zero_shot", "sft"]
 
 
 def test_results_that_claim_another_commit_are_refused(project, tmp_path):
@@ -336,7 +379,21 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     run("h100", False)
     table = results_markdown(tmp_path)
     assert "NVIDIA H100 80GB HBM3" in table and "8.5 min" in table and "123456.0 tokens/s" in table
-    assert "| sft | 25.0 [17.0, 34.0] |" in table and "smoke" not in table
+    assert "| sft | 25.0 [17.0, 34.0] |" in table and "smoke" not in table and "partial" not in table
+
+    # A run stopped during GRPO: its table is the evaluation made before GRPO, labelled partial.
+    run("h200", False)
+    folder = tmp_path / "reports" / "gpu" / "h200"
+    summary = json.loads((folder / "job.json").read_text())
+    summary.update(started="2026-12-02T10:00:00+00:00", finished=False, machine={"device": "NVIDIA H200", "memory_gib": 139.8},
+                   stages={"sft": {"status": "ok"}, "evaluate_sft": {"status": "ok"}, "grpo": {"status": "pending"},
+                           "evaluate": {"status": "pending"}})
+    (folder / "job.json").write_text(json.dumps(summary))
+    (folder / "evaluate.json").rename(folder / "evaluate_sft.json")
+    table = results_markdown(tmp_path)
+    assert "**NVIDIA H200** (139.8 GiB), 2026-12-02" in table
+    assert "stopped from outside after 8.5 min, before grpo, evaluate (partial)" in table
+    assert table.index("NVIDIA H200") < table.index("NVIDIA H100")  # newest first
 
 
 def test_the_readme_figures_of_the_partial_h100_run_are_its_reports():
