@@ -347,11 +347,15 @@ class ConversationRollout:
                 output_scores=True, return_dict_in_generate=True, **options,
             )
         results = []
+        generated = out.sequences[:, width:].tolist()  # one copy to the host, not one per row
         for row, (_, max_new, stop_at_ask) in enumerate(requests):
-            new = out.sequences[row, width:].tolist()
-            end = rows.cut(new, max_new, stop_at_ask)
-            logprobs = torch.log_softmax(torch.stack([score[row] for score in out.scores[:end]]).float(), -1) if end else None
-            results.append((new[:end], [float(logprobs[i, token]) for i, token in enumerate(new[:end])] if end else []))
+            new = generated[row][:rows.cut(generated[row], max_new, stop_at_ask)]
+            if not new:
+                results.append(([], []))
+                continue
+            scores = torch.log_softmax(torch.stack([score[row] for score in out.scores[:len(new)]]).float(), -1)
+            picked = scores.gather(1, torch.tensor(new, device=scores.device)[:, None])[:, 0]
+            results.append((new, picked.tolist()))
         return results
 
 
@@ -371,10 +375,9 @@ class _RowStops:
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
-        done = []
-        for row in range(input_ids.shape[0]):
-            new = input_ids[row, self.start:].tolist()
-            done.append(len(new) >= self.limits[row] or self.eos_id in new or (self.asks[row] and self._asked(new)))
+        rows = input_ids[:, self.start:].tolist()  # one copy to the host per decoding step
+        done = [len(new) >= limit or self.eos_id in new or (ask and self._asked(new))
+                for new, limit, ask in zip(rows, self.limits, self.asks)]
         return torch.tensor(done, device=input_ids.device)
 
     def cut(self, new: Sequence[int], max_new: int, stop_at_ask: bool) -> int:
