@@ -727,7 +727,7 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
 
 # What run_job writes after every stage (job.json with ``finished: false`` and the results'
 # manifest), so that a job stopped from outside (a lease that ends) leaves importable results
-# of every stage it finished. None outside run_job.
+# of every stage it finished. Empty outside run_job.
 _CHECKPOINT: list[Callable[[], None]] = []
 
 

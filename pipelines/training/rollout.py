@@ -322,7 +322,6 @@ class ConversationRollout:
             new, logprobs = new[:end], logprobs[:end]
         return new, logprobs
 
-
     def generate_batch(self, model: Any, requests: Sequence[tuple[list[int], int, bool]], seed: int) -> list[tuple[list[int], list[float]]]:
         """:meth:`_generate` for several contexts at once, ``requests`` of ``(ids, max_new,
         stop_at_ask)``: left-padded, one sampling seed; each row is cut where the one-by-one
@@ -469,8 +468,9 @@ class ConversationEnv:
     """Where a multi-turn GRPO run's conversations come from (PIR's US-GRPO, SpeakRL's on the
     GPU): the MultiWOZ directory ``source`` (``db_dir``: its database elsewhere),
     ``max_goals`` goals of the ``split`` to train on (the first by dialogue id that need the
-    tools), ``eval_goals`` of ``eval_split`` played greedily before and after training, the
-    agenda simulator's settings, the rollout's limits and sampling."""
+    tools), ``eval_goals`` of ``eval_split`` played greedily before and after training (by
+    US-GRPO's flow; the GPU job's ``evaluate`` stages play the test goals instead), the agenda
+    simulator's settings, the rollout's limits and sampling."""
 
     source: str
     db_dir: str | None = None
