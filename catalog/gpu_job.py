@@ -328,8 +328,8 @@ def _slug(text: str) -> str:
 
 
 def check_results(root: Path, results: Path) -> dict[str, Any]:
-    """The results' job summary, once every file matches the results' manifest and the code
-    hash they claim matches ``git archive`` of their commit here."""
+    """The results' job summary, once every file the results' manifest lists matches it and
+    the code hash they claim matches ``git archive`` of their commit here."""
     path = results / MANIFEST
     if not path.is_file():
         raise DataError(str(path), "missing: not a results directory of an askflow GPU job")
@@ -371,12 +371,14 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
         raise ConfigError(f"{dest}: exists already; remove it or give --dest")
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = staging_directory(dest)
+    # What the manifest lists, and it: a job stopped from outside may have left files of a
+    # stage it did not finish, which no checkpoint vouches for.
+    listed = [*json.loads((results / MANIFEST).read_text(encoding="utf-8"))["files"], MANIFEST]
     try:
-        for file in sorted(results.rglob("*")):
-            if file.is_file():
-                target = staging / file.relative_to(results)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(file, target)
+        for name in sorted(listed):
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(results / name, target)
         ordinary_permissions(staging)
         replace_directory(staging, dest)
     except BaseException:

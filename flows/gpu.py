@@ -422,9 +422,11 @@ def _logged_tokens(history: Sequence[Mapping[str, Any]]) -> float | None:
 # --- Evaluation -------------------------------------------------------------------------------
 
 
-def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None) -> dict[str, Any]:
+def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
+             prefix: str = "") -> dict[str, Any]:
     """Every model of ``models`` (name -> directory) plays the profile's held-out goals;
-    the report as the CPU ``evaluate`` stage writes it, plus ``dialogues_per_s`` per model.
+    the report as the CPU ``evaluate`` stage writes it, plus ``dialogues_per_s`` per model,
+    and the episode tables as ``out/<prefix>episodes.parquet`` (and events).
     ``played_before`` (name -> (episodes, scores, speed)): models already played with these
     settings are not played again, and what this call plays is added to it."""
     import pyarrow.parquet as pq
@@ -482,7 +484,11 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
              "batched": config.batched, "workers": config.workers}
     tables = episode_tables(episodes)
     for name, table in tables.items():
-        pq.write_table(table, out / f"{name}.parquet", compression="zstd")
+        # A new name per stage, written whole then renamed: a job stopped mid-write leaves
+        # the files its last checkpoint listed intact.
+        temporary = out / f".{prefix}{name}.parquet.tmp"
+        pq.write_table(table, temporary, compression="zstd")
+        temporary.replace(out / f"{prefix}{name}.parquet")
     markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}
 
@@ -838,7 +844,8 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
     def evaluation(stage: str) -> None:
         playable = {model: str(dirs[model]) for model, needs in EVAL_MODELS if stages[needs].status == "ok"}
         if playable:
-            run_stage(stages[stage], stages, out, lambda: evaluate(sections["evaluate"], playable, out, played))
+            prefix = "" if stage == "evaluate" else f"{stage}_"
+            run_stage(stages[stage], stages, out, lambda: evaluate(sections["evaluate"], playable, out, played, prefix))
         else:
             stages[stage].needs = ("convert",)
             run_stage(stages[stage], stages, out, dict)

@@ -139,7 +139,7 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert all(speed["dialogues_per_s"] > 0 for speed in evaluation["speed"].values())
     # zero-shot and SFT were played once, before GRPO; the final table reuses their episodes
     before_grpo = json.loads((results / "evaluate_sft.json").read_text())
-    assert list(before_grpo["models"]) == ["zero_shot", "sft"]
+    assert list(before_grpo["models"]) == ["zero_shot", "sft"] and (results / "evaluate_sft_episodes.parquet").is_file()
     assert {name: evaluation["models"][name] for name in before_grpo["models"]} == before_grpo["models"]
     assert {name: evaluation["speed"][name] for name in before_grpo["speed"]} == before_grpo["speed"]
     assert "comparisons" in evaluation["statistics"] and (results / "episodes.parquet").is_file()
@@ -212,11 +212,13 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     assert {name: stage["status"] for name, stage in summary["stages"].items()} == {
         "convert": "ok", "sft": "ok", "evaluate_sft": "ok", "grpo": "pending", "evaluate": "pending"}
     assert not (results / "evaluate.json").exists()
+    (results / "grpo_curve.csv").write_text("step,loss\n1,0.5")  # what a stage cut short leaves: no checkpoint lists it
     dest = tmp_path / "imported"
     imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke",
                        "--dest", str(dest), cwd=project)
     assert imported.returncode == 0, imported.stderr
     assert list(json.loads((dest / "evaluate_sft.json").read_text())["models"]) == ["zero_shot", "sft"]
+    assert (dest / "evaluate_sft_episodes.parquet").is_file() and not (dest / "grpo_curve.csv").exists()
 
 
 def test_results_that_claim_another_commit_are_refused(project, tmp_path):
