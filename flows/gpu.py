@@ -59,7 +59,8 @@ from catalog.io import read_params
 from pipelines.config import from_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
-from pipelines.training.config import NOT_IN_GPU_SECTION, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig, config_dict
+from pipelines.training.config import (NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig,
+                                       config_dict)
 from pipelines.training.rollout import ConversationEnv
 
 #: A profile's sections by its kind: SpeakRL's chain, or JOSH's round (it has a ``harvest``).
@@ -152,6 +153,11 @@ def conversation_env(section: Mapping[str, Any], method: str, where: str) -> Con
     env = from_params(ConversationEnv, params.env, f"{where}.env")
     if not Path(env.source).exists():
         raise ConfigError(f"{where}.env.source: {env.source} does not exist")
+    objective = from_params(OBJECTIVES["grpo"], params.objective, f"{where}.objective")
+    if env.rollout.temperature != objective.temperature:
+        # TRL recomputes the rollouts' log-probabilities at the objective's temperature.
+        raise ConfigError(f"{where}: env.rollout.temperature ({env.rollout.temperature}) must equal objective.temperature "
+                          f"({objective.temperature}): the policy is trained at the temperature it was sampled at")
     return env
 
 
@@ -266,10 +272,11 @@ def steps_for_epochs(epochs: float, examples: int, batch_size: int, accumulation
     return max(1, math.ceil(epochs * examples / (batch_size * accumulation)))
 
 
-def conversations(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
+def conversations(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
     """Multi-turn GRPO's data: one row per train goal's conversation start, TRL's
     ``rollout_func`` that plays each on with the policy and the agenda user (its turns
-    decoded in batches of ``env.rollout.batch_size``), and what the report says of them. Each
+    decoded in batches of ``env.rollout.batch_size``), that rollout (its counters) and what
+    the report says of the data. Each
     rollout carries the goal checker's verdict and :func:`conversation_columns` for the
     rewards of :mod:`pipelines.rewards.dialogue`."""
     from datasets import Dataset
@@ -287,9 +294,8 @@ def conversations(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, dict[
     def columns(played: Any) -> dict[str, Any]:
         return conversation_columns(played.episode, goals[played.episode.episode_id])
 
-    about = {"source": env.source, "split": env.split, "train_goals": len(rows), "repeated_starts_left_out": repeated,
-             "rollout": rollout}
-    return Dataset.from_list(rows), trl_rollout_func(rollout, specs, columns), about
+    about = {"source": env.source, "split": env.split, "train_goals": len(rows), "repeated_starts_left_out": repeated}
+    return Dataset.from_list(rows), trl_rollout_func(rollout, specs, columns), rollout, about
 
 
 def train(config: Any, *, epochs: float | None = None, sampler: str | None = None, env: ConversationEnv | None = None) -> dict[str, Any]:
@@ -319,18 +325,14 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
     count = TokenCounter(tokenizer)
     prepare_started = time.perf_counter()
     objective = config.resolved_objective()
-    rollout_func, played = None, None
+    rollout_func, rollout, played = None, None, None
     if env is None:
         prepared = [_load_source(config, source, tokenizer, count) for source in config.data.sources]
         dataset = build_train_dataset(config.method, prepared, seed=config.data.seed, tokenizer=tokenizer,
                                       loss_mask=getattr(objective, "loss_mask", None))
     else:
-        if env.rollout.temperature != objective.temperature:
-            # TRL recomputes the rollouts' log-probabilities at the objective's temperature.
-            raise ConfigError(f"grpo: env.rollout.temperature ({env.rollout.temperature}) must equal objective.temperature "
-                              f"({objective.temperature}): the policy is trained at the temperature it was sampled at")
         prepared = []
-        dataset, rollout_func, played = conversations(env, tokenizer)
+        dataset, rollout_func, rollout, played = conversations(env, tokenizer)
     prepare_s = time.perf_counter() - prepare_started
     if epochs is not None:
         steps = steps_for_epochs(epochs, len(dataset), config.optim.batch_size, config.optim.gradient_accumulation_steps)
@@ -396,7 +398,6 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
                               generate_share=round(timer.seconds / train_s, 4) if train_s else None)
         report["throughput"] = throughput
         if played is not None:
-            rollout = played.pop("rollout")
             varied = [round(1.0 - row["frac_reward_zero_std"], 4) for row in summary.curve
                       if row.get("frac_reward_zero_std") is not None]
             report["conversations"] = {**played, "rollouts": dict(rollout.stats), "config": config_dict(env),

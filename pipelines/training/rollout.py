@@ -298,15 +298,18 @@ class ConversationRollout:
             self._inject(rollout, self.tokenizer.eos_token)  # cut at the budget: the template closes the turn
         return self.tokenizer.decode(rollout.completion_ids[start:], skip_special_tokens=True)
 
+    def _sampling(self) -> dict[str, Any]:
+        """``generate``'s decoding options: greedy at temperature 0, else plain sampling."""
+        if self.config.temperature <= 0:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.config.temperature, "top_p": self.config.top_p or 1.0, "top_k": 0}
+
     def _generate(self, model: Any, ids: list[int], max_new: int, seed: int, *, stop_at_ask: bool) -> tuple[list[int], list[float]]:
         import torch
         from transformers import StoppingCriteriaList
 
         input_ids = torch.tensor([ids], device=model.device)
-        sample = self.config.temperature > 0
-        options: dict[str, Any] = {"do_sample": sample}
-        if sample:
-            options.update(temperature=self.config.temperature, top_p=self.config.top_p or 1.0, top_k=0)
+        options = self._sampling()
         stops = StoppingCriteriaList([_TextStop(self.tokenizer, [ASK_CLOSE], len(ids))]) if stop_at_ask else None
         torch.manual_seed(seed)
         with torch.no_grad():
@@ -333,10 +336,7 @@ class ConversationRollout:
         width = max(len(ids) for ids, _, _ in requests)
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids, _, _ in requests], device=model.device)
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids, _, _ in requests], device=model.device)
-        sample = self.config.temperature > 0
-        options: dict[str, Any] = {"do_sample": sample}
-        if sample:
-            options.update(temperature=self.config.temperature, top_p=self.config.top_p or 1.0, top_k=0)
+        options = self._sampling()
         rows = _RowStops(self, width, requests)
         torch.manual_seed(seed)
         with torch.no_grad():
@@ -484,7 +484,7 @@ class ConversationEnv:
 
     def __post_init__(self) -> None:
         if self.simulator.kind != "agenda":  # the rollouts call the agenda user in-process
-            raise ConfigError(f"simulator.kind: US-GRPO rolls out with the agenda user simulator, got {self.simulator.kind!r}")
+            raise ConfigError(f"simulator.kind: multi-turn GRPO rolls out with the agenda user simulator, got {self.simulator.kind!r}")
 
 
 def conversation_rows(rollout: ConversationRollout, dialogues: Sequence[Any], seed: int) -> tuple[list[dict[str, Any]], dict[str, EpisodeSpec], int]:

@@ -205,5 +205,7 @@ def test_batch_size_is_left_out_of_reports_at_its_default():
     from pipelines.training.config import config_dict
 
     assert "batch_size" not in config_dict(RolloutConfig()) and config_dict(RolloutConfig(batch_size=4))["batch_size"] == 4
-    with pytest.raises(Exception, match="batch_size"):
+    from pipelines.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="batch_size"):
         RolloutConfig(batch_size=0)

@@ -412,3 +412,17 @@ def test_the_readme_figures_of_the_partial_h100_run_are_its_reports():
                f"{result['turns']['mean']:.2f} | {100 * result['inform_rate']['mean']:.1f} |")
         assert row in readme, row
         assert f"| {speed['dialogues_per_s']:.2f} |" in readme
+
+
+def test_a_multi_turn_section_sampled_at_another_temperature_is_refused(tmp_path):
+    """TRL recomputes the rollouts' log-probabilities at the objective's temperature: a GRPO
+    section whose rollouts sample at another one is refused where the job is packed."""
+    from flows.gpu import conversation_env
+    from pipelines.errors import ConfigError
+
+    section = {"env": {"source": str(tmp_path), "rollout": {"temperature": 0.8}}, "objective": {"temperature": 0.8}}
+    assert conversation_env(section, "grpo", "w").rollout.temperature == 0.8
+    with pytest.raises(ConfigError, match=r"env.rollout.temperature \(1.0\) must equal objective.temperature \(0.8\)"):
+        conversation_env({**section, "env": {"source": str(tmp_path)}}, "grpo", "w")
+    with pytest.raises(ConfigError, match="GRPO's rollouts"):
+        conversation_env(section, "sft", "w")
