@@ -142,10 +142,18 @@ def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[
             "source": path}
 
 
-def conversation_env(section: Mapping[str, Any], method: str, where: str) -> ConversationEnv | None:
+def parse_section(section: Mapping[str, Any] | TrainSectionConfig, where: str) -> TrainSectionConfig:
+    """A profile's training section as :class:`TrainSectionConfig` (parsed once per stage;
+    a parsed one is returned as it is)."""
+    if isinstance(section, TrainSectionConfig):
+        return section
+    return from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
+
+
+def conversation_env(section: Mapping[str, Any] | TrainSectionConfig, method: str, where: str) -> ConversationEnv | None:
     """A GRPO section's ``env`` (multi-turn: the conversations are the data), checked; None
     for a section trained on Parquet rows."""
-    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
+    params = parse_section(section, where)
     if params.env is None:
         return None
     if method != "grpo":
@@ -161,16 +169,17 @@ def conversation_env(section: Mapping[str, Any], method: str, where: str) -> Con
     return env
 
 
-def train_config(method: str, section: Mapping[str, Any], *, model_path: str, output_dir: Path, where: str) -> TrainConfig:
+def train_config(method: str, section: Mapping[str, Any] | TrainSectionConfig, *, model_path: str, output_dir: Path,
+                 where: str) -> TrainConfig:
     """A :class:`~pipelines.training.config.TrainConfig` from a profile section
     (:class:`~pipelines.training.config.TrainSectionConfig`); the model and outputs are the job's.
     A section with an ``env`` (multi-turn GRPO) has no ``data``: the conversations are its data."""
-    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
+    params = parse_section(section, where)
     if params.env is not None:
-        if "data" in section:
+        if params.data is not None:
             raise ConfigError(f"{where}: env (whole conversations) and data (Parquet rows) exclude each other")
         data: Any = DataSpec(sources=())
-    elif "data" not in section:
+    elif params.data is None:
         raise ConfigError(f"{where}: missing required key(s) ['data']")
     else:
         data = params.data
@@ -201,9 +210,9 @@ def check_profile_inputs(root: Path) -> list[str]:
                     continue
                 for method in ("sft", "grpo"):
                     where = f"params.yaml gpu.profiles.{name}.{method}"
-                    config = train_config(method, with_limit(sections[method], 1), model_path="models/smollm2",
-                                          output_dir=Path("models") / "gpu", where=where)
-                    conversation_env(with_limit(sections[method], 1), method, where)
+                    section = parse_section(with_limit(sections[method], 1), where)
+                    config = train_config(method, section, model_path="models/smollm2", output_dir=Path("models") / "gpu", where=where)
+                    conversation_env(section, method, where)
                     check_inputs(config)
                     checked += [s.path for s in config.data.sources if s.path not in checked]
     return checked
@@ -629,11 +638,11 @@ def trained_on_harvest(method: str, section: Mapping[str, Any], start: Path, sta
     """SFT / KTO on the harvest's rows; NotTrained when the harvest made none."""
     import pyarrow.parquet as pq
 
-    config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=where)
+    params = parse_section(section, where)
+    config = train_config(method, params, model_path=str(start), output_dir=stage_dir, where=where)
     rows = {s.path: pq.read_metadata(s.path).num_rows for s in config.data.sources}
     if not any(rows.values()):
         raise NotTrained(f"the harvest has no {method.upper()} rows ({', '.join(rows)}): M found no golden path to train M' on")
-    params = from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
     return train(config, epochs=params.epochs, sampler=params.sampler)
 
 
@@ -699,9 +708,12 @@ class StageResult:
         return self.status not in ("ok", "not trained")
 
 
-def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, body: Callable[[], dict[str, Any]],
+              checkpoint: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
     """Run one stage unless a stage it needs failed; its report (with ``status``, ``wall_s``
-    and, on failure, ``error``) goes to ``out/<name>.json`` and ``.md``."""
+    and, on failure, ``error``) goes to ``out/<name>.json`` and ``.md``, then ``checkpoint``
+    runs (the job's: job.json and the results' manifest rewritten, so that a job stopped from
+    outside, a lease that ends, leaves importable results of every stage it finished)."""
     missing = [need for need in result.needs if results[need].status != "ok"]
     if missing:
         # after a stage with nothing to train on, what builds on it is not trained either
@@ -710,7 +722,7 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
         result.error = "needs " + ", ".join(f"{need} ({results[need].status})" for need in missing)
         log.warning("stage %s: %s (%s)", result.name, result.status, result.error)
         _write_stage(out, result, {})
-        _checkpoint()
+        checkpoint()
         return None
     log.info("stage %s: start", result.name)
     started = time.perf_counter()
@@ -728,19 +740,8 @@ def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, b
     result.wall_s = round(time.perf_counter() - started, 2)
     _write_stage(out, result, report)
     log.info("stage %s: %s in %.1f s", result.name, result.status, result.wall_s)
-    _checkpoint()
+    checkpoint()
     return report if result.status == "ok" else None
-
-
-# What run_job writes after every stage (job.json with ``finished: false`` and the results'
-# manifest), so that a job stopped from outside (a lease that ends) leaves importable results
-# of every stage it finished. Empty outside run_job.
-_CHECKPOINT: list[Callable[[], None]] = []
-
-
-def _checkpoint() -> None:
-    for write in _CHECKPOINT:
-        write()
 
 
 def _write_stage(out: Path, result: StageResult, report: Mapping[str, Any]) -> None:
@@ -814,11 +815,16 @@ def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[
 
 
 def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
-                      where: str, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-    """sft -> evaluate_sft -> grpo -> evaluate after convert; returns the generation limit the
-    data set. The zero-shot and SFT models are evaluated before GRPO starts, so a lease that
-    ends during GRPO still leaves their table (the results are checkpointed after every
-    stage); ``evaluate`` then plays the GRPO model only and reports all three."""
+                      where: str, manifest: Mapping[str, Any], checkpoint: Callable[[], None], info: dict[str, Any]) -> None:
+    """sft -> evaluate_sft -> grpo -> evaluate after convert; the generation limit the data
+    set goes into ``info`` (job.json) before the first checkpoint. The zero-shot and SFT models
+    are evaluated before GRPO starts, so a lease that ends during GRPO still leaves their
+    table (the results are checkpointed after every stage); ``evaluate`` then plays the GRPO
+    model only and reports all three."""
+
+    def stage(name: str, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        return run_stage(stages[name], stages, out, body, checkpoint)
+
     stages.update({"sft": StageResult("sft", needs=("convert",)), "evaluate_sft": StageResult("evaluate_sft"),
                    "grpo": StageResult("grpo", needs=("sft",)), "evaluate": StageResult("evaluate")})
 
@@ -827,44 +833,46 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
             section = sections[method]
             stage_dir = models / method
             stage_dir.mkdir(parents=True, exist_ok=True)
-            config = train_config(method, section, model_path=str(start), output_dir=stage_dir, where=f"{where}.{method}")
-            params = from_params(TrainSectionConfig, section, f"{where}.{method}", without=NOT_IN_GPU_SECTION)
-            report = train(config, epochs=params.epochs, sampler=params.sampler, env=conversation_env(section, method, f"{where}.{method}"))
+            params = parse_section(section, f"{where}.{method}")
+            config = train_config(method, params, model_path=str(start), output_dir=stage_dir, where=f"{where}.{method}")
+            report = train(config, epochs=params.epochs, sampler=params.sampler, env=conversation_env(params, method, f"{where}.{method}"))
             shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
             return report
         return body
 
-    limit = None
     if stages["convert"].status == "ok":  # recorded even where a profile (smoke) sets its own limits
-        limit = data_generation_limit(sections, start_path)
+        info["generation_limit"] = limit = data_generation_limit(sections, start_path)
         sections = with_limit(sections, limit["tokens"])
         log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
     dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
     played: dict[str, Any] = {}  # the models evaluate_sft played, not played again by evaluate
 
-    def evaluation(stage: str) -> None:
+    def evaluation(name: str) -> None:
         playable = {model: str(dirs[model]) for model, needs in EVAL_MODELS if stages[needs].status == "ok"}
         if playable:
-            prefix = "" if stage == "evaluate" else f"{stage}_"
-            run_stage(stages[stage], stages, out, lambda: evaluate(sections["evaluate"], playable, out, played, prefix))
+            prefix = "" if name == "evaluate" else f"{name}_"
+            stage(name, lambda: evaluate(sections["evaluate"], playable, out, played, prefix))
         else:
-            stages[stage].needs = ("convert",)
-            run_stage(stages[stage], stages, out, dict)
+            stages[name].needs = ("convert",)
+            stage(name, dict)
 
-    run_stage(stages["sft"], stages, out, trained("sft", start_path))
+    stage("sft", trained("sft", start_path))
     evaluation("evaluate_sft")
-    run_stage(stages["grpo"], stages, out, trained("grpo", models / "sft" / "model"))
+    stage("grpo", trained("grpo", models / "sft" / "model"))
     evaluation("evaluate")
-    return limit
 
 
 def run_josh_round(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
-                   where: str, manifest: Mapping[str, Any]) -> None:
+                   where: str, manifest: Mapping[str, Any], checkpoint: Callable[[], None], info: dict[str, Any]) -> None:
     """harvest -> sft -> kto -> toolwoz after convert: one JOSH self-improvement round."""
+
+    def stage(name: str, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        return run_stage(stages[name], stages, out, body, checkpoint)
+
     stages.update({"harvest": StageResult("harvest", needs=("convert",)), "sft": StageResult("sft", needs=("harvest",)),
                    "kto": StageResult("kto", needs=("sft",)), "toolwoz": StageResult("toolwoz", needs=("convert",))})
     start = str(manifest["model"]["kind"])  # M's name in the table: smollm2 (or base)
-    harvest = run_stage(stages["harvest"], stages, out, lambda: harvest_trees(
+    harvest = stage("harvest", lambda: harvest_trees(
         josh_config(sections["harvest"], start_path, models.parent, f"{where}.harvest"), start))
 
     def trained(method: str, from_dir: Path) -> Callable[[], dict[str, Any]]:
@@ -876,15 +884,13 @@ def run_josh_round(stages: dict[str, StageResult], sections: Mapping[str, Any], 
             return report
         return body
 
-    run_stage(stages["sft"], stages, out, trained("sft", start_path))
-    run_stage(stages["kto"], stages, out, trained("kto", models / "josh_sft" / "model"))
+    stage("sft", trained("sft", start_path))
+    stage("kto", trained("kto", models / "josh_sft" / "model"))
     dirs = {start: start_path, "josh_sft": models / "josh_sft" / "model", "josh_kto": models / "josh_kto" / "model"}
     stage_of = {start: "convert", "josh_sft": "sft", "josh_kto": "kto"}
     playable = {name: str(path) for name, path in dirs.items() if stages[stage_of[name]].status == "ok"}
     not_trained = {f"josh_{s}": f"{stages[s].status}: {stages[s].error}" for s in ("sft", "kto") if stages[s].status != "ok"}
-    run_stage(stages["toolwoz"], stages, out, lambda: evaluate_toolwoz(sections["toolwoz"], playable, out, harvest, start,
-                                                                      ("josh_sft", "josh_kto"), not_trained))
-    return None
+    stage("toolwoz", lambda: evaluate_toolwoz(sections["toolwoz"], playable, out, harvest, start, ("josh_sft", "josh_kto"), not_trained))
 
 
 def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
@@ -907,26 +913,25 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     start_dir = models / "start"
     start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
     stages = {"convert": StageResult("convert")}
-    limit: dict[str, Any] | None = None
+    info: dict[str, Any] = {"generation_limit": None}  # what a chain learns as it goes (the data's generation limit)
 
     def write_summary(finished: bool) -> dict[str, Any]:
         summary = {
             "commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": name, "smoke": smoke,
             "started": started_at, "wall_s": round(time.perf_counter() - started, 2), "finished": finished, "machine": machine,
-            "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"), "generation_limit": limit,
+            "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"), **info,
             "stages": {s.name: {"status": s.status, "wall_s": s.wall_s, "error": s.error} for s in stages.values()},
         }
         _write_json(out / "job.json", summary)
         write_results_manifest(out, manifest)
         return summary
 
-    _CHECKPOINT.append(lambda: write_summary(False))
-    try:
-        run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir))
-        run = run_josh_round if profile_kind(sections) == "josh" else run_speakrl_chain
-        limit = run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest)
-    finally:
-        _CHECKPOINT.clear()
+    def checkpoint() -> None:
+        write_summary(False)
+
+    run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir), checkpoint)
+    run = run_josh_round if profile_kind(sections) == "josh" else run_speakrl_chain
+    run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest, checkpoint, info)
     summary = write_summary(True)
     failed = [s.name for s in stages.values() if s.failed]
     log.info("job finished in %.1f s: %s", summary["wall_s"], "all stages ok" if not failed else f"not ok: {', '.join(failed)}")

@@ -209,6 +209,7 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     results = job / "results"
     summary = json.loads((results / "job.json").read_text())
     assert summary["finished"] is False
+    assert summary["generation_limit"]["tokens"] > 0  # checkpointed as soon as known, not only at the end
     assert {name: stage["status"] for name, stage in summary["stages"].items()} == {
         "convert": "ok", "sft": "ok", "evaluate_sft": "ok", "grpo": "pending", "evaluate": "pending"}
     assert not (results / "evaluate.json").exists()
