@@ -327,9 +327,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
 
-def check_results(root: Path, results: Path) -> dict[str, Any]:
-    """The results' job summary, once every file the results' manifest lists matches it and
-    the code hash they claim matches ``git archive`` of their commit here."""
+def check_results(root: Path, results: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The results' job summary and manifest, once every file the manifest lists matches it
+    and the code hash they claim matches ``git archive`` of their commit here."""
     path = results / MANIFEST
     if not path.is_file():
         raise DataError(str(path), "missing: not a results directory of an askflow GPU job")
@@ -351,14 +351,14 @@ def check_results(root: Path, results: Path) -> dict[str, Any]:
     actual = hashlib.sha256(code_archive(root, commit)).hexdigest()
     if actual != manifest.get("code_tar_sha256"):
         raise DataError(str(path), f"field 'code_tar_sha256': the results claim commit {commit[:12]} but its code here hashes to {actual[:16]}, not {str(manifest.get('code_tar_sha256'))[:16]}")
-    return summary
+    return summary, manifest
 
 
 def import_results(root: Path, results: Path, *, dest: Path | None = None, allow_smoke: bool = False,
                    log: Any = print) -> Path:
     """Checked results copied to ``reports/gpu/<date>_<device>_<profile>/`` (or ``dest``)."""
     root, results = root.resolve(), results.resolve()
-    summary = check_results(root, results)
+    summary, manifest = check_results(root, results)
     if summary.get("smoke") and not allow_smoke:
         raise ConfigError(f"{results}: smoke-run results (tiny counts) are not GPU results; --allow-smoke imports them anyway")
     machine = summary.get("machine") or {}
@@ -373,7 +373,7 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
     staging = staging_directory(dest)
     # What the manifest lists, and it: a job stopped from outside may have left files of a
     # stage it did not finish, which no checkpoint vouches for.
-    listed = [*json.loads((results / MANIFEST).read_text(encoding="utf-8"))["files"], MANIFEST]
+    listed = [*manifest["files"], MANIFEST]
     try:
         for name in sorted(listed):
             target = staging / name

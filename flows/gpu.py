@@ -109,6 +109,8 @@ def profile_kind(sections: Mapping[str, Any]) -> str:
 
 
 FROM_DATA = "from_data"
+#: What a GPU section's ``env`` does not take (US-GRPO's evaluation goals; the job's evaluate stages play the test goals).
+ENV_NOT_IN_GPU_SECTION = ("eval_split", "eval_goals")
 
 
 def with_limit(value: Any, limit: int) -> Any:
@@ -158,7 +160,8 @@ def conversation_env(section: Mapping[str, Any] | TrainSectionConfig, method: st
         return None
     if method != "grpo":
         raise ConfigError(f"{where}.env: whole conversations are GRPO's rollouts; {method} trains on data.sources")
-    env = from_params(ConversationEnv, params.env, f"{where}.env")
+    # eval_split / eval_goals are US-GRPO's own evaluation: the job's evaluate stages play the test goals.
+    env = from_params(ConversationEnv, params.env, f"{where}.env", without=ENV_NOT_IN_GPU_SECTION)
     if not Path(env.source).exists():
         raise ConfigError(f"{where}.env.source: {env.source} does not exist")
     objective = from_params(OBJECTIVES["grpo"], params.objective, f"{where}.objective")
@@ -409,7 +412,8 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
         if played is not None:
             varied = [round(1.0 - row["frac_reward_zero_std"], 4) for row in summary.curve
                       if row.get("frac_reward_zero_std") is not None]
-            report["conversations"] = {**played, "rollouts": dict(rollout.stats), "config": config_dict(env),
+            setting = {key: value for key, value in config_dict(env).items() if key not in ENV_NOT_IN_GPU_SECTION}
+            report["conversations"] = {**played, "rollouts": dict(rollout.stats), "config": setting,
                                        "groups_with_reward_variance_by_step": varied}
         report["optim"] = {"max_steps": config.optim.max_steps, "batch_size": config.optim.batch_size,
                            "learning_rate": config.optim.learning_rate, "max_length": config.optim.max_length,

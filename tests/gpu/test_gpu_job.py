@@ -427,3 +427,5 @@ def test_a_multi_turn_section_sampled_at_another_temperature_is_refused(tmp_path
         conversation_env({**section, "env": {"source": str(tmp_path)}}, "grpo", "w")
     with pytest.raises(ConfigError, match="GRPO's rollouts"):
         conversation_env(section, "sft", "w")
+    with pytest.raises(ConfigError, match="eval_goals"):  # US-GRPO's evaluation: the job's evaluate stages play the test goals
+        conversation_env({**section, "env": {**section["env"], "eval_goals": 4}}, "grpo", "w")
