@@ -180,6 +180,7 @@ def compact_history(
     shorten: Callable[[str], str] | None = None,
     system_prompt: str | None = COMPACT_SYSTEM_PROMPT,
     max_history_messages: int | None = None,
+    keep_reasoning: bool = False,
 ) -> list[dict[str, Any]] | None:
     """The conversation a policy sees, shared by training-data building and evaluation
     prompting so that both see one format.
@@ -189,7 +190,9 @@ def compact_history(
     reply it decided on stays), and tool results pass through ``shorten``. Being per
     message, this keeps a growing episode's prompt append-only from one round to the next
     (what the hf agent's per-episode key/value cache reuses). ``max_history_messages``
-    then keeps only that many recent messages (None: all).
+    then keeps only that many recent messages (None: all). ``keep_reasoning`` keeps the
+    agent's ``<think>`` (a whole dialogue trained at once: every assistant message is a
+    target, and a target's reasoning is what it learns, as a decision row's completion has it).
 
     If ``fits`` refuses the result, history goes oldest first until it fits: first the
     agent's messages, tool results and format feedback (but not the latest tool result),
@@ -205,7 +208,7 @@ def compact_history(
     positive_int(max_history_messages, "max_history_messages", optional=True, minimum=0)
     first = 1 if messages and messages[0]["role"] == "system" else 0
     system = [] if system_prompt is None and not first else [{"role": "system", "content": system_prompt if system_prompt is not None else messages[0]["content"]}]
-    history = [_compact_message(m, shorten) for m in messages[first:]]
+    history = [_compact_message(m, shorten, keep_reasoning) for m in messages[first:]]
     if any(m["role"] == "system" for m in history):
         raise ValueError("only the first message may be a system message")
     if max_history_messages is not None:
@@ -237,11 +240,13 @@ def compact_history(
     return without(high)
 
 
-def _compact_message(message: Mapping[str, Any], shorten: Callable[[str], str] | None) -> dict[str, Any]:
+def _compact_message(message: Mapping[str, Any], shorten: Callable[[str], str] | None, keep_reasoning: bool = False) -> dict[str, Any]:
     content = message.get("content")
     if not isinstance(content, str):
         return dict(message)
     if message["role"] == "assistant":
+        if keep_reasoning:
+            return {**message, "content": content}
         content = _THINK.sub("", content)
     elif shorten is not None and is_tool_result(message):
         content = shorten(content)

@@ -100,7 +100,10 @@ class SourceSpec:
     ``windows`` (SFT): train on whole dialogues instead of one decision per row: each
     dialogue (its last decision row's prompt and completion) is cut into windows of at most
     ``max_length`` tokens, the loss on every assistant message (``assistant_only_loss``),
-    each message the target of exactly one window. ``max_rows`` then counts windows. A
+    each message the target of exactly one window, its ``<think>`` reasoning kept (what a
+    decision row's completion teaches; a later target's history then holds the earlier
+    reasoning, as a multi-turn rollout does and evaluation's compact prompt does not).
+    ``max_rows`` then counts windows. A
     window carries the system prompt once for several targets: several times the learning
     per token of decision rows. Held-out evaluation stays per decision.
 

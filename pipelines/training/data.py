@@ -304,10 +304,11 @@ def system_prompt_name(spec: DataSpec, source: SourceSpec | None = None) -> str:
     return "compact" if spec.compact_prompts else "own"
 
 
-def compact(prompt: Messages, spec: DataSpec, source: SourceSpec | None = None) -> Messages:
+def compact(prompt: Messages, spec: DataSpec, source: SourceSpec | None = None, *, keep_reasoning: bool = False) -> Messages:
     """The prompt as :func:`pipelines.policy.prompts.compact_history` rewrites it (the one
     rewrite evaluation prompts get too): the source's system prompt
-    (:func:`system_prompt_name`), earlier reasoning dropped, shortened tool observations (with
+    (:func:`system_prompt_name`), earlier reasoning dropped (``keep_reasoning``: kept, for a
+    dialogue whose every assistant message is a target), shortened tool observations (with
     ``spec.tool_results``), at most ``spec.max_history_messages`` messages of history."""
     from functools import partial
 
@@ -315,7 +316,8 @@ def compact(prompt: Messages, spec: DataSpec, source: SourceSpec | None = None) 
 
     shorten = partial(shorten_tool_response, spec=spec.tool_results) if spec.tool_results is not None else None
     system_prompt = named_system_prompt(system_prompt_name(spec, source))
-    return compact_history(prompt, shorten=shorten, system_prompt=system_prompt, max_history_messages=spec.max_history_messages)
+    return compact_history(prompt, shorten=shorten, system_prompt=system_prompt, max_history_messages=spec.max_history_messages,
+                           keep_reasoning=keep_reasoning)
 
 
 # --- Sources -> rows -------------------------------------------------------------------------
@@ -433,7 +435,8 @@ def _prepare_windows(
     for key in order:
         if source.max_rows is not None and len(windows) >= source.max_rows:
             break
-        chat = compact(_messages(chats[key], f"{source.path} ({key})"), whole, source)
+        # Every assistant message is a target: its reasoning stays, as in a decision row's completion.
+        chat = compact(_messages(chats[key], f"{source.path} ({key})"), whole, source, keep_reasoning=True)
         cut = chat_windows(chat, count, max_length)
         targets += sum(m["role"] == "assistant" for m in chat)
         covered += sum(m["role"] == "assistant" for w in cut for m in w)

@@ -161,6 +161,9 @@ def test_dialogue_windows_make_every_assistant_message_a_target_once():
     source = SourceSpec("speaker_sft.parquet", windows=True, max_rows=5)
     prepared = prepare_source(rows, table.column_names, source, "sft", SPEC, chars, 10_000)
     assert len(prepared.train) == 5 and prepared.stats["train_targets"] == 10
+    # Every target keeps its reasoning, as a decision row's completion does (the windows are the targets).
+    targets = [m["content"] for w in prepared.train for m in w["messages"] if m["role"] == "assistant"]
+    assert len(targets) == 10 and all(t.startswith("<think>") for t in targets), targets
     assert prepared.heldout and "completion" in prepared.heldout[0]  # evaluation stays per decision
     assert build_train_dataset("sft", [prepared]).column_names == ["messages"]
 
