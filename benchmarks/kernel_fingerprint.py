@@ -147,7 +147,9 @@ def blocks() -> dict[str, Callable[[], str]]:
 
 
 def machine() -> dict[str, str]:
-    """What distinguishes this machine's CPU: model name, vendor, the SIMD flags that kernels choose by."""
+    """What distinguishes this machine's CPU: model name, vendor, stepping, microcode, the SIMD
+    flags that kernels choose by, and the cache sizes GEMM libraries block their loops by (two
+    Zen 4 machines with the same flags and digests trained different models: README "Reliability")."""
     info = {"machine": platform.machine(), "cores": str(os.cpu_count())}
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -156,10 +158,19 @@ def machine() -> dict[str, str]:
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
-        if key in ("model name", "vendor_id", "cpu family", "model") and key not in info:
+        if key in ("model name", "vendor_id", "cpu family", "model", "stepping", "microcode") and key not in info:
             info[key] = value
         if key == "flags" and "flags" not in info:
             info["flags"] = " ".join(sorted(f for f in value.split() if f.startswith(("avx", "amx", "fma", "sse"))))
+    caches = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        caches.append(f"L{level} {kind.lower()} {size}")
+    if caches:
+        info["caches"] = ", ".join(caches)
     return info
 
 
