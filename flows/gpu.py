@@ -160,16 +160,11 @@ def conversation_env(section: Mapping[str, Any] | TrainSectionConfig, method: st
         return None
     if method != "grpo":
         raise ConfigError(f"{where}.env: whole conversations are GRPO's rollouts; {method} trains on data.sources")
+    from catalog.conversations import read_environment
+
     # eval_split / eval_goals are US-GRPO's own evaluation: the job's evaluate stages play the test goals.
-    env = from_params(ConversationEnv, params.env, f"{where}.env", without=ENV_NOT_IN_GPU_SECTION)
-    if not Path(env.source).exists():
-        raise ConfigError(f"{where}.env.source: {env.source} does not exist")
-    objective = from_params(OBJECTIVES["grpo"], params.objective, f"{where}.objective")
-    if env.rollout.temperature != objective.temperature:
-        # TRL recomputes the rollouts' log-probabilities at the objective's temperature.
-        raise ConfigError(f"{where}: env.rollout.temperature ({env.rollout.temperature}) must equal objective.temperature "
-                          f"({objective.temperature}): the policy is trained at the temperature it was sampled at")
-    return env
+    return read_environment(params.env, from_params(OBJECTIVES["grpo"], params.objective, f"{where}.objective"), where,
+                            without=ENV_NOT_IN_GPU_SECTION)
 
 
 def train_config(method: str, section: Mapping[str, Any] | TrainSectionConfig, *, model_path: str, output_dir: Path,

@@ -46,14 +46,11 @@ def grpo_config(section: Mapping[str, Any] | TrainSectionConfig, llm: Mapping[st
     """The run's :class:`TrainConfig` (no Parquet source: the conversations are the data)
     and its :class:`pipelines.training.rollout.ConversationEnv`; under training seed ``seed`` from
     ``start`` when given (:func:`pipelines.training.config.with_training_seed`)."""
-    from pipelines.training.rollout import ConversationEnv
+    from catalog.conversations import read_environment
     from stages.common import judge_backend
 
     where = WHERE
     params = section if isinstance(section, TrainSectionConfig) else us_grpo_section(section)
-    env = from_params(ConversationEnv, params.env, f"{where}.env")
-    if not Path(env.source).exists():
-        raise ConfigError(f"{where}.env.source: {env.source} does not exist")
     config = params.train_config("grpo", where, data=DataSpec(sources=()), judge=judge_backend(llm),
                                  output=from_params(OutputSpec, params.output, f"{where}.output").check(f"{where}.output", TRAIN_OUTPUTS))
     if seed is not None:  # another training seed of the same run: its own outputs (``_s<seed>``)
@@ -61,6 +58,7 @@ def grpo_config(section: Mapping[str, Any] | TrainSectionConfig, llm: Mapping[st
     elif start is not None:
         raise ConfigError("--start names the start model of another training seed: give --seed too")
     objective = config.resolved_objective()
+    env = read_environment(params.env, objective, where)
     if config.optim.batch_size % objective.num_generations:
         raise ConfigError(f"{where}: optim.batch_size ({config.optim.batch_size}) must be a multiple of "
                           f"objective.num_generations ({objective.num_generations})")

@@ -30,6 +30,7 @@ def test_grpo_section_errors_name_the_setting(params, tiny_model_dir, small_corp
         (lambda s: s["optim"].update(batch_size=3), "multiple of objective.num_generations"),
         (lambda s: s["env"]["rollout"].update(max_turn_tokens=0), "max_turn_tokens"),
         (lambda s: s["env"].update(source="no/such/dir"), "does not exist"),
+        (lambda s: s["objective"].update(temperature=0.6), r"env.rollout.temperature \(1.0\) must equal objective.temperature \(0.6\)"),
         (lambda s: s["objective"].update(rewards={"no.such.module:reward": 1.0}), "cannot import"),
     ):
         bad = copy.deepcopy(section)
