@@ -12,12 +12,20 @@ from the committed tree for its Python (``askflow gpu pack --python``), and runs
 node's versions (an API that moved, a default that changed) breaks here, not in a lease.
 It prints each stage's status and wall time, the versions, and exits non-zero where a stage
 failed. Needs the package registry once (the venv is reused).
+
+JOSH's profile (``--profile josh``): a smoke harvest by the untrained model finds no golden
+path, so its SFT and KTO stages are "not trained" and the job alone never reaches TRL's KTO
+trainer. The script then trains both, with the node's versions and the profile's smoke
+sections, on a hand-built harvest (``tests.test_josh.hand_built_tree``: one golden path, its
+failed siblings), starting from the model the job converted: ``flows.gpu.trained_on_harvest``
+as ``run_josh_round`` calls it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -83,7 +91,61 @@ def main() -> int:
           f"{wall_s:.1f} s wall (this CPU), finished {summary['finished']}")
     if done.returncode != 0:
         print(done.stdout[-3000:])
+    if "harvest" in summary["stages"]:
+        return trainers_on_a_harvest(python, job, summary) or done.returncode
     return done.returncode
+
+
+#: Runs in the node's environment (cwd: the unpacked project): SFT then KTO from the converted
+#: model on the hand-built harvest in argv[1], with the josh profile's smoke sections.
+_TRAIN_ON_HARVEST = """
+import json, sys, time
+from pathlib import Path
+from flows.gpu import parse_section, profile_params, read_params, trained_on_harvest
+harvest, models = Path(sys.argv[1]), Path(sys.argv[2])
+_, sections = profile_params(read_params("gpu"), "josh", True)
+start, done = models / "start", {}
+for method in ("sft", "kto"):
+    section = dict(sections[method])
+    section["data"] = {**section["data"], "sources": [{**s, "path": str(harvest / Path(s["path"]).name)} for s in section["data"]["sources"]]}
+    stage_dir = models / f"dryrun_josh_{method}"
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    report = trained_on_harvest(method, section, start, stage_dir, f"dryrun {method}")
+    done[method] = {"steps": report["train"]["steps"], "wall_s": round(time.perf_counter() - began, 1)}
+    start = stage_dir / "model"
+print(json.dumps(done))
+"""
+
+
+def trainers_on_a_harvest(python: Path, job: Path, summary: dict) -> int:
+    """SFT and KTO of JOSH's round on a hand-built harvest, on the node's versions (module
+    docstring); 0 when both trained."""
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(ROOT))
+    from pipelines.josh.tables import josh_tables
+    from tests.test_josh import hand_built_tree
+
+    if summary["stages"]["convert"]["status"] != "ok":
+        print("gpu_node_dryrun: no converted model to train JOSH's SFT / KTO from")
+        return 1
+    harvest = job / "dryrun_harvest"
+    harvest.mkdir(exist_ok=True)
+    for name, table in josh_tables([hand_built_tree()]).items():
+        pq.write_table(table, harvest / f"{name}.parquet")
+    project = job / "work" / "project"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(job / "work" / "vendor"), str(project)]), HF_HUB_OFFLINE="1")
+    done = subprocess.run([str(python), "-c", _TRAIN_ON_HARVEST, str(harvest), str(job / "work" / "models")],
+                          cwd=project, env=env, text=True, capture_output=True)
+    if done.returncode != 0:
+        print(done.stdout[-3000:], done.stderr[-4000:], sep="\n")
+        print(f"gpu_node_dryrun: JOSH's SFT / KTO on a hand-built harvest failed on the node's versions (exit {done.returncode})")
+        return done.returncode
+    trained = json.loads(done.stdout.strip().splitlines()[-1])
+    print("gpu_node_dryrun: JOSH's round on a hand-built harvest, node's versions: "
+          + ", ".join(f"{m} ok ({r['steps']} steps, {r['wall_s']} s)" for m, r in trained.items()))
+    return 0
 
 
 if __name__ == "__main__":
