@@ -6,11 +6,14 @@ held-out goals, batched, and whether greedy transcripts are identical to the unb
 Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: one
 ``generate`` per round for every open dialogue) and prints ``dialogues_per_s``; then the same
 goals split between ``evaluate.workers`` processes (the job's way) and its transcripts against
-the one-process run; then plays the
-first ``--check`` goals one at a time and compares every turn's text with the batched run
-(greedy decoding: they must be equal). Target on one H100 for the SFT model (issue 25): at least
-5 dialogues/s. Without CUDA the figures are CPU figures and the output says so (defaults 4 goals,
-2 checked, 2 exchanges).
+the one-process run; with ``generation.cuda_graphs`` the same goals decoded eagerly (the
+growing cache, batches compacted) and their transcripts against the graphed run; then plays
+the first ``--check`` goals one at a time and compares every turn's text with the batched run
+(greedy decoding: they must be equal). Each run prints its sequential decode steps and the
+wall time per step (``decode``: the number that CUDA graphs exist to cut; 26-27 ms for
+SmolLM2 on the H100 of 2026-11-26 without them). Target on one H100 for the SFT model
+(issue 25): at least 5 dialogues/s. Without CUDA the figures are CPU figures and the output
+says so (defaults 4 goals, 2 checked, 2 exchanges).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def main() -> None:
     from pipelines.config import from_params
     from catalog.multiwoz_dir import load_multiwoz
     from flows.gpu import _shard_pool, _synchronize, data_generation_limit, deep_merge, play_sharded, profile_params, with_limit
+    from pipelines.episodes.decoding import decode_stats
+    from pipelines.evaluation.speed import decode_summary, stats_since
     from pipelines.env.tools import Database
     from pipelines.episodes import get_format
     from pipelines.evaluation.config import EvalConfig
@@ -64,29 +69,44 @@ def main() -> None:
     simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
     plan = config.plan()
-    _synchronize()
-    started = time.perf_counter()
-    batched = play_policy(agent, goals, simulator, database, plan)
-    _synchronize()
-    wall_s = time.perf_counter() - started
+
+    def timed(agent: object, generation: object) -> tuple[list, float, dict]:
+        _synchronize()
+        before = decode_stats()
+        started = time.perf_counter()
+        played = play_policy(agent, goals, simulator, database, plan)
+        _synchronize()
+        wall_s = time.perf_counter() - started
+        return played, wall_s, decode_summary([stats_since(before)], wall_s, generation.cuda_graphs)
+
+    batched, wall_s, decoded = timed(agent, config.generation)
     turns = sum(len(e.events) for e in batched)
     print(json.dumps({"run": "batched", "device": machine["device"], "goals": len(goals), "max_exchanges": config.max_exchanges,
                       "batch_size": config.generation.batch_size, "max_new_tokens": config.generation.max_new_tokens,
-                      "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3), "events": turns}))
+                      "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3), "events": turns, "decode": decoded}))
     by_id = {e.episode_id: e for e in batched}
+    if config.generation.cuda_graphs:
+        eager = dataclasses.replace(config.generation, cuda_graphs=False)
+        played, eager_s, decoded = timed(load_policy(config.policy_specs()[0], get_format(config.agent_format), eager), eager)
+        same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in played)
+        print(json.dumps({"run": "batched, eager", "goals": len(goals), "wall_s": round(eager_s, 2),
+                          "dialogues_per_s": round(len(played) / eager_s, 3), "decode": decoded,
+                          "identical_transcripts": f"{same}/{len(played)}"}))
     if config.workers > 1:
         # The profile's way: the goals split between processes, each with its own model copy
         # (model loading included in the time).
         pool = _shard_pool(config.workers)
         try:
             started = time.perf_counter()
-            sharded = play_sharded(pool, config, config.policy_specs()[0], goals)
+            sharded, decoded = play_sharded(pool, config, config.policy_specs()[0], goals)
             sharded_s = time.perf_counter() - started
         finally:
             pool.shutdown()
         same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in sharded)
         print(json.dumps({"run": "sharded", "workers": config.workers, "goals": len(goals), "wall_s": round(sharded_s, 2),
-                          "dialogues_per_s": round(len(sharded) / sharded_s, 3), "identical_transcripts": f"{same}/{len(sharded)}"}))
+                          "dialogues_per_s": round(len(sharded) / sharded_s, 3),
+                          "decode": decode_summary(decoded, sharded_s, config.generation.cuda_graphs),
+                          "identical_transcripts": f"{same}/{len(sharded)}"}))
     check = args.check if args.check is not None else (8 if gpu else 2)
     if check:
         started = time.perf_counter()

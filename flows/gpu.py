@@ -58,6 +58,8 @@ from typing import Any, Callable, Mapping, Sequence
 from catalog.io import read_params
 from pipelines.config import from_params
 from pipelines.errors import AskflowError, ConfigError
+from pipelines.episodes.decoding import decode_stats
+from pipelines.evaluation.speed import decode_summary, stats_since
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
 from pipelines.training.config import (NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig,
                                        config_dict)
@@ -464,18 +466,21 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
             if pool is None:
                 agent = load_policy(policy, get_format(config.agent_format), config.generation)
                 _synchronize()
+                before = decode_stats()
                 started = time.perf_counter()
                 played = play_policy(agent, goals, simulator, database, config.plan())
                 _synchronize()
                 wall_s = time.perf_counter() - started
+                decoded = [stats_since(before)]
                 del agent
             else:
                 # Model loading is inside the timed part here: each process loads its own copy.
                 started = time.perf_counter()
-                played = play_sharded(pool, config, policy, goals)
+                played, decoded = play_sharded(pool, config, policy, goals)
                 wall_s = time.perf_counter() - started
             speed = {"episodes": len(played), "wall_s": round(wall_s, 2), "workers": config.workers,
-                     "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None}
+                     "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None,
+                     "decode": decode_summary(decoded, wall_s, config.generation.cuda_graphs)}
             played_before[policy.name] = (played, [score_episode(e, by_id[e.dialogue_id]) for e in played], speed)
             log.info("evaluate: %s: %d episodes in %.1f s (%.2f dialogues/s, %d process%s)", policy.name, len(played), wall_s,
                      len(played) / wall_s if wall_s else 0.0, config.workers, "es" if config.workers > 1 else "")
@@ -539,8 +544,9 @@ def _init_shard_worker(threads: int) -> None:
     logging.basicConfig(level=logging.WARNING)
 
 
-def play_shard(task: ShardTask) -> list[Any]:
-    """The episodes of ``task``'s goals (runs in a worker process)."""
+def play_shard(task: ShardTask) -> tuple[list[Any], dict[str, Any]]:
+    """The episodes of ``task``'s goals and the process's decoding while it played them
+    (runs in a worker process)."""
     from catalog.multiwoz_dir import load_multiwoz
     from pipelines.env.tools import Database
     from pipelines.episodes import get_format
@@ -555,19 +561,22 @@ def play_shard(task: ShardTask) -> list[Any]:
     dialogues, database = _WORLDS[key]
     simulator = simulator_from_config("agenda", database=database, client=None, spec=task.agenda)
     agent = load_policy(task.policy, get_format(task.agent_format), task.generation)
-    return play_policy(agent, [dialogues[i] for i in task.dialogue_ids], simulator, database, task.plan)
+    before = decode_stats()
+    played = play_policy(agent, [dialogues[i] for i in task.dialogue_ids], simulator, database, task.plan)
+    return played, stats_since(before)
 
 
-def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> list[Any]:
-    """``policy``'s episodes on ``goals``, the goals split between the pool's processes;
-    in :func:`~pipelines.evaluation.play.play_policy`'s order."""
+def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """``policy``'s episodes on ``goals``, the goals split between the pool's processes, in
+    :func:`~pipelines.evaluation.play.play_policy`'s order; and each process's decoding."""
     from pipelines.evaluation.play import in_play_order, shards
 
     plan = config.plan()
     tasks = [ShardTask(policy, config.agent_format, config.generation, config.simulator, plan, config.source, config.db_dir,
                        tuple(d.dialogue_id for d in part)) for part in shards(goals, config.workers)]
-    played = [episode for part in pool.map(play_shard, tasks) for episode in part]
-    return in_play_order(played, goals, plan.seeds, prefix=f"{policy.name}/")
+    parts = list(pool.map(play_shard, tasks))
+    played = [episode for episodes, _ in parts for episode in episodes]
+    return in_play_order(played, goals, plan.seeds, prefix=f"{policy.name}/"), [stats for _, stats in parts]
 
 
 # --- JOSH's round -----------------------------------------------------------------------------

@@ -10,7 +10,10 @@ Regenerate: ``python -m catalog.deps --write``.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -30,6 +33,19 @@ def test_dvc_yaml_deps_cover_every_stage_closure_and_list_no_stale_code_dep() ->
     problems = {name: p for name, p in check(found=found).items() if p}
     assert not problems, "dvc.yaml deps disagree with the stages' import closures (run `python -m catalog.deps --write`):\n" + "\n".join(
         f"{name}: missing {p.missing}, stale {p.stale}" for name, p in problems.items())
+
+
+def test_the_lock_records_the_committed_code() -> None:
+    """Every dependency dvc.lock records that git tracks (code, vendored data, params.yaml)
+    has the checkout's hash: a code change committed without its lock entries (ab3730c left
+    the directory dep pipelines/policy so) makes ``make run`` on a clean clone retrain from
+    bootstrap on. Deps that stages produce (absent before ``make run``) are not this test's."""
+    status = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=ROOT, capture_output=True, text=True, check=True)
+    changed = sorted({(stage, path) for stage, items in json.loads(status.stdout or "{}").items() for item in items
+                      if isinstance(item, dict) for path in item.get("changed deps", {})})
+    tracked = [(stage, path) for stage, path in changed
+               if subprocess.run(["git", "ls-files", "--", path], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()]
+    assert not tracked, f"dvc.lock is stale for {tracked[:10]}: update their hashes once a rerun of those stages shows their outputs unchanged"
 
 
 def test_every_templated_stage_is_resolved() -> None:

@@ -130,7 +130,8 @@ class HFAgent:
     are kept: a finished episode's cache goes with the next call.
 
     ``compact_share``: stopped rows leave a batch once they are this share of it (None:
-    they stay until the last row stops).
+    they stay until the last row stops). ``cuda_graphs``: decode steps of fixed shapes,
+    replayed as CUDA graphs on a GPU (:mod:`pipelines.episodes.decoding`).
     """
 
     def __init__(
@@ -145,6 +146,7 @@ class HFAgent:
         episode_cache: bool = True,
         compact_share: float | None = 0.125,
         use_generate: bool = False,
+        cuda_graphs: bool = False,
     ):
         if sampling.presence_penalty is not None or sampling.frequency_penalty is not None:
             raise ValueError("the hf agent does not support presence_penalty / frequency_penalty")
@@ -160,7 +162,8 @@ class HFAgent:
         self.episode_cache = episode_cache
         # Stop ids and the seed are the call's; the rest is checked here, once.
         self.decode_spec = DecodeSpec(
-            sampling.max_tokens, frozenset(), temperature=sampling.temperature, top_p=sampling.top_p, compact_share=compact_share
+            sampling.max_tokens, frozenset(), temperature=sampling.temperature, top_p=sampling.top_p, compact_share=compact_share,
+            cuda_graphs=cuda_graphs,
         )
         self.use_generate = use_generate or bool(sampling.extra_body) or not supports_decoding(backend.model)
         self._prefixes: dict[tuple[int, ...], PrefixKV] = {}

@@ -55,13 +55,17 @@ class ModelEntry:
 @dataclass(frozen=True)
 class GenerationSpec:
     """Decoding: greedy at ``temperature`` 0 (the default: seeds then vary the user and
-    the environment, not the policy). ``batch_size``: conversations per decoded batch."""
+    the environment, not the policy). ``batch_size``: conversations per decoded batch.
+    ``cuda_graphs``: decode steps replayed as CUDA graphs on a GPU (a small model's step is
+    launch-bound there; :mod:`pipelines.episodes.decoding`); on a CPU the same fixed-shape
+    steps run eagerly, without the batch compaction that saves work on a CPU."""
 
     temperature: float = 0.0
     top_p: float | None = None
     max_new_tokens: int = 128
     batch_size: int = 64
     threads: int | None = None
+    cuda_graphs: bool = field(default=False, metadata={"omit_if_default": True})
 
 
 def check_policy(spec: PolicySpec) -> None:
@@ -101,5 +105,5 @@ def load_policy(spec: PolicySpec, fmt: Any, generation: GenerationSpec, seed: in
     model.to(device).eval()
     backend = HFBackend(model, tokenizer, batch_size=generation.batch_size)
     sampling = SamplingParams(temperature=generation.temperature, top_p=generation.top_p, max_tokens=generation.max_new_tokens)
-    agent = HFAgent(backend, fmt, sampling, name=spec.name, seed=seed)
+    agent = HFAgent(backend, fmt, sampling, name=spec.name, seed=seed, cuda_graphs=generation.cuda_graphs)
     return PolicyPromptAgent(agent, tokenizer, spec.prompt)

@@ -161,3 +161,72 @@ def test_a_common_prefix_is_never_the_whole_row(model):
     assert kv.common([99] + PREFIX) is None
     with pytest.raises(ValueError, match="not both"):
         decode(model, [PREFIX + [1]], DecodeSpec(2, frozenset()), pad_id=0, prefix=kv, prefixes=[kv])
+
+
+# --------------------------------------------------------------------------------------
+# cuda_graphs: fixed-shape steps (run eagerly on a CPU), the capture's fallback
+# --------------------------------------------------------------------------------------
+
+
+def test_static_steps_write_what_the_growing_cache_writes(model):
+    """Greedy rows equal ``model.generate`` row by row, and the per-row caches they hand to
+    the next call give that call the same output as the growing path's."""
+    rows = rows_with_prefix()
+    stops = frozenset(range(0, 400, 10))
+    prefix = prefix_kv(model, PREFIX)
+    growing_kv, static_kv = [], []
+    growing = decode(model, rows, DecodeSpec(16, stops, compact_share=0.01), pad_id=0, prefix=prefix, kv_out=growing_kv)
+    calls = decoding.DECODE_STATS["static_calls"]
+    static = decode(model, rows, DecodeSpec(16, stops, cuda_graphs=True), pad_id=0, prefix=prefix, kv_out=static_kv)
+    assert decoding.DECODE_STATS["static_calls"] == calls + 1
+    assert static == growing == [generate_alone(model, row, 16, stops) for row in rows]
+    assert len({len(ids) for ids in static}) > 1  # rows stopped at different steps and stayed in the batch
+    follow = [row + ids + [21, 22] for row, ids in zip(rows, static)]
+    assert decode(model, follow, DecodeSpec(8, stops, cuda_graphs=True), pad_id=0, prefixes=static_kv) == decode(
+        model, follow, DecodeSpec(8, stops), pad_id=0, prefixes=growing_kv)
+
+
+def test_static_steps_sample_what_a_batch_that_keeps_its_rows_samples(model):
+    rows = rows_with_prefix(5, seed=3)
+    stops = frozenset(range(0, 400, 25))
+    for seed in (0, 1):
+        kept = decode(model, rows, DecodeSpec(12, stops, temperature=1.5, seed=seed, compact_share=None), pad_id=0)
+        assert decode(model, rows, DecodeSpec(12, stops, temperature=1.5, seed=seed, cuda_graphs=True), pad_id=0) == kept
+
+
+def test_a_failed_graph_capture_decodes_the_same_tokens_eagerly_and_says_so(model, monkeypatch):
+    # Fault injection: capture is attempted (as on a GPU) and fails.
+    def fail(self):
+        raise RuntimeError("injected: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(decoding, "_can_capture", lambda device: True)
+    monkeypatch.setattr(decoding._StaticStep, "_captured", fail)
+    monkeypatch.setattr(decoding, "GRAPH_ERRORS", [])
+    rows = rows_with_prefix(4)
+    before = dict(decoding.DECODE_STATS)
+    out = decode(model, rows, DecodeSpec(10, frozenset({-1}), cuda_graphs=True), pad_id=0)
+    assert out == decode(model, rows, DecodeSpec(10, frozenset({-1})), pad_id=0)
+    assert decoding.DECODE_STATS["graph_failures"] == before.get("graph_failures", 0) + 1
+    assert decoding.DECODE_STATS["graphs"] == before.get("graphs", 0)
+    assert decoding.decode_stats()["graph_error"] == "RuntimeError: injected: operation not permitted when stream is capturing"
+
+
+def test_a_static_step_traces_as_one_graph_without_a_break(model):
+    """What CUDA graph capture needs: nothing in the step's forward waits on the host (no
+    ``.item()``, no data-dependent branch); torch.compile's tracer breaks its graph where
+    something does, so one graph and no break is checked on a CPU."""
+    import torch
+    import torch._dynamo as dynamo
+
+    with torch.inference_mode():
+        cache, logits, mask, width = decoding._prefill(model, [[21, 22, 23], [24, 25, 26, 27, 28]], [None, None], 4, 0)
+        step = decoding._StaticStep(model, cache, mask, capture=False)
+        step.ids.copy_(logits.argmax(-1).unsqueeze(1))
+        step.positions.copy_(torch.tensor([[3], [5]]))
+        step.column.fill_(width)
+        step.allowed[:, width] = True
+        try:
+            explained = dynamo.explain(step._forward)()
+        finally:
+            dynamo.reset()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

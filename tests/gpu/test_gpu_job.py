@@ -137,6 +137,11 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     evaluation = json.loads((results / "evaluate.json").read_text())
     assert list(evaluation["models"]) == ["zero_shot", "sft", "grpo"] and evaluation["setup"]["workers"] == 2
     assert all(speed["dialogues_per_s"] > 0 for speed in evaluation["speed"].values())
+    # The profile decodes with CUDA graphs; a CPU runs the same fixed-shape steps eagerly (no capture tried).
+    for speed in evaluation["speed"].values():
+        decode = speed["decode"]
+        assert decode["cuda_graphs"] and len(decode["steps_per_process"]) == 2 and decode["steps"] == max(decode["steps_per_process"]) > 0
+        assert (decode["graphs"], decode["graph_failures"], decode["not_static"]) == (0, 0, 0) and decode["wall_ms_per_step"] > 0
     # zero-shot and SFT were played once, before GRPO; the final table reuses their episodes
     before_grpo = json.loads((results / "evaluate_sft.json").read_text())
     assert list(before_grpo["models"]) == ["zero_shot", "sft"] and (results / "evaluate_sft_episodes.parquet").is_file()
