@@ -30,7 +30,8 @@ in the batch (no compaction), the keys and values of the step are written into t
 a column held in a tensor, and attention runs over the buffer's whole capacity under a 4-D
 mask, so on a CUDA device the step is captured once per call as a CUDA graph and replayed.
 Where capture fails (a model whose forward synchronises with the host), and on a CPU, the
-same static step runs eagerly; :data:`DECODE_STATS` counts which.
+same static step runs eagerly; :data:`DECODE_STATS` counts which, and a process whose capture
+failed once does not try again.
 """
 
 from __future__ import annotations
@@ -327,7 +328,8 @@ class _StaticStep:
 
 
 def _can_capture(device: Any) -> bool:
-    return device.type == "cuda"
+    # A capture that failed once fails again (the same forward): not retried in this process.
+    return device.type == "cuda" and not GRAPH_ERRORS
 
 
 def _recover_from_capture() -> None:

@@ -209,6 +209,13 @@ def test_a_failed_graph_capture_decodes_the_same_tokens_eagerly_and_says_so(mode
     assert decoding.DECODE_STATS["graph_failures"] == before.get("graph_failures", 0) + 1
     assert decoding.DECODE_STATS["graphs"] == before.get("graphs", 0)
     assert decoding.decode_stats()["graph_error"] == "RuntimeError: injected: operation not permitted when stream is capturing"
+    # On a GPU a failed capture is not tried again in the process.
+    monkeypatch.undo()
+    cuda = type("Device", (), {"type": "cuda"})()
+    monkeypatch.setattr(decoding, "GRAPH_ERRORS", ["RuntimeError: earlier"])
+    assert not decoding._can_capture(cuda)
+    monkeypatch.setattr(decoding, "GRAPH_ERRORS", [])
+    assert decoding._can_capture(cuda) and not decoding._can_capture(type("Device", (), {"type": "cpu"})())
 
 
 def test_a_static_step_traces_as_one_graph_without_a_break(model):
