@@ -222,13 +222,15 @@ def check_profile_inputs(root: Path) -> list[str]:
 
 
 class GenerationTimer:
-    """Seconds spent in ``model.generate`` (GRPO's rollouts), by wrapping the instance's
-    method: TRL calls it on the unwrapped model, the same object on one device."""
+    """Seconds spent generating GRPO's rollouts, by wrapping an instance's method: the
+    model's ``generate`` for single-turn GRPO (TRL calls it on the unwrapped model, the same
+    object on one device); the conversation rollout's ``play`` for multi-turn GRPO (its
+    batches decode with the batched loop, not ``generate``; the simulator's turns count)."""
 
-    def __init__(self, model: Any):
+    def __init__(self, owner: Any, method: str = "generate"):
         self.seconds = 0.0
         self.calls = 0
-        inner = model.generate
+        inner = getattr(owner, method)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -239,7 +241,7 @@ class GenerationTimer:
                 self.seconds += time.perf_counter() - started
                 self.calls += 1
 
-        model.generate = timed
+        setattr(owner, method, timed)
 
 
 def _synchronize() -> None:
@@ -372,7 +374,9 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
             if not hasattr(trainer.args, "train_sampling_strategy"):
                 raise ConfigError(f"{config.method}: sampler {sampler!r} needs transformers >= 5 (train_sampling_strategy)")
             trainer.args.train_sampling_strategy = sampler
-        timer = GenerationTimer(trainer.model) if config.method == "grpo" else None
+        timer = None
+        if config.method == "grpo":
+            timer = GenerationTimer(rollout, "play") if rollout is not None else GenerationTimer(trainer.model)
         _synchronize()
         started = time.perf_counter()
         output = trainer.train()

@@ -120,6 +120,8 @@ def supports_decoding(model: Any) -> bool:
     """Whether :func:`decode` can run ``model``: a decoder-only model whose every layer
     attends to the full context (no sliding windows, no linear-attention state), whose
     forward takes a cache and explicit positions."""
+    if getattr(model, "config", None) is None:  # not a transformers model (a scripted stand-in)
+        return False
     config = _text_config(model)
     if getattr(config, "is_encoder_decoder", False):
         return False
@@ -152,16 +154,20 @@ def decode(
     pad_id: int,
     prefix: PrefixKV | None = None,
     prefixes: Sequence[PrefixKV | None] | None = None,
-    stop_text: Callable[[list[int]], bool] | None = None,
+    stop_text: Callable[[list[int]], bool] | Sequence[Callable[[list[int]], bool] | None] | None = None,
     kv_out: list[PrefixKV | None] | None = None,
+    logprobs_out: list[list[float]] | None = None,
 ) -> list[list[int]]:
     """The new token ids of every row (each ends with its stop token when it stopped).
 
     ``prefix``: every row starts with ``prefix.ids`` (and is longer); its keys and values
     are reused. ``prefixes``: the same per row (None: no prefix), e.g. each episode's own
     cache from its previous round; only the rest of a row is prefilled. ``stop_text``:
-    whether a row's new ids so far end the reply (stop strings); such a row stops after that
-    token. ``kv_out``: filled with one :class:`PrefixKV` per row, the keys and values of the
+    whether a row's new ids so far end the reply (stop strings, a row's own token limit); such
+    a row stops after that token; one callable for every row, or one (or None) per row.
+    ``logprobs_out``: filled with each row's log-probability of every new token under the
+    distribution it was drawn from (temperature-scaled and cut to the nucleus when sampled,
+    the model's own when greedy: what ``generate``'s scores give). ``kv_out``: filled with one :class:`PrefixKV` per row, the keys and values of the
     row and of its new ids but the last (the ones fed to the model), for the row's next call."""
     import torch
 
@@ -189,6 +195,11 @@ def decode(
     next_position = torch.tensor([len(r) for r in ordered], device=device)
     if kv_out is not None:
         kv_out[:] = [None] * len(rows)
+    if logprobs_out is not None:
+        logprobs_out[:] = [[] for _ in rows]
+    row_stops = [stop_text] * len(rows) if stop_text is None or callable(stop_text) else list(stop_text)
+    if len(row_stops) != len(rows):
+        raise ValueError("give one stop_text or one per row")
     DECODE_STATS["calls"] += 1
     with torch.inference_mode():
         cache, logits, mask, width = _prefill(model, ordered, [prefixes[i] for i in order], spec.max_new_tokens, pad_id)
@@ -211,13 +222,17 @@ def decode(
                 kv_out[row] = PrefixKV(tuple(rows[row]) + tuple(generated[row][:-1]), layers)
 
         for step in range(spec.max_new_tokens):
-            tokens = _pick(logits, spec, generator)
+            tokens, picked = _pick(logits, spec, generator, logprobs=logprobs_out is not None)
+            picked_list = picked.tolist() if picked is not None else None
             for slot, token in enumerate(tokens.tolist()):
                 if slot in stopped:
                     continue
-                ids = generated[live[slot]]
+                row = live[slot]
+                ids = generated[row]
                 ids.append(token)
-                if token in spec.stop_ids or (stop_text is not None and stop_text(ids)):
+                if picked_list is not None:
+                    logprobs_out[row].append(picked_list[slot])
+                if token in spec.stop_ids or (row_stops[row] is not None and row_stops[row](ids)):
                     stopped.add(slot)
             if len(stopped) == len(live) or step + 1 == spec.max_new_tokens:
                 break
@@ -421,11 +436,15 @@ def length_groups(lengths: Sequence[int], call_tokens: int) -> list[tuple[int, i
     return groups[::-1]
 
 
-def _pick(logits: "torch.Tensor", spec: DecodeSpec, generator: "torch.Generator | None") -> "torch.Tensor":
+def _pick(logits: "torch.Tensor", spec: DecodeSpec, generator: "torch.Generator | None", *,
+          logprobs: bool = False) -> tuple["torch.Tensor", "torch.Tensor | None"]:
+    """Each row's next token, and with ``logprobs`` its log-probability under the
+    distribution it was drawn from."""
     import torch
 
     if generator is None:
-        return logits.argmax(dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, (_chosen(logits, tokens) if logprobs else None)
     scaled = logits.float() / spec.temperature
     if spec.top_p is not None and spec.top_p < 1.0:
         ordered, order = scaled.sort(dim=-1, descending=True)
@@ -435,7 +454,12 @@ def _pick(logits: "torch.Tensor", spec: DecodeSpec, generator: "torch.Generator 
         dropped[:, 0] = False
         ordered = ordered.masked_fill(dropped, float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, ordered)
-    return torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator).squeeze(1)
+    tokens = torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator).squeeze(1)
+    return tokens, (_chosen(scaled, tokens) if logprobs else None)
+
+
+def _chosen(logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor":
+    return logits.float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
 
 
 def _text_config(model: Any) -> Any:

@@ -58,7 +58,9 @@ class RolloutConfig:
     most ``max_tool_results`` search results (as the compact evaluation prompts do).
     ``batch_size``: conversations played together, their turns decoded as one batch
     (:meth:`ConversationRollout.play`); 1 plays them one by one, each sampled from its own
-    seed. Left out of reports at its default."""
+    seed. Left out of reports at its default. ``cuda_graphs``: a batch's decode steps
+    replayed as CUDA graphs on a GPU (:mod:`pipelines.episodes.decoding`; left out of
+    reports when off)."""
 
     max_exchanges: int = 3
     max_steps: int = 3
@@ -72,6 +74,7 @@ class RolloutConfig:
     max_tool_results: int | None = 2
     seed: int = 0
     batch_size: int = field(default=1, metadata={"omit_if_default": True})
+    cuda_graphs: bool = field(default=False, metadata={"omit_if_default": True})
 
     def __post_init__(self) -> None:
         for name in ("max_exchanges", "max_steps", "max_turn_tokens", "max_total_tokens", "max_asks", "batch_size"):
@@ -328,7 +331,31 @@ class ConversationRollout:
     def generate_batch(self, model: Any, requests: Sequence[tuple[list[int], int, bool]], seed: int) -> list[tuple[list[int], list[float]]]:
         """:meth:`_generate` for several contexts at once, ``requests`` of ``(ids, max_new,
         stop_at_ask)``: left-padded, one sampling seed; each row is cut where the one-by-one
-        path would stop it (its end token, its own limit, a closed in-reasoning question)."""
+        path would stop it (its end token, its own limit, a closed in-reasoning question).
+        A model the batched decoding loop runs (:func:`~pipelines.episodes.decoding.decode`:
+        a preallocated cache, finished rows leaving the batch, CUDA graphs with
+        ``config.cuda_graphs``) decodes with it; any other with ``generate``."""
+        from pipelines.episodes.decoding import supports_decoding
+
+        if supports_decoding(model):
+            return self._decode_batch(model, requests, seed)
+        return self._generate_batch(model, requests, seed)
+
+    def _decode_batch(self, model: Any, requests: Sequence[tuple[list[int], int, bool]], seed: int) -> list[tuple[list[int], list[float]]]:
+        from pipelines.episodes.decoding import DecodeSpec, decode
+
+        def stop(limit: int, ask: bool) -> Callable[[list[int]], bool]:
+            return lambda new: len(new) >= limit or (ask and self.tokenizer.decode(new[-12:]).rstrip().endswith(ASK_CLOSE))
+
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        spec = DecodeSpec(max(m for _, m, _ in requests), frozenset({self.eos_id}), temperature=self.config.temperature,
+                          top_p=self.config.top_p, seed=seed, cuda_graphs=self.config.cuda_graphs)
+        logprobs: list[list[float]] = []
+        new = decode(model, [list(ids) for ids, _, _ in requests], spec, pad_id=pad,
+                     stop_text=[stop(m, ask) for _, m, ask in requests], logprobs_out=logprobs)
+        return list(zip(new, logprobs))
+
+    def _generate_batch(self, model: Any, requests: Sequence[tuple[list[int], int, bool]], seed: int) -> list[tuple[list[int], list[float]]]:
         import torch
         from transformers import StoppingCriteriaList
 

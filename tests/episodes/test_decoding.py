@@ -237,3 +237,38 @@ def test_a_static_step_traces_as_one_graph_without_a_break(model):
         finally:
             dynamo.reset()
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def _teacher_forced_logprobs(model, row, new, temperature):
+    import torch
+
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([row + new[:-1]])).logits[0, len(row) - 1 :].float()
+    if temperature > 0:
+        logits = logits / temperature
+    return logits.log_softmax(-1).gather(1, torch.tensor(new)[:, None])[:, 0].tolist()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_log_probabilities_are_those_of_the_distribution_each_token_was_drawn_from(model, temperature, cuda_graphs):
+    """What GRPO's rollouts hand to TRL: each new token's log-probability, greedy under the
+    model's distribution, sampled under the temperature-scaled one, as teacher forcing
+    recomputes it."""
+    rows = rows_with_prefix(4, seed=5)
+    logprobs = []
+    new = decode(model, rows, DecodeSpec(10, frozenset(range(0, 400, 30)), temperature=temperature, seed=3, cuda_graphs=cuda_graphs),
+                 pad_id=0, logprobs_out=logprobs)
+    assert [len(p) for p in logprobs] == [len(ids) for ids in new]
+    for row, ids, got in zip(rows, new, logprobs):
+        assert got == pytest.approx(_teacher_forced_logprobs(model, row, ids, temperature), abs=1e-4)
+
+
+def test_each_row_can_have_its_own_stop(model):
+    rows = rows_with_prefix(3, seed=2)
+    spec = DecodeSpec(12, frozenset({-1}))
+    free = decode(model, rows, spec, pad_id=0)
+    limited = decode(model, rows, spec, pad_id=0, stop_text=[None, lambda ids: len(ids) >= 4, lambda ids: len(ids) >= 7])
+    assert limited == [free[0], free[1][:4], free[2][:7]]
+    with pytest.raises(ValueError, match="one per row"):
+        decode(model, rows, spec, pad_id=0, stop_text=[None])

@@ -164,10 +164,12 @@ def test_trl_grpo_trainer_trains_only_on_the_policy_tokens(world, tiny_model_dir
     assert trainer.state.global_step == 1
 
 
-def test_conversations_played_together_match_the_one_by_one_play_when_greedy(small_corpus, tiny_model_dir, tokenizer):
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_conversations_played_together_match_the_one_by_one_play_when_greedy(small_corpus, tiny_model_dir, tokenizer, cuda_graphs):
     """rollout.batch_size > 1: the turns of several conversations decoded as one left-padded
-    batch; greedy, each conversation is the one the one-by-one path plays (tokens, log-probs,
-    episode), and fewer decode calls are made than turns were written."""
+    batch (the batched decoding loop; with ``cuda_graphs`` its fixed-shape steps, run eagerly
+    on a CPU); greedy, each conversation is the one the one-by-one path (``generate``) plays
+    (tokens, log-probs, episode), and fewer decode calls are made than turns were written."""
     database = Database(small_corpus.entities, small_corpus.taxi_options)
     dialogues = [d for d in small_corpus.dialogues if d.split == "train"][:3]
     specs = [EpisodeSpec(f"{d.dialogue_id}#0", d.goal, 0) for d in dialogues]
@@ -175,7 +177,7 @@ def test_conversations_played_together_match_the_one_by_one_play_when_greedy(sma
     played = {}
     for size in (1, 3):
         config = RolloutConfig(max_exchanges=3, max_turn_tokens=12, max_total_tokens=2048, temperature=0.0,
-                               ask_inside_reasoning=False, batch_size=size)
+                               ask_inside_reasoning=False, batch_size=size, cuda_graphs=cuda_graphs and size > 1)
         rollout = ConversationRollout(database, AgendaSimulator(database), tokenizer, config)
         played[size] = (rollout.play(model, specs, [0, 1, 2]), rollout.stats)
     (alone, _), (together, stats) = played[1], played[3]
@@ -201,10 +203,11 @@ def test_a_failing_batch_reaches_every_conversation_waiting_on_it(world, tokeniz
         rollout.play(Broken(tokenizer, []), [spec, spec], [0, 1])
 
 
-def test_batch_size_is_left_out_of_reports_at_its_default():
+def test_batch_size_and_cuda_graphs_are_left_out_of_reports_at_their_defaults():
     from pipelines.training.config import config_dict
 
     assert "batch_size" not in config_dict(RolloutConfig()) and config_dict(RolloutConfig(batch_size=4))["batch_size"] == 4
+    assert "cuda_graphs" not in config_dict(RolloutConfig()) and config_dict(RolloutConfig(cuda_graphs=True))["cuda_graphs"] is True
     from pipelines.errors import ConfigError
 
     with pytest.raises(ConfigError, match="batch_size"):
