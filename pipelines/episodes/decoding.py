@@ -328,7 +328,9 @@ class _StaticStep:
             self._forward()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: the agent decodes in a worker thread while the event loop's thread
+        # plays simulator turns; only this thread's CUDA calls may invalidate the capture.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             logits = self._forward()
         graph.replay()
         self.graph, self.logits = graph, logits
