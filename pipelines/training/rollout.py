@@ -123,6 +123,12 @@ class _PolicyName:
         self.name, self.format = name, fmt
 
 
+def _asked(tokenizer: Any, new: Sequence[int]) -> bool:
+    """Whether a turn's new tokens close an in-reasoning question (the last 12 tokens read,
+    as :class:`_TextStop` reads them)."""
+    return tokenizer.decode(list(new[-12:])).rstrip().endswith(ASK_CLOSE)
+
+
 class _TextStop:
     """A ``StoppingCriteria``: stop once the generated text ends with one of ``stops``."""
 
@@ -345,7 +351,7 @@ class ConversationRollout:
         from pipelines.episodes.decoding import DecodeSpec, decode
 
         def stop(limit: int, ask: bool) -> Callable[[list[int]], bool]:
-            return lambda new: len(new) >= limit or (ask and self.tokenizer.decode(new[-12:]).rstrip().endswith(ASK_CLOSE))
+            return lambda new: len(new) >= limit or (ask and _asked(self.tokenizer, new))
 
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
         spec = DecodeSpec(max(m for _, m, _ in requests), frozenset({self.eos_id}), temperature=self.config.temperature,
@@ -394,15 +400,12 @@ class _RowStops:
         self.limits = [max_new for _, max_new, _ in requests]
         self.asks = [stop for _, _, stop in requests]
 
-    def _asked(self, new: Sequence[int]) -> bool:
-        # The same tail as _TextStop reads: the last 12 generated tokens.
-        return self.tokenizer.decode(list(new[-12:])).rstrip().endswith(ASK_CLOSE)
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
         rows = input_ids[:, self.start:].tolist()  # one copy to the host per decoding step
-        done = [len(new) >= limit or self.eos_id in new or (ask and self._asked(new))
+        done = [len(new) >= limit or self.eos_id in new or (ask and _asked(self.tokenizer, new))
                 for new, limit, ask in zip(rows, self.limits, self.asks)]
         return torch.tensor(done, device=input_ids.device)
 
@@ -410,7 +413,7 @@ class _RowStops:
         """How many of a row's generated tokens are its own: up to and including the first
         stop, padding after it dropped."""
         for i, token in enumerate(new):
-            if token == self.eos_id or i + 1 >= max_new or (stop_at_ask and self._asked(new[:i + 1])):
+            if token == self.eos_id or i + 1 >= max_new or (stop_at_ask and _asked(self.tokenizer, new[:i + 1])):
                 return i + 1
         return len(new)
 
