@@ -42,9 +42,8 @@ def main() -> None:
     from catalog.io import read_params
     from pipelines.config import from_params
     from catalog.multiwoz_dir import load_multiwoz
-    from flows.gpu import _shard_pool, _synchronize, data_generation_limit, deep_merge, play_sharded, profile_params, with_limit
-    from pipelines.episodes.decoding import decode_stats
-    from pipelines.evaluation.speed import decode_summary, stats_since
+    from flows.gpu import _shard_pool, data_generation_limit, deep_merge, play_sharded, play_timed, profile_params, with_limit
+    from pipelines.evaluation.speed import decode_summary
     from pipelines.env.tools import Database
     from pipelines.episodes import get_format
     from pipelines.evaluation.config import EvalConfig
@@ -71,13 +70,8 @@ def main() -> None:
     plan = config.plan()
 
     def timed(agent: object, generation: object) -> tuple[list, float, dict]:
-        _synchronize()
-        before = decode_stats()
-        started = time.perf_counter()
-        played = play_policy(agent, goals, simulator, database, plan)
-        _synchronize()
-        wall_s = time.perf_counter() - started
-        return played, wall_s, decode_summary([stats_since(before)], wall_s, generation.cuda_graphs)
+        played, wall_s, stats = play_timed(agent, goals, simulator, database, plan)
+        return played, wall_s, decode_summary([stats], wall_s, generation.cuda_graphs)
 
     batched, wall_s, decoded = timed(agent, config.generation)
     turns = sum(len(e.events) for e in batched)

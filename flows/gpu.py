@@ -437,6 +437,20 @@ def _logged_tokens(history: Sequence[Mapping[str, Any]]) -> float | None:
 # --- Evaluation -------------------------------------------------------------------------------
 
 
+def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, plan: Any) -> tuple[list[Any], float, dict[str, Any]]:
+    """``agent``'s episodes on ``goals`` (:func:`~pipelines.evaluation.play.play_policy`), the
+    wall seconds they took (the device synchronised before and after: queued kernels are
+    counted) and the decoding loop's counters over them (:func:`stats_since`)."""
+    from pipelines.evaluation.play import play_policy
+
+    _synchronize()
+    before = decode_stats()
+    started = time.perf_counter()
+    played = play_policy(agent, goals, simulator, database, plan)
+    _synchronize()
+    return played, time.perf_counter() - started, stats_since(before)
+
+
 def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
              prefix: str = "") -> dict[str, Any]:
     """Every model of ``models`` (name -> directory) plays the profile's held-out goals;
@@ -450,7 +464,6 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     from pipelines.episodes import episode_tables, get_format
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.metrics import bootstrap_summary, score_episode
-    from pipelines.evaluation.play import play_policy
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
     from pipelines.simulators.factory import simulator_from_config
@@ -469,13 +482,8 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
         for policy in to_play:
             if pool is None:
                 agent = load_policy(policy, get_format(config.agent_format), config.generation)
-                _synchronize()
-                before = decode_stats()
-                started = time.perf_counter()
-                played = play_policy(agent, goals, simulator, database, config.plan())
-                _synchronize()
-                wall_s = time.perf_counter() - started
-                decoded = [stats_since(before)]
+                played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan())
+                decoded = [stats]
                 del agent
             else:
                 # Model loading is inside the timed part here: each process loads its own copy.
