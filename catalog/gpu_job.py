@@ -19,7 +19,8 @@ node can run with nothing but a CUDA PyTorch + transformers image::
 
 ``--split-mib N`` cuts every file above N MiB into ``<name>.partNNN`` of at most N MiB;
 the node joins and checks them. A job is written into a staging directory and renamed into
-place when complete: a failed pack leaves nothing.
+place when complete: a failed pack leaves nothing. ``askflow gpu loads`` (:func:`plan_loads`)
+groups a packed job's files into transfers for a channel with a size limit.
 
 ``import`` checks every result file against the results' manifest and the code hash they
 claim against ``git archive`` of that commit here, then copies them to
@@ -445,6 +446,57 @@ def readme_with_results(text: str, table: str) -> str:
     return f"{head}{README_START}\n{table}\n{README_END}{tail}"
 
 
+#: What the node runs: these travel in the last load, with or after every other file.
+RUNNER_FILES = ("run.py", MANIFEST, "README.txt")
+
+
+def plan_loads(job: Path, limit_mib: float, *, reserve_mib: float = 0.0, max_paths: int | None = None) -> list[dict[str, Any]]:
+    """The job's files (``run.py``, the manifest, ``files/``: parts where split) grouped into
+    loads for a channel that takes at most ``limit_mib`` per transfer, ``reserve_mib`` of it
+    taken by what travels with every load (a checkout), at most ``max_paths`` files a load:
+    largest first into the first load with room; the load with the runner files goes last.
+    Each load is ``{"files": [relative paths], "bytes": n, "runs": bool}``.
+
+    A file that fits no load is refused, naming it and the ``--split-mib`` that would fit."""
+    if not (job / MANIFEST).is_file():
+        raise ConfigError(f"{job}: no {MANIFEST} (not a job written by askflow gpu pack)")
+    capacity = int((limit_mib - reserve_mib) * 2**20)
+    if capacity <= 0:
+        raise ConfigError(f"--limit-mib {limit_mib:g}: nothing left for the job after {reserve_mib:.1f} MiB reserved")
+    if max_paths is not None:
+        positive_int(max_paths, "--max-paths")
+    sizes = {path.relative_to(job).as_posix(): path.stat().st_size
+             for path in sorted(job.rglob("*")) if path.is_file() and path.relative_to(job).parts[0] not in ("work", "results")}
+    missing = [name for name in RUNNER_FILES if name not in sizes and name != "README.txt"]
+    if missing:
+        raise ConfigError(f"{job}: {', '.join(missing)} missing")
+    # The runner files (three paths, a few KiB) open the first load, which then goes last.
+    runner = [name for name in RUNNER_FILES if name in sizes]
+    loads: list[dict[str, Any]] = [{"files": runner, "bytes": sum(sizes[n] for n in runner), "runs": True}]
+    if max_paths is not None and len(runner) > max_paths:
+        raise ConfigError(f"--max-paths {max_paths}: the runner files ({', '.join(runner)}) travel together")
+    for name in sorted((n for n in sizes if n not in RUNNER_FILES), key=lambda n: (-sizes[n], n)):
+        if sizes[name] > capacity:
+            fits = max(1, int(capacity / 2**20))
+            raise ConfigError(f"{job / name}: {sizes[name] / 2**20:.1f} MiB does not fit a load of {capacity / 2**20:.1f} MiB "
+                              f"({limit_mib:g} less {reserve_mib:.1f} reserved); pack with --split-mib {fits} or less")
+        load = next((load for load in loads if load["bytes"] + sizes[name] <= capacity
+                     and (max_paths is None or len(load["files"]) < max_paths)), None)
+        if load is None:
+            load = {"files": [], "bytes": 0, "runs": False}
+            loads.append(load)
+        load["files"].append(name)
+        load["bytes"] += sizes[name]
+    return [*loads[1:], loads[0]]
+
+
+def checkout_mib(root: Path) -> float:
+    """The size of what a checkout of ``root`` carries: the files git tracks and the untracked
+    ones it does not ignore, as they are in the working tree."""
+    listed = git(root, "ls-files", "-co", "--exclude-standard", "-z", binary=True).decode().split("\0")
+    return sum((root / name).stat().st_size for name in listed if name and (root / name).is_file()) / 2**20
+
+
 def run_job(job: Path, arguments: Sequence[str]) -> int:
     """``python JOB/run.py ARGS`` with this interpreter: the job checks, unpacks and runs itself."""
     script = job / "run.py"
@@ -453,4 +505,5 @@ def run_job(job: Path, arguments: Sequence[str]) -> int:
     return subprocess.call([sys.executable, str(script), "--job", str(job.resolve()), *arguments])
 
 
-__all__ = ["check_inputs", "check_results", "clean_commit", "import_results", "pack", "readme_with_results", "results_markdown", "run_job"]
+__all__ = ["check_inputs", "check_results", "checkout_mib", "clean_commit", "import_results", "pack", "plan_loads", "readme_with_results",
+           "results_markdown", "run_job"]

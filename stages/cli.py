@@ -4,7 +4,7 @@
     askflow sql "SELECT speaker, count(*) FROM turns GROUP BY 1" [--format table|csv|json] [--write]
     askflow ui [--host 127.0.0.1] [--port 4200] [--worker]
     askflow deploy [--root DIR] [--api-url URL]
-    askflow gpu pack JOB [--split-mib N] | gpu run JOB [--smoke] | gpu import RESULTS
+    askflow gpu pack JOB [--split-mib N] | gpu loads JOB --limit-mib N | gpu run JOB [--smoke] | gpu import RESULTS
 
 Every Parquet file under ``<root>/data`` becomes a DuckDB view named after its stem, or
 after as many trailing path parts as it takes to tell colliding stems apart
@@ -85,6 +85,15 @@ def _gpu_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     pack.add_argument("--python", default=None, help="the node's Python version, e.g. 3.12 (default: params.yaml gpu.vendor.python)")
     pack.add_argument("--wheelhouse", type=Path, default=None, help="take the node's wheels from this folder, offline")
     pack.set_defaults(run=_gpu_pack)
+    loads = actions.add_parser("loads", parents=[common],
+                               help="group a packed job's files into loads for a channel with a size limit per transfer")
+    loads.add_argument("job", type=Path, help="the job directory (askflow gpu pack)")
+    loads.add_argument("--limit-mib", type=float, required=True, help="the most one transfer takes, in MiB")
+    loads.add_argument("--reserve-mib", type=float, default=0.0, help="MiB of every transfer taken by what travels with it")
+    loads.add_argument("--with-checkout", action="store_true",
+                       help="reserve the size of this checkout (tracked and unignored files), as a channel that carries it each time")
+    loads.add_argument("--max-paths", type=int, default=None, help="the most files one transfer takes")
+    loads.set_defaults(run=_gpu_loads)
     run = actions.add_parser("run", help="check, unpack and run a job (on the node; offline)")
     run.add_argument("job", type=Path, help="the job directory")
     run.add_argument("--profile", default=None, help="a profile of params.yaml gpu.profiles (default: the packed one)")
@@ -105,6 +114,20 @@ def _gpu_pack(args: argparse.Namespace) -> int:
     # The training contracts here, where Great Expectations is: the node trains without it.
     check_profile_inputs(args.root.resolve())
     pack(args.root, args.job, split_mib=args.split_mib, python=args.python, wheelhouse=args.wheelhouse)
+    return 0
+
+
+def _gpu_loads(args: argparse.Namespace) -> int:
+    from catalog.gpu_job import checkout_mib, plan_loads
+
+    reserve = args.reserve_mib + (checkout_mib(args.root.resolve()) if args.with_checkout else 0.0)
+    planned = plan_loads(args.job, args.limit_mib, reserve_mib=reserve, max_paths=args.max_paths)
+    print(f"gpu loads: {len(planned)} load(s) of at most {args.limit_mib:g} MiB, {reserve:.1f} MiB of each reserved; "
+          f"on the node every load goes into one folder, paths kept; the last one runs it (python3 FOLDER/run.py)")
+    for number, load in enumerate(planned, 1):
+        mib = load["bytes"] / 2**20
+        print(f"load {number}/{len(planned)}{' (runs the job)' if load['runs'] else ''}: {mib:.1f} MiB "
+              f"({mib + reserve:.1f} with the reserve), {len(load['files'])} file(s): {' '.join(load['files'])}")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,8 +92,14 @@ def packed(project, tmp_path_factory) -> Path:
 
 
 def _copy_job(packed: Path, target: Path) -> Path:
-    """What a transfer channel delivers: run.py, the manifest and the parts, nothing unpacked."""
-    shutil.copytree(packed, target, ignore=shutil.ignore_patterns("work", "results"))
+    """What a transfer channel delivers, load by load as ``askflow gpu loads`` plans them (at
+    most 20 MiB and 8 files a transfer): run.py, the manifest and the parts, nothing unpacked."""
+    from catalog.gpu_job import plan_loads
+
+    for load in plan_loads(packed, 20, max_paths=8):
+        for name in load["files"]:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(packed / name, target / name)
     return target
 
 
@@ -106,6 +113,32 @@ def test_pack_writes_parts_under_the_limit_and_a_manifest_of_hashes(packed, proj
         assert path.stat().st_size <= SPLIT_MIB * 2**20, path
     assert set(manifest["vendor"]["packages"]) >= {"trl", "datasets", "peft", "gguf"}
     assert (packed / "run.py").read_text() == (REPO / "pipelines" / "gpu" / "bootstrap.py").read_text()
+
+
+def test_loads_for_a_channel_with_a_size_limit_carry_every_file_once_and_the_runner_last(packed, project):
+    from catalog.gpu_job import plan_loads
+
+    files = {p.relative_to(packed).as_posix(): p.stat().st_size for p in packed.rglob("*")
+             if p.is_file() and p.relative_to(packed).parts[0] not in ("work", "results")}
+    loads = plan_loads(packed, 30, reserve_mib=2.5, max_paths=5)
+    assert len(loads) >= 4  # ~104 MiB in loads of at most 27.5
+    carried = [name for load in loads for name in load["files"]]
+    assert sorted(carried) == sorted(files)
+    for load in loads:
+        assert load["bytes"] == sum(files[n] for n in load["files"]) <= 27.5 * 2**20 and len(load["files"]) <= 5
+    assert [load["runs"] for load in loads] == [False] * (len(loads) - 1) + [True]
+    assert {"run.py", "manifest.json", "README.txt"} <= set(loads[-1]["files"])
+    # A part larger than a load's room is refused by name, with a --split-mib that fits.
+    result = _python("-m", "stages.cli", "gpu", "loads", str(packed), "--limit-mib", "10", "--reserve-mib", "3",
+                     "--root", str(project), cwd=project)
+    assert result.returncode != 0
+    assert ".part" in result.stderr and "does not fit a load of 7.0 MiB" in result.stderr and "--split-mib 7" in result.stderr
+    result = _python("-m", "stages.cli", "gpu", "loads", str(packed), "--limit-mib", "64", "--with-checkout", "--max-paths", "8",
+                     "--root", str(project), cwd=project)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.match(r"gpu loads: (\d+) load\(s\) of at most 64 MiB", lines[0]) and len(lines) == 1 + int(lines[0].split()[2])
+    assert re.match(rf"load {len(lines) - 1}/{len(lines) - 1} \(runs the job\)", lines[-1])
 
 
 def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, project, tmp_path):
