@@ -2,6 +2,7 @@
 
     python benchmarks/kernel_fingerprint.py [--kernels portable|default] [--threads N] [--out FILE]
     python benchmarks/kernel_fingerprint.py --compare A.json B.json
+    python benchmarks/kernel_fingerprint.py --sqrt [--kernels portable|default]
 
 The portable pin (``kernels: portable``, pipelines/kernels.py) gives one model on this machine
 whichever instruction set it is capped at, yet another model on another vendor's CPU (README
@@ -184,12 +185,42 @@ def fingerprint(kernels: str, threads: int) -> dict:
     return {"kernels": kernels, "machine": machine(), **found}
 
 
+def sqrt_misses(n: int = 100_000) -> dict[str, int]:
+    """How many of ``n`` seeded float32 and float64 square roots torch computes differently from
+    the IEEE result (numpy's: the hardware instruction, correctly rounded, the same on every
+    x86 CPU). Not zero where torch's sqrt is an approximation, e.g. MKL's under
+    ``MKL_CBWR=COMPATIBLE`` (README "Reliability"), whose last bits may follow the vendor."""
+    import numpy as np
+    import torch
+
+    x = torch.rand(n, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 10
+    return {str(t).removeprefix("torch."): int((x.to(t).sqrt().numpy() != np.sqrt(x.to(t).numpy())).sum())
+            for t in (torch.float32, torch.float64)}
+
+
 def _in_process() -> dict:
-    """The blocks' digests under this process's environment (what :func:`fingerprint` runs)."""
+    """The blocks' digests under this process's environment (what :func:`fingerprint` runs),
+    and :func:`sqrt_misses` there."""
     import torch
 
     return {"blocks": {name: block() for name, block in blocks().items()}, "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "sqrt_misses_per_100k": sqrt_misses()}
+
+
+#: MKL's code branches (``MKL_CBWR``) whose square roots ``--sqrt`` counts.
+MKL_BRANCHES = ("AUTO", "COMPATIBLE,STRICT", "SSE4_2,STRICT", "AVX2,STRICT", "AVX512,STRICT")
+
+
+def sqrt_by_branch(kernels: str, threads: int, branches: tuple[str, ...] = MKL_BRANCHES) -> dict[str, dict[str, int]]:
+    """:func:`sqrt_misses` in a fresh process per MKL branch, the other settings ``kernels``'."""
+    found = {}
+    for branch in branches:
+        env = {**os.environ, **kernel_environment(kernels), **thread_environment(threads), "MKL_CBWR": branch}
+        result = subprocess.run([sys.executable, __file__, "--in-process-sqrt"], env=env, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise SystemExit(f"the sqrt process (MKL_CBWR={branch}) failed:\n{result.stderr[-3000:]}")
+        found[branch] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
 
 
 def compare(a: dict, b: dict) -> list[str]:
@@ -207,10 +238,21 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="write the fingerprint as JSON")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="two fingerprint files: the blocks that differ")
+    parser.add_argument("--sqrt", action="store_true", help="per MKL branch (MKL_CBWR): square roots that are not the IEEE result")
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # fingerprint()'s fresh process
+    parser.add_argument("--in-process-sqrt", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.in_process:
         print(json.dumps(_in_process()))
+        return 0
+    if args.in_process_sqrt:
+        print(json.dumps(sqrt_misses()))
+        return 0
+    if args.sqrt:
+        print(f"{machine().get('model name', '?')}: {args.kernels} kernels but MKL_CBWR, {args.threads} thread(s); "
+              "of 100,000 square roots, how many differ from the IEEE result")
+        for branch, misses in sqrt_by_branch(args.kernels, args.threads).items():
+            print(f"  MKL_CBWR={branch:<18} float32 {misses['float32']:>6}  float64 {misses['float64']:>6}")
         return 0
     if args.compare:
         a, b = (json.loads(p.read_text()) for p in args.compare)
@@ -219,11 +261,14 @@ def main() -> int:
         differ = compare(a, b)
         for name in a["blocks"]:
             print(f"  {'DIFFER' if name in differ else 'same  '}  {name}")
+        for side, doc in zip("AB", (a, b)):
+            print(f"{side}: square roots off the IEEE result per 100,000: {doc.get('sqrt_misses_per_100k', 'not recorded')}")
         return 1 if differ else 0
     found = fingerprint(args.kernels, args.threads)
     print(f"{found['machine'].get('model name', '?')}: {args.kernels} kernels, {found['threads']} thread(s), torch {found['torch']}")
     for name, digest in found["blocks"].items():
         print(f"  {digest}  {name}")
+    print(f"  square roots off the IEEE result per 100,000: {found['sqrt_misses_per_100k']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(found, indent=1, sort_keys=False) + "\n", encoding="utf-8")

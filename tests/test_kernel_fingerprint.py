@@ -50,3 +50,31 @@ def test_the_portable_pin_gives_one_fingerprint_under_either_instruction_set_cap
         committed = json.loads(path.read_text(encoding="utf-8"))
         assert list(committed["blocks"]) == list(pinned["blocks"]), path
         assert committed["kernels"] in ("portable", "default") and committed["machine"]["vendor_id"], path
+
+
+def test_sqrt_misses_counts_square_roots_off_the_ieee_result(monkeypatch):
+    import torch
+
+    bench = _benchmark()
+    here = bench.sqrt_misses(1000)
+    assert set(here) == {"float32", "float64"} and all(0 <= n <= 1000 for n in here.values())
+    # Fault injection: a square root 0.1 % off everywhere is counted on every input.
+    exact = torch.Tensor.sqrt
+    monkeypatch.setattr(torch.Tensor, "sqrt", lambda t: exact(t) * 1.001)
+    assert bench.sqrt_misses(1000) == {"float32": 1000, "float64": 1000}
+
+
+@pytest.mark.skipif(os.environ.get("MKL_CBWR", "AUTO") != "AUTO", reason="this process runs another MKL branch")
+def test_a_fresh_process_on_mkls_default_branch_counts_what_this_one_does():
+    bench = _benchmark()
+    assert bench.sqrt_by_branch("default", 1, ("AUTO",)) == {"AUTO": bench.sqrt_misses()}
+
+
+def test_committed_fingerprints_of_this_torch_record_their_square_roots():
+    """The files made since the count exists say how far their sqrt is from the IEEE result
+    (README "Reliability": MKL's sqrt under the pin is where two vendors' bytes part)."""
+    recorded = [json.loads(p.read_text(encoding="utf-8")) for p in COMMITTED]
+    assert any("sqrt_misses_per_100k" in doc for doc in recorded)
+    for doc in recorded:
+        if "sqrt_misses_per_100k" in doc:
+            assert set(doc["sqrt_misses_per_100k"]) == {"float32", "float64"}
