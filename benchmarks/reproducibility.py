@@ -118,17 +118,18 @@ def small_params(params: dict, steps: int, windows: int = 8, prompts: int = 2, m
     return params
 
 
-def run_bootstrap(repo: Path, params: dict, settings: dict[str, str], workdir: Path, kernels: str = "default") -> BootstrapRun:
+def run_bootstrap(repo: Path, params: dict, settings: dict[str, str], workdir: Path, kernels: str = "default",
+                  threads: int = 1) -> BootstrapRun:
     """``python -m stages.bootstrap`` of ``repo`` in a fresh process in ``workdir`` (its own
     params.yaml, model and metrics there; relative paths in ``params`` resolve against
-    ``workdir``), under the math-kernel ``settings`` and none of the caller's; ``kernels`` is
-    the params.yaml switch (``portable`` sets the pin over ``settings``)."""
+    ``workdir``), under the math-kernel ``settings`` and none of the caller's; ``kernels`` and
+    ``threads`` are the params.yaml switches (``portable`` sets the pin over ``settings``)."""
     import hashlib
     import json
 
     workdir.mkdir(parents=True, exist_ok=True)
     params = {**params, "output": str(workdir / "model"), "metrics": str(workdir / "metrics.json")}
-    (workdir / "params.yaml").write_text(yaml.safe_dump({"kernels": kernels, "bootstrap": params}))
+    (workdir / "params.yaml").write_text(yaml.safe_dump({"kernels": kernels, "threads": threads, "bootstrap": params}))
     env = {key: value for key, value in os.environ.items() if key not in KERNEL_VARIABLES}
     env.update(settings, PYTHONPATH=str(repo), OMP_WAIT_POLICY="PASSIVE")
     started = time.perf_counter()
@@ -145,7 +146,8 @@ def isa_check(repo: Path, steps: int) -> int:
     """The bootstrap training under each of :data:`ISA_RUNS`; exit 1 when the portable runs differ."""
     import shutil
 
-    params = yaml.safe_load((repo / "params.yaml").read_text())["bootstrap"]
+    document = yaml.safe_load((repo / "params.yaml").read_text())
+    params, threads = document["bootstrap"], document.get("threads", 1)
     if not (repo / params["source"]).is_dir():
         raise SystemExit(f"{params['source']} does not exist: run `dvc repro corpus` (or make run) first")
     params = small_params({**params, "source": str(repo / params["source"])}, steps)
@@ -153,7 +155,7 @@ def isa_check(repo: Path, steps: int) -> int:
     runs: dict[str, BootstrapRun] = {}
     try:
         for index, (name, settings) in enumerate(ISA_RUNS):
-            runs[name] = run = run_bootstrap(repo, params, settings, root / f"run{index}")
+            runs[name] = run = run_bootstrap(repo, params, settings, root / f"run{index}", threads=threads)
             print(f"  {name:<34} model {run.md5[:12]}  train {run.train_s:6.1f} s  process {run.wall_s:6.1f} s  "
                   f"{' '.join(f'{k}={v}' for k, v in settings.items()) or '(defaults)'}")
     finally:
@@ -161,7 +163,7 @@ def isa_check(repo: Path, steps: int) -> int:
     portable = {runs["portable pin"].md5, runs["portable pin on the AVX2 machine"].md5}
     same = runs["this machine"].md5 == runs["this machine, again"].md5
     unpinned = (runs["this machine"].train_s + runs["this machine, again"].train_s) / 2
-    print(f"bootstrap, {steps} steps, {params['threads']} threads: this machine twice {'same' if same else 'DIFFERENT'}; "
+    print(f"bootstrap, {steps} steps, {threads} thread(s): this machine twice {'same' if same else 'DIFFERENT'}; "
           f"AVX2 machine {'same as' if runs['AVX2 machine'].md5 == runs['this machine'].md5 else 'differs from'} this one; "
           f"portable pin {'same' if len(portable) == 1 else 'DIFFERENT'} on both; "
           f"training time with the pin / without: {runs['portable pin'].train_s / unpinned:.2f}x on this machine, "

@@ -10,9 +10,15 @@ are set before a stage imports anything (``stages/__init__.py``, from params.yam
 
 from __future__ import annotations
 
-from typing import Mapping
+import os
+from typing import Any, Mapping
 
-PORTABLE_KERNELS: Mapping[str, str] = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE,STRICT"}
+# ASKFLOW_ADAMW: torch's plain AdamW divides by a square root that is MKL's, and under
+# MKL_CBWR=COMPATIBLE not the IEEE result: its last bits follow the CPU's vendor (README
+# "Reliability"). The fused AdamW takes its roots in ATen's own loop: exact, no MKL. TRL's
+# trainers use it already (transformers' default optim); this moves the bootstrap's loop too.
+PORTABLE_KERNELS: Mapping[str, str] = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE,STRICT",
+                                       "ASKFLOW_ADAMW": "fused"}
 KERNELS: tuple[str, ...] = ("default", "portable")
 
 
@@ -47,3 +53,20 @@ def thread_environment(threads: object, where: str = "params.yaml threads") -> d
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"{where}: expected an integer >= 1, got {threads!r}")
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def adamw_options() -> dict[str, Any]:
+    """``torch.optim.AdamW``'s keyword arguments under this process's kernels: ``fused`` under
+    the portable pin (``ASKFLOW_ADAMW=fused``), none otherwise (the default kernels' models
+    stay what they are).
+
+    >>> saved = os.environ.pop("ASKFLOW_ADAMW", None)
+    >>> adamw_options()
+    {}
+    >>> os.environ["ASKFLOW_ADAMW"] = "fused"
+    >>> adamw_options()
+    {'fused': True}
+    >>> _ = os.environ.pop("ASKFLOW_ADAMW") if saved is None else os.environ.update(ASKFLOW_ADAMW=saved)
+    """
+    return {"fused": True} if os.environ.get("ASKFLOW_ADAMW") == "fused" else {}
+

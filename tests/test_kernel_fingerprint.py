@@ -78,3 +78,33 @@ def test_committed_fingerprints_of_this_torch_record_their_square_roots():
     for doc in recorded:
         if "sqrt_misses_per_100k" in doc:
             assert set(doc["sqrt_misses_per_100k"]) == {"float32", "float64"}
+
+
+_ADAMW_STEP = """
+import hashlib, torch
+from pipelines.kernels import adamw_options
+torch.set_num_threads(1)
+p = torch.nn.Parameter(torch.randn(576, 192, generator=torch.Generator().manual_seed(16)))
+p.grad = torch.randn(576, 192, generator=torch.Generator().manual_seed(17))
+optimizer = torch.optim.AdamW([p], lr=3e-3, weight_decay=0.01, **adamw_options())
+for _ in range(3):
+    optimizer.step()
+print(hashlib.sha256(p.detach().numpy().tobytes()).hexdigest())
+"""
+
+
+def test_under_the_pin_adamw_takes_no_square_root_from_mkl():
+    """The pin's AdamW (fused) gives the same bytes whichever code branch MKL runs: its
+    square roots are ATen's, exact, so no vendor's approximation can reach them (README
+    "Reliability"; torch's plain AdamW takes MKL's)."""
+    import subprocess
+    import sys
+
+    from pipelines.kernels import kernel_environment
+
+    def step(branch: str) -> str:
+        env = {**os.environ, **kernel_environment("portable"), "MKL_CBWR": branch, "PYTHONPATH": str(ROOT)}
+        result = subprocess.run([sys.executable, "-c", _ADAMW_STEP], env=env, capture_output=True, text=True, check=True)
+        return result.stdout.strip()
+
+    assert step("COMPATIBLE,STRICT") == step("AVX2,STRICT") == step("AUTO")

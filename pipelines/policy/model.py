@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pipelines.config import positive_int
+from pipelines.kernels import adamw_options
 from pipelines.policy.pretrain_data import IGNORE_INDEX, Window, batch_stream, collate
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ def train_causal_lm(
         [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=config.learning_rate,
         betas=(0.9, 0.95),
+        **adamw_options(),  # fused under the portable pin: square roots without MKL
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     batches = batch_stream(windows, config.batch_size, config.seed)
