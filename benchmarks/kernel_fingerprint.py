@@ -175,14 +175,19 @@ def machine() -> dict[str, str]:
     return info
 
 
+def _fresh(flag: str, kernels: str, threads: int, **extra: str) -> dict:
+    """What this script prints with ``flag`` in a fresh process (torch reads the kernel
+    settings once, when it starts) under ``kernels``, ``threads`` and ``extra`` variables."""
+    env = {**os.environ, **kernel_environment(kernels), **thread_environment(threads), **extra}
+    result = subprocess.run([sys.executable, __file__, flag], env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"the {flag} process {extra or ''} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def fingerprint(kernels: str, threads: int) -> dict:
     """The blocks' digests, computed in a fresh process under ``kernels`` and ``threads``."""
-    env = {**os.environ, **kernel_environment(kernels), **thread_environment(threads)}
-    result = subprocess.run([sys.executable, __file__, "--in-process"], env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"the fingerprint process failed:\n{result.stderr[-3000:]}")
-    found = json.loads(result.stdout.strip().splitlines()[-1])
-    return {"kernels": kernels, "machine": machine(), **found}
+    return {"kernels": kernels, "machine": machine(), **_fresh("--in-process", kernels, threads)}
 
 
 def sqrt_misses(n: int = 100_000) -> dict[str, int]:
@@ -213,14 +218,7 @@ MKL_BRANCHES = ("AUTO", "COMPATIBLE,STRICT", "SSE4_2,STRICT", "AVX2,STRICT", "AV
 
 def sqrt_by_branch(kernels: str, threads: int, branches: tuple[str, ...] = MKL_BRANCHES) -> dict[str, dict[str, int]]:
     """:func:`sqrt_misses` in a fresh process per MKL branch, the other settings ``kernels``'."""
-    found = {}
-    for branch in branches:
-        env = {**os.environ, **kernel_environment(kernels), **thread_environment(threads), "MKL_CBWR": branch}
-        result = subprocess.run([sys.executable, __file__, "--in-process-sqrt"], env=env, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise SystemExit(f"the sqrt process (MKL_CBWR={branch}) failed:\n{result.stderr[-3000:]}")
-        found[branch] = json.loads(result.stdout.strip().splitlines()[-1])
-    return found
+    return {branch: _fresh("--in-process-sqrt", kernels, threads, MKL_CBWR=branch) for branch in branches}
 
 
 def compare(a: dict, b: dict) -> list[str]:

@@ -69,4 +69,3 @@ def adamw_options() -> dict[str, Any]:
     >>> _ = os.environ.pop("ASKFLOW_ADAMW") if saved is None else os.environ.update(ASKFLOW_ADAMW=saved)
     """
     return {"fused": True} if os.environ.get("ASKFLOW_ADAMW") == "fused" else {}
-

@@ -124,22 +124,23 @@ class _PolicyName:
 
 
 def _asked(tokenizer: Any, new: Sequence[int]) -> bool:
-    """Whether a turn's new tokens close an in-reasoning question (the last 12 tokens read,
-    as :class:`_TextStop` reads them)."""
+    """Whether a turn's new tokens close an in-reasoning question (their last 12 tokens read)."""
     return tokenizer.decode(list(new[-12:])).rstrip().endswith(ASK_CLOSE)
 
 
-class _TextStop:
-    """A ``StoppingCriteria``: stop once the generated text ends with one of ``stops``."""
+class _AskStop:
+    """A ``StoppingCriteria`` of one row: stop once the tokens after ``start`` close an
+    in-reasoning question (:func:`_asked`)."""
 
-    def __init__(self, tokenizer: Any, stops: Sequence[str], start: int):
-        self.tokenizer, self.stops, self.start = tokenizer, tuple(stops), start
+    def __init__(self, tokenizer: Any, start: int):
+        self.tokenizer, self.start = tokenizer, start
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
-        tail = self.tokenizer.decode(input_ids[0, max(self.start, input_ids.shape[1] - 12):].tolist())
-        return torch.tensor([any(tail.rstrip().endswith(s) for s in self.stops)], device=input_ids.device)
+        # Only the tail _asked reads is copied to the host, once per decoding step.
+        tail = input_ids[0, max(self.start, input_ids.shape[1] - 12):].tolist()
+        return torch.tensor([_asked(self.tokenizer, tail)], device=input_ids.device)
 
 
 class ConversationRollout:
@@ -319,7 +320,7 @@ class ConversationRollout:
 
         input_ids = torch.tensor([ids], device=model.device)
         options = self._sampling()
-        stops = StoppingCriteriaList([_TextStop(self.tokenizer, [ASK_CLOSE], len(ids))]) if stop_at_ask else None
+        stops = StoppingCriteriaList([_AskStop(self.tokenizer, len(ids))]) if stop_at_ask else None
         torch.manual_seed(seed)
         with torch.no_grad():
             out = model.generate(
@@ -399,7 +400,6 @@ class _RowStops:
         self.tokenizer, self.eos_id, self.start = rollout.tokenizer, rollout.eos_id, start
         self.limits = [max_new for _, max_new, _ in requests]
         self.asks = [stop for _, _, stop in requests]
-
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch

@@ -212,3 +212,21 @@ def test_batch_size_and_cuda_graphs_are_left_out_of_reports_at_their_defaults():
 
     with pytest.raises(ConfigError, match="batch_size"):
         RolloutConfig(batch_size=0)
+
+
+def test_the_one_by_one_generation_stops_where_its_new_tokens_close_a_question():
+    """``_AskStop`` (the ``generate`` path's ask stop) reads only the tokens after the prompt."""
+    from pipelines.training.rollout import ASK_CLOSE, _AskStop
+
+    pieces = ["Hi", " there", ASK_CLOSE, " and", " more"]
+
+    class Pieces:
+        def decode(self, ids, **kwargs):
+            return "".join(pieces[i] for i in ids)
+
+    def stopped(ids, start):
+        return bool(_AskStop(Pieces(), start)(torch.tensor([ids]), None)[0])
+
+    assert stopped([0, 1, 2], start=1)            # generated " there</ask>": a closed question
+    assert not stopped([0, 2, 3], start=2)        # generated " and": the question was the prompt's
+    assert not stopped([0, 1, 2, 3, 4], start=1)  # text went on after the close
