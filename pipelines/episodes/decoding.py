@@ -296,7 +296,7 @@ class _StaticStep:
         self.ids.copy_(tokens.unsqueeze(1))
         self.positions.copy_(positions.unsqueeze(1))
         self.column.fill_(column)
-        self.allowed[:, column] = True
+        self.allowed[:, column].fill_(True)  # a Scalar fill: no host tensor made per step
         self.fed += 1
         if self.graph is not None:
             self.graph.replay()

@@ -239,6 +239,68 @@ def test_a_static_step_traces_as_one_graph_without_a_break(model):
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 
 
+#: Operations that make the host wait for the device (a value read back, a shape that depends on
+#: data) or copy host data to it (``torch.tensor(...)`` inside forward): each breaks a CUDA graph
+#: capture ("operation not permitted when stream is capturing").
+HOST_OPS = {"item", "_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "equal", "is_nonzero",
+            "lift_fresh", "lift_fresh_copy", "repeat_interleave"}
+
+
+def _host_ops(fn) -> list[str]:
+    """The :data:`HOST_OPS` that ``fn()`` dispatches, in order, and indexing by a boolean mask
+    (its nonzero runs below the dispatcher)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            indices = args[1] if name.startswith("index") and len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
+            if name in HOST_OPS or any(getattr(index, "dtype", None) == torch.bool for index in indices):
+                seen.append(name)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        fn()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """A tiny model of SmolLM2's architecture (Llama: grouped-query attention, tied embeddings),
+    the GPU job's model, random weights."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=512)
+    return LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_a_static_step_neither_waits_on_the_host_nor_copies_to_the_device(model, llama, architecture):
+    """The other half of what capture needs, op by op (the tracer above does not see a tensor
+    built from host data): the step dispatches none of :data:`HOST_OPS`; the prefill may."""
+    import torch
+
+    net = {"qwen2": model, "llama": llama}[architecture]
+    with torch.inference_mode():
+        # The recorder sees what it must see (else the assertion below could not fail).
+        probe = torch.ones(3)
+        assert _host_ops(lambda: (probe.sum().item(), torch.tensor([1, 2]), probe.nonzero(), probe[probe > 0])) == [
+            "item", "lift_fresh", "nonzero", "index"]
+        cache, logits, mask, width = decoding._prefill(net, [[21, 22, 23], [24, 25, 26, 27, 28]], [None, None], 4, 0)
+        step = decoding._StaticStep(net, cache, mask, capture=False)
+        for k in range(3):
+            tokens, positions, out = logits.argmax(-1), torch.tensor([3 + k, 5 + k]), []
+            assert _host_ops(lambda: out.append(step(tokens, positions, width + k))) == []
+            logits = out[0]
+        assert bool(cache.layers[0].keys[:, :, width : width + 3].abs().sum(-1).gt(0).all())  # the steps wrote their columns
+
+
 def _teacher_forced_logprobs(model, row, new, temperature):
     import torch
 
