@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from pipelines.episodes.agents import Agent, AgentContext, AgentOutput
+from pipelines.training.config import DISTINGUISHING_FIELDS
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,9 @@ class PromptSpec:
     ``max_history_messages``: at most this many recent messages (None: as many as fit,
     every user turn first, :func:`pipelines.policy.prompts.compact_history`), e.g. 1 for a
     model fine-tuned on prompts cut that short.
-    ``max_tool_results``: search results kept per ``<tool_response>`` (None: all).
+    ``max_tool_results``: search results kept per ``<tool_response>`` (None: all);
+    ``tool_result_fields``: the fields of the second and later ones (None: all of them;
+    :class:`pipelines.training.config.ToolResultsSpec`, the training prompts' setting).
     ``system_prompt``: which system prompt replaces the runner's, by name
     (:data:`pipelines.policy.prompts.SYSTEM_PROMPT_NAMES`), the one the model was trained
     with (a training source's ``system_prompt``): ``compact`` (SpeakRL), ``toolwoz_react``
@@ -36,6 +39,7 @@ class PromptSpec:
     max_history_messages: int | None = None
     max_tool_results: int | None = 2
     system_prompt: str = "compact"
+    tool_result_fields: tuple[str, ...] | None = DISTINGUISHING_FIELDS
 
     def __post_init__(self) -> None:
         from pipelines.config import positive_int
@@ -62,21 +66,26 @@ class PolicyPromptAgent:
         return await self.inner.act([replace(c, messages=tuple(self.messages(c.messages))) for c in contexts])
 
     def messages(self, messages: Sequence[Any]) -> list[dict[str, Any]]:
-        if not self.spec.compact:
-            return [dict(m) for m in messages]
-        from functools import partial
+        return policy_view(messages, self.tokenizer, self.spec)
 
-        from pipelines.policy.prompts import compact_history, named_system_prompt, prompt_fits
-        from pipelines.training.config import ToolResultsSpec
-        from pipelines.training.data import shorten_tool_response
 
-        # The rewrite training prompts got (pipelines.training.data.compact), fitted here to
-        # the context instead of to a training window.
-        shorten = None
-        if self.spec.max_tool_results is not None:
-            shorten = partial(shorten_tool_response, spec=ToolResultsSpec(max_results=self.spec.max_tool_results))
-        fits = prompt_fits(self.tokenizer, self.spec.max_prompt_tokens) if self.spec.max_prompt_tokens is not None else None
-        system_prompt = named_system_prompt(self.spec.system_prompt)
-        chat = compact_history(messages, fits, shorten=shorten, system_prompt=system_prompt, max_history_messages=self.spec.max_history_messages)
-        # Not even the last message fits: the system prompt alone (the reply still has room).
-        return chat if chat is not None else compact_history(messages, shorten=shorten, system_prompt=system_prompt, max_history_messages=0)
+def policy_view(messages: Sequence[Any], tokenizer: Any, spec: PromptSpec) -> list[dict[str, Any]]:
+    """The messages a policy sees of the runner's ``messages`` under ``spec`` (module docstring)."""
+    if not spec.compact:
+        return [dict(m) for m in messages]
+    from functools import partial
+
+    from pipelines.policy.prompts import compact_history, named_system_prompt, prompt_fits
+    from pipelines.training.config import ToolResultsSpec
+    from pipelines.training.data import shorten_tool_response
+
+    # The rewrite training prompts got (pipelines.training.data.compact), fitted here to
+    # the context instead of to a training window.
+    shorten = None
+    if spec.max_tool_results is not None:
+        shorten = partial(shorten_tool_response, spec=ToolResultsSpec(spec.max_tool_results, spec.tool_result_fields))
+    fits = prompt_fits(tokenizer, spec.max_prompt_tokens) if spec.max_prompt_tokens is not None else None
+    system_prompt = named_system_prompt(spec.system_prompt)
+    chat = compact_history(messages, fits, shorten=shorten, system_prompt=system_prompt, max_history_messages=spec.max_history_messages)
+    # Not even the last message fits: the system prompt alone (the reply still has room).
+    return chat if chat is not None else compact_history(messages, shorten=shorten, system_prompt=system_prompt, max_history_messages=0)

@@ -14,6 +14,7 @@ values, which is what makes them specific.
 from __future__ import annotations
 
 import random
+import re
 from typing import Mapping, Sequence
 
 from pipelines.multiwoz.ontology import TIME_SLOTS
@@ -551,6 +552,32 @@ def reqt_answer(name: str, values: Mapping[str, str | None]) -> str:
         else:
             parts.append(f"the {word} is {value}")
     return f"For {name}: " + "; ".join(parts) + ". Is there anything else?"
+
+
+_REQT_PREFIX, _REQT_SUFFIX = re.compile(r"For (?P<name>[^:]+): "), ". Is there anything else?"
+_REQT_PART = re.compile(r"the (?P<word>[a-zA-Z ]+?) is (?P<value>.+)")
+
+
+def parse_reqt_answer(text: str) -> tuple[str, dict[str, str]] | None:
+    """What a :func:`reqt_answer`-shaped reply states: the venue's name and each ``the <slot>
+    is <value>`` part by slot (parts in other shapes are skipped); None for another reply.
+    Reads what a policy trained on these replies writes, so its claims can be checked.
+
+    >>> parse_reqt_answer(reqt_answer("lucky inn", {"postcode": "cb49xw", "phone": "01223", "parking": "yes"}))
+    ('lucky inn', {'postcode': 'cb49xw', 'phone': '01223'})
+    >>> parse_reqt_answer("I recommend lucky inn.") is None
+    True
+    """
+    head = _REQT_PREFIX.match(text.strip())
+    if head is None or not text.strip().endswith(_REQT_SUFFIX):
+        return None
+    slots = {word: slot for slot, word in SLOT_WORDS.items()}
+    stated = {}
+    for part in text.strip()[head.end() : -len(_REQT_SUFFIX)].split("; "):
+        claim = _REQT_PART.fullmatch(part)
+        if claim is not None and claim["word"] in slots:
+            stated[slots[claim["word"]]] = claim["value"]
+    return head["name"], stated
 
 
 def taxi_think(rng: random.Random, departure: str, destination: str, time_slot: str, time: str) -> str:

@@ -166,19 +166,24 @@ class HoldoutSpec:
     salt: str = "askflow-holdout"
 
 
+#: What tells search results apart: the fields the second and later kept results keep by default.
+DISTINGUISHING_FIELDS: tuple[str, ...] = (
+    "name", "area", "pricerange", "type", "food", "stars", "internet", "parking",
+    "trainID", "day", "departure", "destination", "leaveAt", "arriveBy", "price",
+)
+
+
 @dataclass(frozen=True)
 class ToolResultsSpec:
     """Shorter ``<tool_response>`` observations for a short context: at most
     ``max_results`` search results (``count`` still says how many matched), the first in
-    full and the others reduced to ``fields`` (what tells candidates apart). A full SpeakER
-    observation of five results is ~500 tokens of the embedded tokenizer, more than the
-    whole context left after the system prompt and a clarification."""
+    full and the others reduced to ``fields`` (what tells candidates apart; None: every
+    kept result whole, so that a phone number or postcode of the second is there to quote).
+    A full SpeakER observation of five results is ~500 tokens of the embedded tokenizer,
+    more than the whole context left after the system prompt and a clarification."""
 
     max_results: int = 3
-    fields: tuple[str, ...] = (
-        "name", "area", "pricerange", "type", "food", "stars", "internet", "parking",
-        "trainID", "day", "departure", "destination", "leaveAt", "arriveBy", "price",
-    )
+    fields: tuple[str, ...] | None = DISTINGUISHING_FIELDS
 
 
 @dataclass(frozen=True)
@@ -451,6 +456,7 @@ __all__ = [
     "SFTObjective",
     "SourceSpec",
     "ToolResultsSpec",
+    "DISTINGUISHING_FIELDS",
     "TrainConfig",
     "TrainSectionConfig",
     "config_dict",

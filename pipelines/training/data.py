@@ -274,7 +274,7 @@ _TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*)\n</tool_response>", re.DOTAL
 
 def shorten_tool_response(content: str, spec: ToolResultsSpec) -> str:
     """A ``<tool_response>`` message with at most ``spec.max_results`` results, all but the
-    first reduced to ``spec.fields``; any other content unchanged."""
+    first reduced to ``spec.fields`` (None: kept whole); any other content unchanged."""
     match = _TOOL_RESPONSE.fullmatch(content)
     if match is None:
         return content
@@ -286,7 +286,8 @@ def shorten_tool_response(content: str, spec: ToolResultsSpec) -> str:
     if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
         return content
     kept = results[: spec.max_results]
-    kept = kept[:1] + [{k: v for k, v in r.items() if k in spec.fields} for r in kept[1:]]
+    if spec.fields is not None:
+        kept = kept[:1] + [{k: v for k, v in r.items() if k in spec.fields} for r in kept[1:]]
     return f"<tool_response>\n{json.dumps({**observation, 'results': kept}, ensure_ascii=False)}\n</tool_response>"
 
 

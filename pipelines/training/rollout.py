@@ -45,6 +45,7 @@ from pipelines.episodes.records import Episode
 from pipelines.episodes.runner import WAITS_FOR_AGENT, WAITS_FOR_USER, EpisodeSpec, EpisodeState, RunnerConfig
 from pipelines.simulators.agenda import SimulatorSpec
 from pipelines.simulators.base import UserSimulator
+from pipelines.training.config import DISTINGUISHING_FIELDS
 
 
 
@@ -55,7 +56,8 @@ class RolloutConfig:
     sequence, prompt included, past which the conversation stops (a turn limit);
     ``max_asks``: in-reasoning questions per conversation (PIR's N_max; more are not
     answered); sampling at ``temperature`` (0: greedy) and ``top_p``; tool results keep at
-    most ``max_tool_results`` search results (as the compact evaluation prompts do).
+    most ``max_tool_results`` search results, the second and later reduced to
+    ``tool_result_fields`` (None: whole; as the compact evaluation prompts do).
     ``batch_size``: conversations played together, their turns decoded as one batch
     (:meth:`ConversationRollout.play`); 1 plays them one by one, each sampled from its own
     seed. Left out of reports at its default. ``cuda_graphs``: a batch's decode steps
@@ -75,6 +77,7 @@ class RolloutConfig:
     seed: int = 0
     batch_size: int = field(default=1, metadata={"omit_if_default": True})
     cuda_graphs: bool = field(default=False, metadata={"omit_if_default": True})
+    tool_result_fields: tuple[str, ...] | None = field(default=DISTINGUISHING_FIELDS, metadata={"omit_if_default": True})
 
     def __post_init__(self) -> None:
         for name in ("max_exchanges", "max_steps", "max_turn_tokens", "max_total_tokens", "max_asks", "batch_size"):
@@ -186,7 +189,7 @@ class ConversationRollout:
         from pipelines.training.config import ToolResultsSpec
         from pipelines.training.data import shorten_tool_response
 
-        return {"role": "user", "content": shorten_tool_response(str(message["content"]), ToolResultsSpec(max_results=self.config.max_tool_results))}
+        return {"role": "user", "content": shorten_tool_response(str(message["content"]), ToolResultsSpec(self.config.max_tool_results, self.config.tool_result_fields))}
 
     # -- prompts ------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ its loss mask."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -230,3 +231,17 @@ def test_the_one_by_one_generation_stops_where_its_new_tokens_close_a_question()
     assert stopped([0, 1, 2], start=1)            # generated " there</ask>": a closed question
     assert not stopped([0, 2, 3], start=2)        # generated " and": the question was the prompt's
     assert not stopped([0, 1, 2, 3, 4], start=1)  # text went on after the close
+
+
+def test_tool_results_in_a_rollout_are_cut_as_the_evaluation_prompts_cut_them(world, tokenizer):
+    database, _ = world
+    observation = {"count": 3, "results": [{"name": f"hotel {i}", "area": "north", "phone": f"0122300000{i}"} for i in range(3)]}
+    message = {"role": "user", "content": f"<tool_response>\n{json.dumps(observation)}\n</tool_response>"}
+
+    def results(config):
+        shortened = ConversationRollout(database, AgendaSimulator(database), tokenizer, config)._shorten(message)["content"]
+        return json.loads(shortened.split("\n")[1])["results"]
+
+    assert results(RolloutConfig(max_tool_results=2)) == [observation["results"][0], {"name": "hotel 1", "area": "north"}]
+    assert results(RolloutConfig(max_tool_results=2, tool_result_fields=None)) == observation["results"][:2]
+    assert results(RolloutConfig(max_tool_results=None)) == observation["results"]

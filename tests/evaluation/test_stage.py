@@ -196,6 +196,14 @@ def test_the_policy_sees_the_compact_prompt_within_its_budget(tiny_model_dir):
 
     whole = PolicyPromptAgent(Inner(), tokenizer, PromptSpec(max_prompt_tokens=None, max_tool_results=2)).messages(messages)
     assert whole == compact(messages, DataSpec(sources=(), max_history_messages=None, tool_results=ToolResultsSpec(max_results=2)))
+    # tool_result_fields None: the second result keeps its phone and address (to quote them), in
+    # evaluation as in training.
+    def second(chat):
+        return json.loads(chat[-1]["content"].split("\n")[1])["results"][1]
+
+    full = PolicyPromptAgent(Inner(), tokenizer, PromptSpec(max_prompt_tokens=None, max_tool_results=2, tool_result_fields=None)).messages(messages)
+    assert second(whole) == {"name": "hotel 1", "area": "north"} and second(full) == observation["results"][1]
+    assert full == compact(messages, DataSpec(sources=(), max_history_messages=None, tool_results=ToolResultsSpec(max_results=2, fields=None)))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,110 @@
+"""Claims checked against what the policy saw (pipelines/evaluation/grounding.py): the runner's
+messages rebuilt from an episode's events equal those the agent was given; each stated attribute
+is right or wrong, with its value in the prompt or not; and the README's account of the partial
+H100 run is computed from that run's committed episodes (benchmarks/grounding.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.episodes.formats import AgentAction, get_format
+from pipelines.evaluation.grounding import claims, grounding_table, replies
+from pipelines.speaker.phrasing import reqt_answer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_messages_rebuilt_from_the_events_are_those_the_agent_was_given(small_corpus):
+    from dataclasses import asdict
+
+    from pipelines.env.tools import Database
+    from pipelines.episodes.agents import ReplayAgent
+    from pipelines.episodes.runner import EpisodeSpec, run_episodes_sync
+    from pipelines.simulators.agenda import AgendaSimulator
+
+    given = []
+
+    class ThinkingReplay(ReplayAgent):
+        """The gold replay, with a reasoning before every output; keeps the messages it is given
+        before each plain response."""
+
+        def actions(self, context):
+            actions = [AgentAction.think(f"step {context.turn}.{context.step}"), *super().actions(context)]
+            if any(a.kind == "respond" for a in actions):
+                given.append((context.episode_id, list(context.messages[1:])))  # the runner's system prompt: replaced in any view
+            return actions
+
+    database = Database(small_corpus.entities, small_corpus.taxi_options)
+    dialogues = [d for d in small_corpus.dialogues if d.split == "test"][:4]
+    fmt = get_format("speakrl")
+    episodes = run_episodes_sync([EpisodeSpec.from_dialogue(d) for d in dialogues], ThinkingReplay(fmt, database=database),
+                                 AgendaSimulator(database), database)
+    rebuilt = [(episode.episode_id, messages) for episode in episodes for _, messages, _ in replies([asdict(e) for e in episode.events], fmt)]
+    given.sort(key=lambda pair: [e.episode_id for e in episodes].index(pair[0]))  # episodes play concurrently
+    assert len(rebuilt) == len(given) > 4
+    assert rebuilt == [(episode, [dict(m) for m in messages]) for episode, messages in given]
+    assert any(m["content"].startswith("<tool_response>") for _, ms in given for m in ms)
+
+
+def _events(said_postcode: str, venue: str = "lucky inn") -> list[dict]:
+    observation = {"count": 2, "results": [{"name": "lucky inn", "postcode": "cb49xw", "phone": "01223000001"},
+                                           {"name": "red house", "postcode": "cb11aa", "phone": "01223000002"}]}
+    return [
+        {"kind": "user", "actor": "user", "turn": 0, "text": "a cheap hotel"},
+        {"kind": "tool_call", "actor": "agent", "turn": 1, "tool_name": "query_hotel", "arguments_json": json.dumps({"pricerange": "cheap"})},
+        {"kind": "observation", "actor": "environment", "turn": 1, "tool_name": "query_hotel", "observation_json": json.dumps(observation)},
+        {"kind": "respond", "actor": "agent", "turn": 1, "text": "I recommend lucky inn."},
+        {"kind": "user", "actor": "user", "turn": 2, "text": "Its postcode and phone number?"},
+        {"kind": "think", "actor": "agent", "turn": 3, "text": "The results have them."},
+        {"kind": "respond", "actor": "agent", "turn": 3, "text": reqt_answer(venue, {"postcode": said_postcode, "phone": "01223000001"})},
+    ]
+
+
+def test_each_stated_attribute_is_right_or_wrong_with_its_value_in_the_prompt_or_not():
+    fmt = get_format("speakrl")
+    everything = claims("e", _events("cb49xw"), fmt, lambda messages: messages)
+    assert [(c.slot, c.said, c.truth, c.outcome) for c in everything] == [
+        ("postcode", "cb49xw", "cb49xw", "right_in_prompt"), ("phone", "01223000001", "01223000001", "right_in_prompt")]
+    # A view that kept only the last user turn: the results are not in the prompt.
+    last_only = claims("e", _events("cb16yq"), fmt, lambda messages: messages[-1:])
+    assert [c.outcome for c in last_only] == ["wrong_not_in_prompt", "right_not_in_prompt"]
+    assert grounding_table(last_only) == {"claims": 2, "right_in_prompt": 0, "right_not_in_prompt": 1, "wrong_in_prompt": 0,
+                                          "wrong_not_in_prompt": 1, "no_record": 0}
+    assert grounding_table(last_only, ["postcode"])["claims"] == 1
+    # A venue the episode never looked up has no record to check against.
+    assert [c.outcome for c in claims("e", _events("cb49xw", venue="merry cantina"), fmt, lambda m: m)] == ["no_record", "no_record"]
+    # The first plain response states nothing in the answer shape.
+    assert [turn for turn, _, _ in replies(_events("x"), fmt)] == [1, 3]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("grounding_benchmark", ROOT / "benchmarks" / "grounding.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_readme_gives_the_committed_runs_grounding():
+    pytest.importorskip("gguf")
+    bench = _benchmark()
+    rows = {(r["prompt_tokens"], r["fields"]): r for r in bench.grounding_rows(bench.DEFAULT, [576, 1536], ["reduced", "whole"], ["sft"],
+                                                                                 ["phone", "postcode", "address"])}
+    seen, wider = rows[(576, "reduced")], rows[(1536, "whole")]
+    # What the model saw: right exactly when the value was in its prompt.
+    assert seen["right_not_in_prompt"] == seen["wrong_in_prompt"] == 0
+    readme = _flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    stated = [
+        f"{seen['claims']} phone numbers, postcodes and addresses",
+        f"{seen['right_in_prompt']} right, each with the value in its prompt, {seen['wrong_not_in_prompt']} wrong, each without",
+        f"{wider['wrong_in_prompt']} of the {seen['wrong_not_in_prompt']} wrong ones",
+    ]
+    missing = [line for line in stated if line not in readme]
+    assert not missing, missing
