@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.episodes.formats import CLARIFY, END, RESPOND, THINK, TOOL_CALL, AgentAction, AgentFormat, Malformed
 
+#: How the runner records a backend failure (a malformed event with no text), which the agent's history does not show.
+NO_OUTPUT = "the agent produced no output"
 #: What a claim is counted as: right or wrong, with the record's value in the prompt or not.
 OUTCOMES: tuple[str, ...] = ("right_in_prompt", "right_not_in_prompt", "wrong_in_prompt", "wrong_not_in_prompt", "no_record")
 
@@ -90,8 +92,9 @@ def replies(events: Sequence[Mapping[str, Any]], fmt: AgentFormat) -> Iterable[t
             messages.append(fmt.observation_message(call, json.loads(event["observation_json"])))
         elif kind in ("malformed", "truncated"):
             pending.clear()
-            messages.append({"role": "assistant", "content": text})
-            messages.append(fmt.feedback_message(Malformed(event.get("detail") or "", text)))
+            if text or not str(event.get("detail") or "").startswith(NO_OUTPUT):  # after a backend failure: nothing shown
+                messages.append({"role": "assistant", "content": text})
+                messages.append(fmt.feedback_message(Malformed(event.get("detail") or "", text)))
         elif kind == "fallback" and actor == "agent":
             pending.clear()
             messages.append({"role": "assistant", "content": fmt.render((AgentAction(RESPOND, text),))[0]})

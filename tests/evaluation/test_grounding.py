@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.episodes.formats import AgentAction, get_format
+from pipelines.episodes.formats import AgentAction, Malformed, get_format
 from pipelines.evaluation.grounding import claims, grounding_table, replies
 from pipelines.speaker.phrasing import reqt_answer
 
@@ -79,6 +79,13 @@ def test_each_stated_attribute_is_right_or_wrong_with_its_value_in_the_prompt_or
     assert [c.outcome for c in claims("e", _events("cb49xw", venue="merry cantina"), fmt, lambda m: m)] == ["no_record", "no_record"]
     # The first plain response states nothing in the answer shape.
     assert [turn for turn, _, _ in replies(_events("x"), fmt)] == [1, 3]
+    # A malformed output is in the history with the feedback the runner gave; a backend failure
+    # (no output) is not.
+    events = _events("x")
+    events[5:5] = [{"kind": "malformed", "actor": "agent", "turn": 3, "text": "<clarify>oops", "detail": "<clarify> is not closed"},
+                   {"kind": "malformed", "actor": "agent", "turn": 3, "text": None, "detail": "the agent produced no output (timeout)"}]
+    *_, (_, before, _) = replies(events, fmt)
+    assert before[-2:] == [{"role": "assistant", "content": "<clarify>oops"}, fmt.feedback_message(Malformed("<clarify> is not closed", ""))]
 
 
 def _benchmark():
