@@ -27,11 +27,9 @@ PINNED = {
 
 @pytest.fixture(scope="module")
 def rows():
-    import importlib.util
+    from tests.benchmark_support import load_benchmark
 
-    spec = importlib.util.spec_from_file_location("gold_replay_causes", REPO / "benchmarks" / "gold_replay_causes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("gold_replay_causes")
     settings = read_params("gold_replay", REPO / "params.yaml")
     rows = module.verdicts(REAL_VAL_DIR, REAL_DB, settings["simulator"], int(settings.get("max_exchanges", 20)))
     return rows, module.cause_counts(rows)

@@ -13,22 +13,18 @@ the real corpus, the cost of the pin).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.benchmark_support import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def benchmark():
-    spec = importlib.util.spec_from_file_location("askflow_reproducibility_benchmark", ROOT / "benchmarks" / "reproducibility.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("reproducibility")
 
 
 def cpu_flags() -> set[str]:

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from tests.benchmark_support import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted((ROOT / "reports" / "kernels").glob("*.json"))
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("kernel_fingerprint", ROOT / "benchmarks" / "kernel_fingerprint.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("kernel_fingerprint")
 
 
 def test_compare_names_the_blocks_that_differ():

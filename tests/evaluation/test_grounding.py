@@ -5,17 +5,14 @@ H100 run is computed from that run's committed episodes (benchmarks/grounding.py
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from pipelines.episodes.formats import AgentAction, Malformed, get_format
 from pipelines.evaluation.grounding import claims, grounding_table, replies
 from pipelines.speaker.phrasing import reqt_answer
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_support import ROOT, flat, load_benchmark
 
 
 def test_the_messages_rebuilt_from_the_events_are_those_the_agent_was_given(small_corpus):
@@ -88,26 +85,15 @@ def test_each_stated_attribute_is_right_or_wrong_with_its_value_in_the_prompt_or
     assert before[-2:] == [{"role": "assistant", "content": "<clarify>oops"}, fmt.feedback_message(Malformed("<clarify> is not closed", ""))]
 
 
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("grounding_benchmark", ROOT / "benchmarks" / "grounding.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _flat(text: str) -> str:
-    return " ".join(text.split())
-
-
 def test_the_readme_gives_the_committed_runs_grounding():
     pytest.importorskip("gguf")
-    bench = _benchmark()
+    bench = load_benchmark("grounding")
     rows = {(r["prompt_tokens"], r["fields"]): r for r in bench.grounding_rows(bench.DEFAULT, [576, 1536], ["reduced", "whole"], ["sft"],
                                                                                  ["phone", "postcode", "address"])}
     seen, wider = rows[(576, "reduced")], rows[(1536, "whole")]
     # What the model saw: right exactly when the value was in its prompt.
     assert seen["right_not_in_prompt"] == seen["wrong_in_prompt"] == 0
-    readme = _flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
     stated = [
         f"{seen['claims']} phone numbers, postcodes and addresses",
         f"{seen['right_in_prompt']} right, each with the value in its prompt, {seen['wrong_not_in_prompt']} wrong, each without",

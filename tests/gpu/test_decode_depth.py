@@ -4,28 +4,18 @@ its decode-depth figures are computed from that run's episode tables
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_support import ROOT, flat, load_benchmark
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("decode_depth", ROOT / "benchmarks" / "decode_depth.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _flat(text: str) -> str:
-    return " ".join(text.split())
+    return load_benchmark("decode_depth")
 
 
 def test_the_readme_gives_the_committed_runs_decode_depth():
     bench = _benchmark()
     rows = {row["model"]: row for row in bench.depth_table(bench.DEFAULT, [1, 6], 5.0)}
     sft, zero = rows["sft"], rows["zero_shot"]
-    readme = _flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
     stated = [
         f"come to {sft['steps'][1]:,} such sequential steps ({sft['calls']:,} agent calls, {sft['tokens']:,} tokens) "
         f"and took {sft['wall_s']:.1f} s: {sft['ms_per_step']:.1f} ms a step;",
