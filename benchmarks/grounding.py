@@ -27,8 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipelines.training.config import DISTINGUISHING_FIELDS  # noqa: E402 (after the path)
+
 DEFAULT = ROOT / "reports" / "gpu" / "2026-11-26_nvidia-h100-80gb-hbm3_speakrl_partial" / "evaluate"
-FIELDS = {"reduced": "distinguishing fields", "whole": None}
+#: How the second kept search result is cut: to the fields that tell results apart, or not at all.
+FIELDS = {"reduced": DISTINGUISHING_FIELDS, "whole": None}
 
 
 def smollm2_tokenizer():
@@ -50,7 +53,6 @@ def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agent
     from pipelines.episodes.formats import get_format
     from pipelines.evaluation.agent import PromptSpec, policy_view
     from pipelines.evaluation.grounding import claims, grounding_table
-    from pipelines.training.config import DISTINGUISHING_FIELDS
 
     tokenizer = tokenizer or smollm2_tokenizer()
     episodes = pq.read_table(directory / "episodes.parquet", columns=["episode_id", "agent", "agent_format"]).to_pylist()
@@ -65,8 +67,7 @@ def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agent
         fmt = get_format(mine[0]["agent_format"])
         for budget in budgets:
             for name in fields:
-                spec = PromptSpec(max_prompt_tokens=budget, max_tool_results=2,
-                                  tool_result_fields=DISTINGUISHING_FIELDS if name == "reduced" else None)
+                spec = PromptSpec(max_prompt_tokens=budget, max_tool_results=2, tool_result_fields=FIELDS[name])
                 found = [c for e in mine for c in claims(e["episode_id"], events[e["episode_id"]], fmt,
                                                            lambda m, spec=spec: policy_view(m, tokenizer, spec))]
                 rows.append({"model": agent, "prompt_tokens": budget, "fields": name, **grounding_table(found, slots)})
@@ -78,11 +79,10 @@ def sft_rows(path: Path, lengths: list[int], fields: list[str], tokenizer=None) 
     many state a value their fitted prompt lacks."""
     import pyarrow.parquet as pq
 
-    from pipelines.speaker.phrasing import parse_reqt_answer
-    from pipelines.training.config import DISTINGUISHING_FIELDS, DataSpec, SourceSpec, ToolResultsSpec
-    from pipelines.training.data import TokenCounter, prepare_source
-
     from pipelines.episodes.formats import RESPOND, get_format
+    from pipelines.speaker.phrasing import parse_reqt_answer
+    from pipelines.training.config import DataSpec, SourceSpec, ToolResultsSpec
+    from pipelines.training.data import TokenCounter, prepare_source
 
     fmt = get_format("speakrl")
 
@@ -101,7 +101,7 @@ def sft_rows(path: Path, lengths: list[int], fields: list[str], tokenizer=None) 
         for name in fields:
             source = SourceSpec(str(path))
             spec = DataSpec(sources=(source,), max_history_messages=None,
-                            tool_results=ToolResultsSpec(2, DISTINGUISHING_FIELDS if name == "reduced" else None))
+                            tool_results=ToolResultsSpec(2, FIELDS[name]))
             prepared = prepare_source(answers, table.column_names, source, "sft", spec, TokenCounter(tokenizer), length)
             missing = 0
             for row in prepared.train:

@@ -25,9 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.episodes.formats import CLARIFY, END, RESPOND, THINK, TOOL_CALL, AgentAction, AgentFormat, Malformed
-
-#: How the runner records a backend failure (a malformed event with no text), which the agent's history does not show.
-NO_OUTPUT = "the agent produced no output"
+from pipelines.evaluation.metrics import AGENT_NO_OUTPUT
 #: What a claim is counted as: right or wrong, with the record's value in the prompt or not.
 OUTCOMES: tuple[str, ...] = ("right_in_prompt", "right_not_in_prompt", "wrong_in_prompt", "wrong_not_in_prompt", "no_record")
 
@@ -92,7 +90,7 @@ def replies(events: Sequence[Mapping[str, Any]], fmt: AgentFormat) -> Iterable[t
             messages.append(fmt.observation_message(call, json.loads(event["observation_json"])))
         elif kind in ("malformed", "truncated"):
             pending.clear()
-            if text or not str(event.get("detail") or "").startswith(NO_OUTPUT):  # after a backend failure: nothing shown
+            if text or not str(event.get("detail") or "").startswith(AGENT_NO_OUTPUT):  # after a backend failure: nothing shown
                 messages.append({"role": "assistant", "content": text})
                 messages.append(fmt.feedback_message(Malformed(event.get("detail") or "", text)))
         elif kind == "fallback" and actor == "agent":
@@ -111,13 +109,15 @@ def claims(
     from pipelines.speaker.phrasing import parse_reqt_answer
 
     found: list[Claim] = []
-    observations = [e for e in events if e["kind"] == "observation"]
+    # Every search result with the turn it came back in, parsed once.
+    results = [(e["turn"], r) for e in events if e["kind"] == "observation"
+               for r in _results(json.loads(e["observation_json"]))]
     for turn, messages, text in replies(events, fmt):
         parsed = parse_reqt_answer(text)
         if parsed is None:
             continue
         venue, stated = parsed
-        record = _record(observations, turn, venue)
+        record = _record(results, turn, venue)
         seen = "\n".join(str(m.get("content") or "") for m in view(messages))
         for slot, said in stated.items():
             truth = None if record is None or record.get(slot) in (None, "", "?") else str(record[slot])
@@ -125,17 +125,16 @@ def claims(
     return found
 
 
-def _record(observations: Sequence[Mapping[str, Any]], turn: int, venue: str) -> dict[str, Any] | None:
+def _results(observation: Any) -> list[dict[str, Any]]:
+    results = observation.get("results") if isinstance(observation, dict) else None
+    return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+
+
+def _record(results: Sequence[tuple[int, Mapping[str, Any]]], turn: int, venue: str) -> Mapping[str, Any] | None:
     """The latest search result named ``venue`` (or with that train id) up to ``turn``."""
-    found = None
-    for event in observations:
-        if event["turn"] > turn:
-            break
-        results = json.loads(event["observation_json"]).get("results")
-        for result in results if isinstance(results, list) else ():
-            if isinstance(result, dict) and venue.lower() in (str(result.get("name", "")).lower(), str(result.get("trainID", "")).lower()):
-                found = result
-    return found
+    names = venue.lower()
+    return next((r for t, r in reversed(results) if t <= turn and names in (str(r.get("name", "")).lower(), str(r.get("trainID", "")).lower())),
+                None)
 
 
 def grounding_table(found: Iterable[Claim], slots: Sequence[str] | None = None) -> dict[str, int]:
