@@ -5,7 +5,8 @@
     python benchmarks/grounding.py --sft data/processed/speaker/speaker_sft.parquet [--max-length 640 1024]
 
 EVALUATE_DIR holds ``episodes.parquet`` and ``episode_events.parquet`` as an evaluation writes
-them (default: the partial H100 run of 2026-11-26 under reports/gpu/). For every prompt setting
+them, or the ``evaluate_sft_`` ones of a GPU job stopped before its last evaluation (default:
+the partial H100 run of 2026-11-26 under reports/gpu/). For every prompt setting
 (each ``--prompt-tokens`` budget with each ``--fields`` way of cutting search results: the second
 and later kept results reduced to the distinguishing fields, or whole; two results kept), it
 prints, per model, the venue attributes its replies stated (``pipelines.evaluation.grounding``):
@@ -43,6 +44,16 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
+def episode_tables(directory: Path) -> tuple[Path, Path]:
+    """The episodes and events an evaluation left in ``directory``: the GPU job's whole
+    evaluation (``episodes.parquet``), or, of a job stopped before it, the SFT model's
+    (``evaluate_sft_episodes.parquet``)."""
+    for prefix in ("", "evaluate_sft_"):
+        if (directory / f"{prefix}episodes.parquet").is_file():
+            return directory / f"{prefix}episodes.parquet", directory / f"{prefix}episode_events.parquet"
+    raise SystemExit(f"{directory}: neither episodes.parquet nor evaluate_sft_episodes.parquet is there")
+
+
 def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agents: list[str] | None, slots: list[str] | None,
                    tokenizer=None) -> list[dict]:
     """One row per (model, budget, fields): the claim counts of :func:`grounding_table`."""
@@ -55,9 +66,10 @@ def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agent
     from pipelines.evaluation.grounding import claims, grounding_table
 
     tokenizer = tokenizer or smollm2_tokenizer()
-    episodes = pq.read_table(directory / "episodes.parquet", columns=["episode_id", "agent", "agent_format"]).to_pylist()
+    episodes_path, events_path = episode_tables(directory)
+    episodes = pq.read_table(episodes_path, columns=["episode_id", "agent", "agent_format"]).to_pylist()
     events = defaultdict(list)
-    for event in sorted(pq.read_table(directory / "episode_events.parquet").to_pylist(), key=lambda e: (e["episode_id"], e["event_index"])):
+    for event in sorted(pq.read_table(events_path).to_pylist(), key=lambda e: (e["episode_id"], e["event_index"])):
         events[event["episode_id"]].append(event)
     rows = []
     for agent in dict.fromkeys(e["agent"] for e in episodes):
@@ -76,38 +88,30 @@ def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agent
 
 def sft_rows(path: Path, lengths: list[int], fields: list[str], tokenizer=None) -> list[dict]:
     """One row per (max_length, fields): training rows answering in the attribute shape, and how
-    many state a value their fitted prompt lacks."""
+    many state a value their fitted prompt lacks: the rows ``DataSpec.drop_ungrounded`` leaves
+    out (:func:`pipelines.training.data.ungrounded_values`)."""
     import pyarrow.parquet as pq
 
-    from pipelines.episodes.formats import RESPOND, get_format
     from pipelines.speaker.phrasing import parse_reqt_answer
     from pipelines.training.config import DataSpec, SourceSpec, ToolResultsSpec
     from pipelines.training.data import TokenCounter, prepare_source
 
-    fmt = get_format("speakrl")
-
-    def stated(row: dict) -> dict[str, str] | None:
-        # The reply's text, past its reasoning.
-        actions = fmt.parse(row["completion"][-1]["content"], ())
-        text = next((a.text for a in actions if a.kind == RESPOND), None) if isinstance(actions, tuple) else None
-        parsed = parse_reqt_answer(text) if text else None
-        return parsed[1] if parsed else None
-
     tokenizer = tokenizer or smollm2_tokenizer()
     table = pq.read_table(path)
-    answers = [r for r in table.to_pylist() if stated(r)]
+    def states(row: dict) -> bool:  # the target's reply, past its reasoning, states an attribute
+        parsed = parse_reqt_answer(row["completion"][-1]["content"].split("</think>")[-1].strip())
+        return bool(parsed and parsed[1])
+
+    answers = [r for r in table.to_pylist() if states(r)]  # only these go through the tokenizer
     rows = []
     for length in lengths:
         for name in fields:
             source = SourceSpec(str(path))
-            spec = DataSpec(sources=(source,), max_history_messages=None,
-                            tool_results=ToolResultsSpec(2, FIELDS[name]))
-            prepared = prepare_source(answers, table.column_names, source, "sft", spec, TokenCounter(tokenizer), length)
-            missing = 0
-            for row in prepared.train:
-                seen = "\n".join(m["content"] for m in row["prompt"])
-                missing += any(value not in seen for value in stated(row).values())
-            rows.append({"max_length": length, "fields": name, "rows": len(prepared.train), "value_not_in_prompt": missing})
+            spec = DataSpec(sources=(source,), max_history_messages=None, tool_results=ToolResultsSpec(2, FIELDS[name]),
+                            drop_ungrounded=True)
+            stats = prepare_source(answers, table.column_names, source, "sft", spec, TokenCounter(tokenizer), length).stats
+            missing = stats["train_dropped_ungrounded"]
+            rows.append({"max_length": length, "fields": name, "rows": stats["train"] + missing, "value_not_in_prompt": missing})
     return rows
 
 

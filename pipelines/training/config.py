@@ -193,7 +193,10 @@ class DataSpec:
     if the example is still longer than ``OptimSpec.max_length`` tokens, the oldest history
     goes first, the completion is never cut, and an example that cannot fit is dropped
     (and counted). ``tool_results``: shorten tool observations in prompts (None keeps them
-    whole)."""
+    whole). ``drop_ungrounded``: leave out (and count) an SFT row whose target states a
+    venue's attribute that its fitted prompt does not hold
+    (:func:`pipelines.training.data.ungrounded_values`): such a row teaches the model to say
+    what it has not seen."""
 
     sources: tuple[SourceSpec, ...]
     holdout: HoldoutSpec = HoldoutSpec()
@@ -201,6 +204,7 @@ class DataSpec:
     max_history_messages: int | None = 6
     tool_results: ToolResultsSpec | None = None
     seed: int = 0
+    drop_ungrounded: bool = field(default=False, metadata={"omit_if_default": True})
 
 
 # --- Optimisation and device ----------------------------------------------------------------
@@ -413,6 +417,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.output.check("output", TRAIN_OUTPUTS)  # a run writes its model, metrics and curve
+        if self.data.drop_ungrounded and (self.method != "sft" or any(source.windows for source in self.data.sources)):
+            # GRPO's completions are generated, a preference pair's rejected side may state
+            # anything, and each target of a dialogue window sees its own part of the window.
+            raise ConfigError(f"{self.method}: data.drop_ungrounded is for sft prompt-completion rows (not dialogue windows)")
 
     def resolved_objective(self) -> Objective:
         return self.objective if self.objective is not None else OBJECTIVES[self.method]()

@@ -321,6 +321,37 @@ def compact(prompt: Messages, spec: DataSpec, source: SourceSpec | None = None, 
                            keep_reasoning=keep_reasoning)
 
 
+def ungrounded_values(prompt: Messages, completion: Messages, grammar: str = "speakrl") -> list[str]:
+    """The values a completion's reply states in SpeakER's answer shape (``For <venue>: the
+    <slot> is <value>; ...``, :func:`pipelines.speaker.phrasing.parse_reqt_answer`) that no
+    message of ``prompt`` holds. A training row with any teaches the model to state what it
+    has not seen (``DataSpec.drop_ungrounded``); the evaluated SFT model did just that when its
+    prompt lacked the search result (``benchmarks/grounding.py``). ``grammar`` names the agent
+    format the reply is written in (a reply in another grammar is read whole).
+
+    >>> reply = [{"role": "assistant", "content": "<think>It is in the results.</think>\\n"
+    ...           "For lucky inn: the phone number is 01223 4567; the postcode is cb11aa. Is there anything else?"}]
+    >>> ungrounded_values([{"role": "user", "content": '{"name": "lucky inn", "phone": "01223 4567"}'}], reply)
+    ['cb11aa']
+    >>> ungrounded_values([{"role": "user", "content": "Book it."}], [{"role": "assistant", "content": "Booked."}])
+    []
+    """
+    from pipelines.episodes.formats import FORMATS, RESPOND, get_format
+    from pipelines.speaker.phrasing import parse_reqt_answer
+
+    fmt = get_format(grammar) if grammar in FORMATS else None
+    seen = "\n".join(str(message.get("content") or "") for message in prompt)
+    missing: list[str] = []
+    for message in completion:
+        content = str(message.get("content") or "")
+        actions = fmt.parse(content) if fmt is not None else None
+        texts = [a.text for a in actions if a.kind == RESPOND] if isinstance(actions, tuple) else [content]
+        for text in texts:
+            parsed = parse_reqt_answer(text)
+            missing += [value for value in (parsed[1].values() if parsed else ()) if value not in seen]
+    return missing
+
+
 # --- Sources -> rows -------------------------------------------------------------------------
 
 
@@ -491,25 +522,27 @@ def prepare_source(
     heldout_rows.sort(key=lambda r: holdout_score(f"{r[spec.holdout.key]}/{r.get('step', '')}", spec.holdout.salt))
     stats["heldout_rows"] = len(heldout_rows)
 
-    def fitted(candidates: list[Row], limit: int | None) -> tuple[list[Row], int]:
-        kept, dropped, start = [], 0, 0
+    def fitted(candidates: list[Row], limit: int | None, part: str) -> list[Row]:
+        kept, start = [], 0
+        dropped = {TOO_LONG: 0, **({UNGROUNDED: 0} if spec.drop_ungrounded else {})}
         job = _FitJob(layout, source, spec, count, max_length, reserve)
         while start < len(candidates) and (limit is None or len(kept) < limit):
             # Only as many rows as are still wanted (a dropped row makes another round).
             end = len(candidates) if limit is None else min(len(candidates), start + limit - len(kept))
             for row in fit_rows(job, candidates[start:end], workers):
-                if row is None:
-                    dropped += 1
+                if isinstance(row, str):
+                    dropped[row] += 1
                 else:
                     kept.append(row)
             start = end
-        return kept, dropped
+        stats.update({f"{part}_dropped_{why}": n for why, n in dropped.items()})
+        return kept
 
     if source.windows:
         train = _prepare_windows(rows, source, spec, count, max_length, stats)
     else:
-        train, stats["train_dropped_too_long"] = fitted(train_rows, source.max_rows)
-    heldout, stats["heldout_dropped_too_long"] = fitted(heldout_rows, max_heldout)
+        train = fitted(train_rows, source.max_rows, "train")
+    heldout = fitted(heldout_rows, max_heldout, "heldout")
     stats["train"] = len(train)
     stats["heldout"] = len(heldout)
     return SourceRows(source.name, layout, train, heldout, stats, windows=source.windows, grammar=source.grammar)
@@ -526,28 +559,36 @@ class _FitJob:
     max_length: int
     reserve: int
 
-    def __call__(self, row: Row) -> Row | None:
+    def __call__(self, row: Row) -> Row | str:
         row = _normalize(row, self.layout, self.source)
         prompt = fit_prompt(compact(row["prompt"], self.spec, self.source), _completions(row, self.layout), self.count, self.max_length, self.reserve)
-        return None if prompt is None else {**row, "prompt": prompt}
+        if prompt is None:
+            return TOO_LONG
+        if self.spec.drop_ungrounded and ungrounded_values(prompt, row["completion"], self.source.grammar):
+            return UNGROUNDED
+        return {**row, "prompt": prompt}
+
+
+#: Why :class:`_FitJob` leaves a row out (the stats count ``<part>_dropped_<why>``).
+TOO_LONG, UNGROUNDED = "too_long", "ungrounded"
 
 
 _FORKED_JOB: _FitJob | None = None  # the job a forked worker inherits (a tokenizer does not pickle cheaply)
 
 
-def _fit_in_worker(row: Row) -> Row | None:
+def _fit_in_worker(row: Row) -> Row | str:
     assert _FORKED_JOB is not None
     return _FORKED_JOB(row)
 
 
-def fit_rows(job: Callable[[Row], Row | None], rows: Sequence[Row], workers: int | None = None, chunk: int = 64) -> Iterable[Row | None]:
-    """``job`` applied to every row, in order (None for a row that cannot fit). With
+def fit_rows(job: Callable[[Row], Row | str], rows: Sequence[Row], workers: int | None = None, chunk: int = 64) -> Iterable[Row | str]:
+    """``job`` applied to every row, in order (the fitted row, or why it was left out). With
     ``workers`` > 1 and the ``fork`` start method, in that many processes: a fork shares the
     tokenizer with the workers instead of pickling it, and tokenizing is pure CPU work the
     GIL would serialise in threads. Without ``fork`` (Windows, macOS defaults) it runs here.
 
-    >>> list(fit_rows(lambda r: r if r["n"] % 2 else None, [{"n": n} for n in range(4)], workers=2))
-    [None, {'n': 1}, None, {'n': 3}]
+    >>> list(fit_rows(lambda r: r if r["n"] % 2 else TOO_LONG, [{"n": n} for n in range(4)], workers=2))
+    ['too_long', {'n': 1}, 'too_long', {'n': 3}]
     """
     import multiprocessing
 

@@ -101,3 +101,16 @@ def test_the_readme_gives_the_committed_runs_grounding():
     ]
     missing = [line for line in stated if line not in readme]
     assert not missing, missing
+
+
+def test_a_job_stopped_before_its_last_evaluation_is_read_from_the_sft_models_tables(tmp_path):
+    import shutil
+
+    bench = load_benchmark("grounding")
+    with pytest.raises(SystemExit, match="evaluate_sft_episodes.parquet"):
+        bench.episode_tables(tmp_path)
+    for name in ("episodes", "episode_events"):
+        shutil.copy(bench.DEFAULT / f"{name}.parquet", tmp_path / f"evaluate_sft_{name}.parquet")
+    assert bench.episode_tables(tmp_path) == (tmp_path / "evaluate_sft_episodes.parquet", tmp_path / "evaluate_sft_episode_events.parquet")
+    shutil.copy(bench.DEFAULT / "episodes.parquet", tmp_path / "episodes.parquet")  # the whole evaluation, once there, first
+    assert bench.episode_tables(tmp_path)[0] == tmp_path / "episodes.parquet"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipelines.errors import ConfigError, DataError
@@ -188,3 +190,50 @@ def test_prompts_fitted_in_worker_processes_are_the_serial_ones(max_rows):
     assert (forked.train, forked.heldout, forked.stats) == (serial.train, serial.heldout, serial.stats)
     if max_rows is not None:
         assert len(forked.train) == max_rows
+
+
+def test_rows_whose_target_states_what_the_fitted_prompt_lacks_are_left_out_when_asked():
+    from pipelines.speaker.phrasing import reqt_answer
+    from pipelines.training.config import ModelSpec, TrainConfig, config_dict, method_outputs
+
+    result = '<tool_response>\n{"count": 1, "results": [{"name": "lucky inn", "phone": "01223 4567", "postcode": "cb11aa"}]}\n</tool_response>'
+    history = [msg("user", "I need a guesthouse in the north, please. " * 3), msg("assistant", '<tool_call>{"name": "find_hotel"}</tool_call>'),
+               msg("user", result), msg("assistant", "<think>One match.</think>\nLucky inn is a guesthouse in the north."),
+               msg("user", "What is its phone number?")]
+
+    def row(i, split, answer):
+        return {"dialogue_id": f"D{i:03d}.json", "split": split, "step": 3, "prompt": history,
+                "completion": [msg("assistant", f"<think>The results have it.</think>\n{answer}")]}
+
+    right = reqt_answer("lucky inn", {"phone": "01223 4567"})
+    invented = reqt_answer("lucky inn", {"phone": "01223 9999"})
+    rows = [row(0, "train", right), row(1, "train", invented), row(2, "train", "Anything else I can help with?"),
+            row(3, "val", invented)]
+    columns = list(rows[0])
+    spec = replace(SPEC, drop_ungrounded=True)
+    whole = chars(history + rows[0]["completion"]) + 10
+    prepared = prepare_source(rows, columns, SourceSpec("sft.parquet"), "sft", spec, chars, whole)
+    assert sorted(r["dialogue_id"] for r in prepared.train) == ["D000.json", "D002.json"]  # (shuffled)
+    assert prepared.heldout == []
+    assert (prepared.stats["train_dropped_ungrounded"], prepared.stats["heldout_dropped_ungrounded"]) == (1, 1)
+    # Fitted tighter, older messages go, the search result with them: the right answer's
+    # row now states a phone its prompt lacks. Kept by default (what it teaches), left out when asked.
+    tight = chars(history[-1:] + rows[0]["completion"]) + 5  # only the question is left
+    kept = prepare_source(rows, columns, SourceSpec("sft.parquet"), "sft", SPEC, chars, tight)
+    by_id = {r["dialogue_id"]: r for r in kept.train}
+    assert len(by_id) == 3 and result not in [m["content"] for m in by_id["D000.json"]["prompt"]]
+    assert not any("ungrounded" in key for key in kept.stats)  # the default's stats as before the option
+    left = prepare_source(rows, columns, SourceSpec("sft.parquet"), "sft", spec, chars, tight)
+    assert [r["dialogue_id"] for r in left.train] == ["D002.json"] and left.stats["train_dropped_ungrounded"] == 2
+    assert left.stats["train_dropped_too_long"] == 0
+
+    # Only for SFT prompt-completion rows; reports written before the option stay as they were.
+    def config(method, data):
+        return TrainConfig(method=method, model=ModelSpec(path="m"), data=data, output=method_outputs(method, "models", "reports"))
+
+    with pytest.raises(ConfigError, match="drop_ungrounded"):
+        config("dpo", replace(spec, sources=(SourceSpec("dpo.parquet"),)))
+    with pytest.raises(ConfigError, match="drop_ungrounded"):
+        config("sft", replace(spec, sources=(SourceSpec("sft.parquet", windows=True),)))
+    assert config_dict(config("sft", spec).data)["drop_ungrounded"] is True
+    assert "drop_ungrounded" not in config_dict(config("sft", SPEC).data)
