@@ -154,9 +154,11 @@ def parse_section(section: Mapping[str, Any] | TrainSectionConfig, where: str) -
     return from_params(TrainSectionConfig, section, where, without=NOT_IN_GPU_SECTION)
 
 
-def conversation_env(section: Mapping[str, Any] | TrainSectionConfig, method: str, where: str) -> ConversationEnv | None:
-    """A GRPO section's ``env`` (multi-turn: the conversations are the data), checked; None
-    for a section trained on Parquet rows."""
+def conversation_env(section: Mapping[str, Any] | TrainSectionConfig, method: str, where: str,
+                     objective: Any = None) -> ConversationEnv | None:
+    """A GRPO section's ``env`` (multi-turn: the conversations are the data), checked against
+    the section's objective (``objective``: as its TrainConfig parsed it; None: parsed here);
+    None for a section trained on Parquet rows."""
     params = parse_section(section, where)
     if params.env is None:
         return None
@@ -165,8 +167,9 @@ def conversation_env(section: Mapping[str, Any] | TrainSectionConfig, method: st
     from catalog.conversations import read_environment
 
     # eval_split / eval_goals are US-GRPO's own evaluation: the job's evaluate stages play the test goals.
-    return read_environment(params.env, from_params(OBJECTIVES["grpo"], params.objective, f"{where}.objective"), where,
-                            without=ENV_NOT_IN_GPU_SECTION)
+    if objective is None:
+        objective = from_params(OBJECTIVES["grpo"], params.objective, f"{where}.objective")
+    return read_environment(params.env, objective, where, without=ENV_NOT_IN_GPU_SECTION)
 
 
 def train_config(method: str, section: Mapping[str, Any] | TrainSectionConfig, *, model_path: str, output_dir: Path,
@@ -212,7 +215,7 @@ def check_profile_inputs(root: Path) -> list[str]:
                     where = f"params.yaml gpu.profiles.{name}.{method}"
                     section = parse_section(with_limit(sections[method], 1), where)
                     config = train_config(method, section, model_path="models/smollm2", output_dir=Path("models") / "gpu", where=where)
-                    conversation_env(section, method, where)
+                    conversation_env(section, method, where, config.resolved_objective())
                     check_inputs(config)
                     checked += [s.path for s in config.data.sources if s.path not in checked]
     return checked
@@ -855,7 +858,8 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
             stage_dir.mkdir(parents=True, exist_ok=True)
             params = parse_section(section, f"{where}.{method}")
             config = train_config(method, params, model_path=str(start), output_dir=stage_dir, where=f"{where}.{method}")
-            report = train(config, epochs=params.epochs, sampler=params.sampler, env=conversation_env(params, method, f"{where}.{method}"))
+            env = conversation_env(params, method, f"{where}.{method}", config.resolved_objective())
+            report = train(config, epochs=params.epochs, sampler=params.sampler, env=env)
             shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
             return report
         return body

@@ -16,6 +16,9 @@ from pipelines.env.checker import DomainResult, GoalResult
 
 USER_END, AGENT_END, TURN_LIMIT = "user_end", "agent_end", "turn_limit"
 ENDED_BY: tuple[str, ...] = (USER_END, AGENT_END, TURN_LIMIT)
+#: How a malformed event's detail begins when the agent's backend failed (no output at all):
+#: the runner writes it, the scores and the JOSH tree count such failures by it.
+AGENT_NO_OUTPUT = "the agent produced no output ("
 
 EVENT_KINDS: tuple[str, ...] = (
     "user",  # a user turn (text: what the user said, END_CONVERSATION removed)

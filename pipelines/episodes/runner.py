@@ -64,7 +64,7 @@ from pipelines.episodes.formats import (
     Message,
     observation_json,
 )
-from pipelines.episodes.records import AGENT_END, TURN_LIMIT, USER_END, Episode, EpisodeEvent
+from pipelines.episodes.records import AGENT_END, AGENT_NO_OUTPUT, TURN_LIMIT, USER_END, Episode, EpisodeEvent
 from pipelines.records import Dialogue, Goal, ToolCall
 from pipelines.simulators.base import SimulatorSession, UserSimulator, UserTurn
 
@@ -246,7 +246,7 @@ class EpisodeState:
             "completion_tokens": output.completion_tokens,
         }
         if output.error is not None:
-            self._reject(Malformed(f"the agent produced no output ({output.error})", ""), output, cost)
+            self._reject(Malformed(f"{AGENT_NO_OUTPUT}{output.error})", ""), output, cost)
             return
         parsed = self.format.parse(output.text, output.tool_calls)
         if isinstance(parsed, Malformed):

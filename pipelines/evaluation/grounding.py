@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipelines.episodes.formats import CLARIFY, END, RESPOND, THINK, TOOL_CALL, AgentAction, AgentFormat, Malformed
-from pipelines.evaluation.metrics import AGENT_NO_OUTPUT
+from pipelines.episodes.records import AGENT_NO_OUTPUT
 #: What a claim is counted as: right or wrong, with the record's value in the prompt or not.
 OUTCOMES: tuple[str, ...] = ("right_in_prompt", "right_not_in_prompt", "wrong_in_prompt", "wrong_not_in_prompt", "no_record")
 

@@ -50,7 +50,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pipelines.episodes.records import Episode
+from pipelines.episodes.records import AGENT_NO_OUTPUT, Episode
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.records import Goal
 from pipelines.rewards.verifiable import ASKS_KNOWN, VerifiableJudge, words
@@ -290,9 +290,6 @@ def avg_over_training_seeds(per_seed: Sequence[Sequence[EpisodeScore]]) -> dict[
     }
     return summary
 
-
-#: How the runner words a malformed output that is an agent backend failure (no output at all).
-AGENT_NO_OUTPUT = "the agent produced no output ("
 
 
 def fault_counts(episodes: Iterable[Episode]) -> dict[str, dict[str, Any]]:

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from pipelines.config import positive_int
 from pipelines.env.toolwoz import ToolWozDatabase, ToolWozEnvironment, call_meets_goal
 from pipelines.episodes.agents import Agent
-from pipelines.episodes.records import EpisodeEvent
+from pipelines.episodes.records import AGENT_NO_OUTPUT, EpisodeEvent
 from pipelines.episodes.runner import DONE, WAITS_FOR_AGENT, EpisodeSpec, EpisodeState, RunnerConfig
 from pipelines.josh.env import RunnerToolWoz
 from pipelines.josh.goals import JoshGoal
@@ -313,7 +313,7 @@ async def harvest_tree(
 def _backend_failure(event: Mapping[str, Any]) -> bool:
     if event["actor"] == "user":
         return event["kind"] == "fallback"
-    return event["kind"] == "malformed" and str(event.get("detail") or "").startswith("the agent produced no output")
+    return event["kind"] == "malformed" and str(event.get("detail") or "").startswith(AGENT_NO_OUTPUT)
 
 
 def _close(branch: _Branch, total: int) -> None:
