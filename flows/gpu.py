@@ -33,7 +33,8 @@ Each stage writes ``results/<stage>.json`` and ``.md`` (the SFT and GRPO reports
 ``results/job.json`` has the hardware, package versions and every stage's status and wall
 time; ``results/manifest.json`` a sha256 of every result file and the commit, for
 ``askflow gpu import``. Both are rewritten after every stage (``finished: false`` until the
-end): a job stopped from outside leaves importable results of the stages it finished. A stage that fails is reported with its error and the stages that do
+end): a job stopped from outside leaves importable results of the stages it finished, and
+``--resume`` (the same results directory) keeps those stages and runs the rest. A stage that fails is reported with its error and the stages that do
 not need it still run (evaluation plays whichever models exist). Models stay on the node
 (``work/models``). This is the same library the Prefect flows call (:mod:`pipelines.training`,
 :mod:`pipelines.evaluation`); only the orchestration differs.
@@ -717,26 +718,63 @@ def evaluate_toolwoz(section: Mapping[str, Any], models: Mapping[str, str], out:
 
 # --- The job ----------------------------------------------------------------------------------
 
+#: How a chain runs one of its stages: ``stage(name, body)`` -> the report, or None when the
+#: stage did not finish ok (:func:`run_stage` with the job's checkpoint and resume).
+StageRunner = Callable[[str, Callable[[], dict[str, Any]]], "dict[str, Any] | None"]
+
 
 @dataclasses.dataclass
 class StageResult:
+    """One stage's state as the job goes. ``makes``: what it leaves on the node that later
+    stages read (a model directory); ``kept``: finished by an earlier run of this job and
+    taken over by a resumed one (:class:`Resume`)."""
+
     name: str
     status: str = "pending"         # ok | failed | skipped | not trained (no rows: not a failure)
     wall_s: float | None = None
     error: str | None = None
     needs: tuple[str, ...] = ()
+    makes: tuple[Path, ...] = ()
+    kept: bool = False
 
     @property
     def failed(self) -> bool:
         return self.status not in ("ok", "not trained")
 
 
+class Resume:
+    """What an earlier, stopped run of the same job finished (``--resume``): its ``job.json``
+    stages. A resumed run keeps the longest prefix of stages that finished ok, whose report
+    is still in ``out`` and whose ``makes`` are still on the node; from the first stage it
+    cannot keep on, every stage runs again (a later stage's results rest on what it made).
+    A stage cut short is never kept: no checkpoint recorded it as ok."""
+
+    def __init__(self, earlier: Mapping[str, Mapping[str, Any]] | None = None):
+        self.earlier = dict(earlier or {})
+
+    def keep(self, result: StageResult, out: Path) -> dict[str, Any] | None:
+        """The stage's earlier report when it is kept, else None (and nothing after it is)."""
+        before = self.earlier.pop(result.name, None)
+        report = out / f"{result.name}.json"
+        if before is None or before.get("status") != "ok" or not report.is_file() or not all(p.exists() for p in result.makes):
+            self.earlier.clear()
+            return None
+        result.status, result.wall_s, result.kept = "ok", before.get("wall_s"), True
+        return json.loads(report.read_text(encoding="utf-8"))
+
+
 def run_stage(result: StageResult, results: dict[str, StageResult], out: Path, body: Callable[[], dict[str, Any]],
-              checkpoint: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
+              checkpoint: Callable[[], None] = lambda: None, resume: Resume | None = None) -> dict[str, Any] | None:
     """Run one stage unless a stage it needs failed; its report (with ``status``, ``wall_s``
     and, on failure, ``error``) goes to ``out/<name>.json`` and ``.md``, then ``checkpoint``
     runs (the job's: job.json and the results' manifest rewritten, so that a job stopped from
-    outside, a lease that ends, leaves importable results of every stage it finished)."""
+    outside, a lease that ends, leaves importable results of every stage it finished).
+    With ``resume``, a stage an earlier run finished is kept instead (:class:`Resume`)."""
+    kept = resume.keep(result, out) if resume is not None else None
+    if kept is not None:
+        log.info("stage %s: ok in an earlier run of this job, kept (%s s then)", result.name, result.wall_s)
+        checkpoint()
+        return kept
     missing = [need for need in result.needs if results[need].status != "ok"]
     if missing:
         # after a stage with nothing to train on, what builds on it is not trained either
@@ -838,18 +876,15 @@ def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[
 
 
 def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
-                      where: str, manifest: Mapping[str, Any], checkpoint: Callable[[], None], info: dict[str, Any]) -> None:
+                      where: str, manifest: Mapping[str, Any], stage: StageRunner, info: dict[str, Any]) -> None:
     """sft -> evaluate_sft -> grpo -> evaluate after convert; the generation limit the data
     set goes into ``info`` (job.json) before the first checkpoint. The zero-shot and SFT models
     are evaluated before GRPO starts, so a lease that ends during GRPO still leaves their
     table (the results are checkpointed after every stage); ``evaluate`` then plays the GRPO
-    model only and reports all three."""
-
-    def stage(name: str, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-        return run_stage(stages[name], stages, out, body, checkpoint)
-
-    stages.update({"sft": StageResult("sft", needs=("convert",)), "evaluate_sft": StageResult("evaluate_sft"),
-                   "grpo": StageResult("grpo", needs=("sft",)), "evaluate": StageResult("evaluate")})
+    model only and reports all three (a resumed run, which kept ``evaluate_sft``, plays all three)."""
+    stages.update({"sft": StageResult("sft", needs=("convert",), makes=(models / "sft" / "model",)),
+                   "evaluate_sft": StageResult("evaluate_sft"),
+                   "grpo": StageResult("grpo", needs=("sft",), makes=(models / "grpo" / "model",)), "evaluate": StageResult("evaluate")})
 
     def trained(method: str, start: Path) -> Callable[[], dict[str, Any]]:
         def body() -> dict[str, Any]:
@@ -887,14 +922,12 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
 
 
 def run_josh_round(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
-                   where: str, manifest: Mapping[str, Any], checkpoint: Callable[[], None], info: dict[str, Any]) -> None:
+                   where: str, manifest: Mapping[str, Any], stage: StageRunner, info: dict[str, Any]) -> None:
     """harvest -> sft -> kto -> toolwoz after convert: one JOSH self-improvement round."""
-
-    def stage(name: str, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-        return run_stage(stages[name], stages, out, body, checkpoint)
-
-    stages.update({"harvest": StageResult("harvest", needs=("convert",)), "sft": StageResult("sft", needs=("harvest",)),
-                   "kto": StageResult("kto", needs=("sft",)), "toolwoz": StageResult("toolwoz", needs=("convert",))})
+    stages.update({"harvest": StageResult("harvest", needs=("convert",)),
+                   "sft": StageResult("sft", needs=("harvest",), makes=(models / "josh_sft" / "model",)),
+                   "kto": StageResult("kto", needs=("sft",), makes=(models / "josh_kto" / "model",)),
+                   "toolwoz": StageResult("toolwoz", needs=("convert",))})
     start = str(manifest["model"]["kind"])  # M's name in the table: smollm2 (or base)
     harvest = stage("harvest", lambda: harvest_trees(
         josh_config(sections["harvest"], start_path, models.parent, f"{where}.harvest"), start))
@@ -917,8 +950,11 @@ def run_josh_round(stages: dict[str, StageResult], sections: Mapping[str, Any], 
     stage("toolwoz", lambda: evaluate_toolwoz(sections["toolwoz"], playable, out, harvest, start, ("josh_sft", "josh_kto"), not_trained))
 
 
-def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
-    """Every stage of the profile; 0 when all succeeded, 1 otherwise (2: not runnable)."""
+def run_job(job: Path, out: Path, profile: str | None, smoke: bool, resume: bool = False) -> int:
+    """Every stage of the profile; 0 when all succeeded, 1 otherwise (2: not runnable).
+    ``resume``: ``out`` holds the results of an earlier run of this job that was stopped (a
+    lease's call that ran out); the stages it finished are kept (:class:`Resume`), the rest
+    run, and ``job.json`` counts both runs' wall time."""
     import torch
 
     from pipelines.gpu.hardware import describe
@@ -928,6 +964,7 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     name, sections = profile_params(gpu, profile, smoke)
     if not smoke and not torch.cuda.is_available():
         raise ConfigError("no CUDA accelerator on this machine: the GPU profile needs one (--smoke runs the same path on a CPU with tiny counts)")
+    earlier = earlier_run(out, manifest, name, smoke) if resume else None
     out.mkdir(parents=True, exist_ok=True)
     models = job / "work" / "models"
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -936,26 +973,32 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
     log.info("job %s, profile %s%s on %s (%s)", manifest["commit"][:12], name, " (smoke)" if smoke else "", machine["device"], machine["accelerator"])
     start_dir = models / "start"
     start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
-    stages = {"convert": StageResult("convert")}
+    stages = {"convert": StageResult("convert", makes=(start_dir,) if manifest["model"]["kind"] != "base" else ())}
     info: dict[str, Any] = {"generation_limit": None}  # what a chain learns as it goes (the data's generation limit)
+    # Each run of the job (one, or the earlier ones and this resumed one): when, how long, where.
+    runs = [*(earlier or {}).get("runs", []), {"started": started_at, "wall_s": 0.0, "device": machine["device"]}]
+    resumer = Resume((earlier or {}).get("stages")) if earlier is not None else None
 
     def write_summary(finished: bool) -> dict[str, Any]:
+        runs[-1]["wall_s"] = round(time.perf_counter() - started, 2)
         summary = {
             "commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": name, "smoke": smoke,
-            "started": started_at, "wall_s": round(time.perf_counter() - started, 2), "finished": finished, "machine": machine,
-            "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"), **info,
-            "stages": {s.name: {"status": s.status, "wall_s": s.wall_s, "error": s.error} for s in stages.values()},
+            "started": runs[0]["started"], "wall_s": round(sum(r["wall_s"] for r in runs), 2), "finished": finished,
+            "machine": machine, "model": manifest["model"], "job_manifest_sha256": sha256_file(job / "manifest.json"), **info,
+            "stages": {s.name: {"status": s.status, "wall_s": s.wall_s, "error": s.error, **({"kept": True} if s.kept else {})}
+                       for s in stages.values()},
+            **({"runs": runs} if len(runs) > 1 else {}),
         }
         _write_json(out / "job.json", summary)
         write_results_manifest(out, manifest)
         return summary
 
-    def checkpoint() -> None:
-        write_summary(False)
+    def stage(stage_name: str, body: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        return run_stage(stages[stage_name], stages, out, body, lambda: write_summary(False), resumer)
 
-    run_stage(stages["convert"], stages, out, lambda: convert_model(job, manifest, start_dir), checkpoint)
+    stage("convert", lambda: convert_model(job, manifest, start_dir))
     run = run_josh_round if profile_kind(sections) == "josh" else run_speakrl_chain
-    run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest, checkpoint, info)
+    run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest, stage, info)
     summary = write_summary(True)
     failed = [s.name for s in stages.values() if s.failed]
     log.info("job finished in %.1f s: %s", summary["wall_s"], "all stages ok" if not failed else f"not ok: {', '.join(failed)}")
@@ -963,6 +1006,30 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool) -> int:
 
 
 RESULTS_MANIFEST = "manifest.json"
+
+
+def earlier_run(out: Path, manifest: Mapping[str, Any], profile: str, smoke: bool) -> dict[str, Any]:
+    """``out/job.json`` of a stopped run of this job, to resume: the same commit, code,
+    profile and smoke setting, not finished; its ``runs`` (one entry for a run that had none)."""
+    path = out / "job.json"
+    if not path.is_file():
+        raise ConfigError(f"{path}: nothing to resume (no job.json; run without --resume)")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ConfigError(f"{path}: not JSON ({error})") from error
+    wanted = {"commit": manifest["commit"], "code_tar_sha256": manifest["code_tar_sha256"], "profile": profile, "smoke": smoke}
+    for field, value in wanted.items():
+        if summary.get(field) != value:
+            raise ConfigError(f"{path}: field {field!r} is {summary.get(field)!r}, this job's is {value!r}: not a run of this job to resume")
+    if summary.get("finished"):
+        raise ConfigError(f"{path}: that run finished; nothing to resume")
+    summary.setdefault("runs", [{"started": summary.get("started"), "wall_s": summary.get("wall_s"),
+                                 "device": (summary.get("machine") or {}).get("device")}])
+    # A stopped run's wall time is up to its last checkpoint: the stage it was cut short in
+    # ran longer than that (the lease's own record of the call bounds it).
+    summary["runs"][-1]["stopped"] = True
+    return summary
 
 
 def write_results_manifest(out: Path, manifest: Mapping[str, Any]) -> None:
@@ -980,13 +1047,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", default=None, help="a profile of params.yaml gpu.profiles (default: gpu.profile)")
     parser.add_argument("--smoke", action="store_true", help="tiny counts; runs on a CPU")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default: JOB/results)")
+    parser.add_argument("--resume", action="store_true",
+                        help="OUT holds a stopped run of this job: keep the stages it finished, run the rest")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout, force=True)
     for noisy in ("httpx", "transformers", "datasets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     out = (args.out or args.job / "results").resolve()
     try:
-        return run_job(args.job.resolve(), out, args.profile, args.smoke)
+        return run_job(args.job.resolve(), out, args.profile, args.smoke, args.resume)
     except AskflowError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

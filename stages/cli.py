@@ -4,7 +4,7 @@
     askflow sql "SELECT speaker, count(*) FROM turns GROUP BY 1" [--format table|csv|json] [--write]
     askflow ui [--host 127.0.0.1] [--port 4200] [--worker]
     askflow deploy [--root DIR] [--api-url URL]
-    askflow gpu pack JOB [--split-mib N] | gpu loads JOB --limit-mib N | gpu run JOB [--smoke] | gpu import RESULTS
+    askflow gpu pack JOB [--split-mib N] | gpu loads JOB --limit-mib N | gpu run JOB [--smoke] [--resume] | gpu import RESULTS
 
 Every Parquet file under ``<root>/data`` becomes a DuckDB view named after its stem, or
 after as many trailing path parts as it takes to tell colliding stems apart
@@ -99,6 +99,8 @@ def _gpu_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--profile", default=None, help="a profile of params.yaml gpu.profiles (default: the packed one)")
     run.add_argument("--smoke", action="store_true", help="the same code path with tiny counts (runs on a CPU)")
     run.add_argument("--out", type=Path, default=None, help="results directory (default: JOB/results)")
+    run.add_argument("--resume", action="store_true", help="the results directory holds a stopped run of this job: "
+                     "keep the stages it finished, run the rest")
     run.set_defaults(run=_gpu_run)
     take = actions.add_parser("import", parents=[common], help="check a job's results and put them under reports/gpu/")
     take.add_argument("results", type=Path, help="the results directory the job wrote")
@@ -135,7 +137,7 @@ def _gpu_run(args: argparse.Namespace) -> int:
     from catalog.gpu_job import run_job
 
     arguments = [*(["--profile", args.profile] if args.profile else []), *(["--smoke"] if args.smoke else []),
-                 *(["--out", str(args.out.resolve())] if args.out else [])]
+                 *(["--out", str(args.out.resolve())] if args.out else []), *(["--resume"] if args.resume else [])]
     return run_job(args.job, arguments)
 
 

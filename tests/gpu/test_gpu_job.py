@@ -259,6 +259,28 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     assert list(json.loads((dest / "evaluate_sft.json").read_text())["models"]) == ["zero_shot", "sft"]
     assert (dest / "evaluate_sft_episodes.parquet").is_file() and not (dest / "grpo_curve.csv").exists()
 
+    # The next call of the lease resumes it: the finished stages are kept (not run again),
+    # GRPO and the evaluation run, and the job's wall time counts both runs.
+    kept_sft = (results / "sft.json").read_bytes()
+    resumed = _python(str(job / "run.py"), "--smoke", "--resume", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stage convert: ok in an earlier run" in resumed.stdout and "stage sft: start" not in resumed.stdout
+    after = json.loads((results / "job.json").read_text())
+    assert after["finished"] is True and [run.get("stopped", False) for run in after["runs"]] == [True, False]
+    assert after["wall_s"] == pytest.approx(sum(run["wall_s"] for run in after["runs"]), abs=0.02)
+    assert {name: (stage["status"], stage.get("kept", False)) for name, stage in after["stages"].items()} == {
+        "convert": ("ok", True), "sft": ("ok", True), "evaluate_sft": ("ok", True), "grpo": ("ok", False), "evaluate": ("ok", False)}
+    assert (results / "sft.json").read_bytes() == kept_sft
+    assert list(json.loads((results / "evaluate.json").read_text())["models"]) == ["zero_shot", "sft", "grpo"]
+    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke",
+                       "--dest", str(tmp_path / "imported_whole"), cwd=project)
+    assert imported.returncode == 0, imported.stderr
+    # Nothing to resume: a finished run, or no run at all.
+    again = _python(str(job / "run.py"), "--smoke", "--resume", cwd=tmp_path, env=env)
+    assert again.returncode == 2 and "that run finished" in again.stderr
+    fresh = _python(str(job / "run.py"), "--smoke", "--resume", "--out", str(tmp_path / "empty"), cwd=tmp_path, env=env)
+    assert fresh.returncode == 2 and "nothing to resume" in fresh.stderr and not (tmp_path / "empty").exists()
+
 
 def test_results_that_claim_another_commit_are_refused(project, tmp_path):
     results = tmp_path / "results"
@@ -467,3 +489,34 @@ def test_a_multi_turn_section_sampled_at_another_temperature_is_refused(tmp_path
         conversation_env(section, "sft", "w")
     with pytest.raises(ConfigError, match="eval_goals"):  # US-GRPO's evaluation: the job's evaluate stages play the test goals
         conversation_env({**section, "env": {**section["env"], "eval_goals": 4}}, "grpo", "w")
+
+
+def test_a_resumed_run_keeps_the_finished_prefix_whose_models_are_still_there(tmp_path):
+    from flows.gpu import Resume, StageResult, run_stage
+
+    out, model = tmp_path / "results", tmp_path / "models" / "sft" / "model"
+    out.mkdir()
+    earlier = {"convert": {"status": "ok", "wall_s": 3.0}, "sft": {"status": "ok", "wall_s": 9.0},
+               "evaluate_sft": {"status": "ok", "wall_s": 2.0}, "grpo": {"status": "pending", "wall_s": None}}
+    for name, stage in earlier.items():
+        (out / f"{name}.json").write_text(json.dumps({"stage": name, **stage, "figure": 1}))
+
+    def play(resume):
+        stages = {"convert": StageResult("convert"), "sft": StageResult("sft", needs=("convert",), makes=(model,)),
+                  "evaluate_sft": StageResult("evaluate_sft"), "grpo": StageResult("grpo", needs=("sft",))}
+        ran, reports = [], {}
+        for name, result in stages.items():
+            reports[name] = run_stage(result, stages, out, lambda name=name: ran.append(name) or {"figure": 2}, resume=resume)
+        return ran, stages, reports
+
+    model.mkdir(parents=True)
+    ran, stages, reports = play(Resume(earlier))
+    assert ran == ["grpo"] and [s.kept for s in stages.values()] == [True, True, True, False]
+    assert stages["sft"].wall_s == 9.0 and reports["sft"]["figure"] == 1 and reports["grpo"]["figure"] == 2
+    # On a node without the SFT model, SFT runs again, and so does every stage after it: the
+    # SFT evaluation it had kept was of the model that is gone.
+    shutil.rmtree(model)
+    ran, stages, _ = play(Resume(earlier))
+    assert ran == ["sft", "evaluate_sft", "grpo"] and [s.kept for s in stages.values()] == [True, False, False, False]
+    ran, _, _ = play(None)  # not resuming: every stage runs
+    assert ran == ["convert", "sft", "evaluate_sft", "grpo"]
