@@ -56,7 +56,9 @@ def episode_tables(directory: Path) -> tuple[Path, Path]:
 
 def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agents: list[str] | None, slots: list[str] | None,
                    tokenizer=None) -> list[dict]:
-    """One row per (model, budget, fields): the claim counts of :func:`grounding_table`."""
+    """One row per (model, budget, fields): the claim counts of :func:`grounding_table`, and
+    how many of the model's failed and successful dialogues state a wrong value (of ``slots``;
+    right or wrong does not depend on the prompt setting)."""
     from collections import defaultdict
 
     import pyarrow.parquet as pq
@@ -67,7 +69,7 @@ def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agent
 
     tokenizer = tokenizer or smollm2_tokenizer()
     episodes_path, events_path = episode_tables(directory)
-    episodes = pq.read_table(episodes_path, columns=["episode_id", "agent", "agent_format"]).to_pylist()
+    episodes = pq.read_table(episodes_path, columns=["episode_id", "agent", "agent_format", "success"]).to_pylist()
     events = defaultdict(list)
     for event in sorted(pq.read_table(events_path).to_pylist(), key=lambda e: (e["episode_id"], e["event_index"])):
         events[event["episode_id"]].append(event)
@@ -82,7 +84,11 @@ def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agent
                 spec = PromptSpec(max_prompt_tokens=budget, max_tool_results=2, tool_result_fields=FIELDS[name])
                 found = [c for e in mine for c in claims(e["episode_id"], events[e["episode_id"]], fmt,
                                                            lambda m, spec=spec: policy_view(m, tokenizer, spec))]
-                rows.append({"model": agent, "prompt_tokens": budget, "fields": name, **grounding_table(found, slots)})
+                wrong = {c.episode_id for c in found if c.outcome.startswith("wrong") and (slots is None or c.slot in slots)}
+                outcomes = {f"{kind}_dialogues": sum(bool(e["success"]) == won for e in mine) for kind, won in (("failed", False), ("succeeded", True))}
+                outcomes.update({f"{kind}_with_wrong": sum(bool(e["success"]) == won and e["episode_id"] in wrong for e in mine)
+                                 for kind, won in (("failed", False), ("succeeded", True))})
+                rows.append({"model": agent, "prompt_tokens": budget, "fields": name, **grounding_table(found, slots), **outcomes})
     return rows
 
 
@@ -134,11 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = grounding_rows(args.directory, args.prompt_tokens, args.fields, args.agent, args.slots or None)
     print(f"{args.directory}: venue attributes stated ({', '.join(args.slots) if args.slots else 'every slot'}), "
           "right or wrong, with the venue's value in the prompt or not")
-    header = ("model", "prompt tokens", "2nd result", "claims", "right, in prompt", "right, not in", "wrong, in prompt", "wrong, not in", "no record")
+    header = ("model", "prompt tokens", "2nd result", "claims", "right, in prompt", "right, not in", "wrong, in prompt", "wrong, not in", "no record",
+              "failed dialogues with a wrong value", "successful ones")
     print(" | ".join(header))
     for r in rows:
         print(" | ".join(str(x) for x in (r["model"], r["prompt_tokens"], r["fields"], r["claims"], r["right_in_prompt"], r["right_not_in_prompt"],
-                                          r["wrong_in_prompt"], r["wrong_not_in_prompt"], r["no_record"])))
+                                          r["wrong_in_prompt"], r["wrong_not_in_prompt"], r["no_record"],
+                                          f"{r['failed_with_wrong']} of {r['failed_dialogues']}", f"{r['succeeded_with_wrong']} of {r['succeeded_dialogues']}")))
     return 0
 
 

@@ -98,6 +98,8 @@ def test_the_readme_gives_the_committed_runs_grounding():
         f"{seen['claims']} phone numbers, postcodes and addresses",
         f"{seen['right_in_prompt']} right, each with the value in its prompt, {seen['wrong_not_in_prompt']} wrong, each without",
         f"{wider['wrong_in_prompt']} of the {seen['wrong_not_in_prompt']} wrong ones",
+        f"{seen['failed_with_wrong']} of the {seen['failed_dialogues']} failed SFT dialogues state a wrong phone number, postcode or address, "
+        f"none of the {seen['succeeded_dialogues']} successful ones does" if seen["succeeded_with_wrong"] == 0 else "(some successful ones do)",
     ]
     missing = [line for line in stated if line not in readme]
     assert not missing, missing
