@@ -116,3 +116,18 @@ def test_a_job_stopped_before_its_last_evaluation_is_read_from_the_sft_models_ta
     assert bench.episode_tables(tmp_path) == (tmp_path / "evaluate_sft_episodes.parquet", tmp_path / "evaluate_sft_episode_events.parquet")
     shutil.copy(bench.DEFAULT / "episodes.parquet", tmp_path / "episodes.parquet")  # the whole evaluation, once there, first
     assert bench.episode_tables(tmp_path)[0] == tmp_path / "episodes.parquet"
+
+
+def test_the_readme_gives_the_committed_runs_failures():
+    bench = load_benchmark("failures")
+    sft = bench.failure_rows(bench.DEFAULT, ["sft"])["sft"]
+    others = sft["failed"] - sft["with_wrong_value"]
+    assert sum(sft["by_check"].values()) == others
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    stated = [
+        f"of the SFT model's {sft['failed']} failures, {sft['with_wrong_value']} state a wrong phone number, postcode or address; "
+        f"of the other {others}, {sft['by_check'][('taxi', 'book')]} first fail at booking a taxi",
+        f"(\"{sft['example'][('taxi', 'book')]}\")",
+    ]
+    missing = [line for line in stated if line not in readme]
+    assert not missing, missing

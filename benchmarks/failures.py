@@ -1,0 +1,100 @@
+"""Where an evaluated policy's dialogues fail, from an evaluation's committed episodes (no model, no GPU).
+
+    python benchmarks/failures.py [EVALUATE_DIR] [--agent sft] [--examples 1]
+
+EVALUATE_DIR holds ``episodes.parquet`` and ``episode_events.parquet`` as an evaluation writes
+them, or the ``evaluate_sft_`` ones of a GPU job stopped before its last evaluation (default:
+the partial H100 run of 2026-11-26 under reports/gpu/). Per model: its failed dialogues;
+those whose replies state a wrong phone number, postcode or address
+(``pipelines.evaluation.grounding``, ``benchmarks/grounding.py``); and the others by the
+first goal check they failed, domain by domain in the goal's order (inform: the venue offered
+is not the goal's; book: no booking that meets it; request: an attribute asked for and never
+given), with the checker's words for one of them. The checker grades; nothing here plays or
+scores a policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.grounding import DEFAULT, episode_tables  # noqa: E402 (after the path)
+
+#: What counts as a wrong stated value (as the README's grounding paragraph counts them).
+SLOTS = ("phone", "postcode", "address")
+CHECKS = ("inform", "book", "request")
+
+
+def first_failed_check(domain_results: list[dict]) -> tuple[str, str, str] | None:
+    """(domain, check, the checker's first reason) of the first domain of the goal that failed,
+    None when every domain succeeded.
+
+    >>> first_failed_check([{"domain": "hotel", "inform": True, "book": None, "request": True, "reasons": []},
+    ...                     {"domain": "taxi", "inform": None, "book": False, "request": None, "reasons": ["no taxi was booked"]}])
+    ('taxi', 'book', 'no taxi was booked')
+    """
+    for result in domain_results:
+        check = next((c for c in CHECKS if result.get(c) is False), None)
+        if check is not None:
+            return result["domain"], check, (list(result.get("reasons") or []) or [""])[0]
+    return None
+
+
+def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, dict]:
+    """Per model: ``dialogues``, ``failed``, ``with_wrong_value`` (failed ones), ``by_check``
+    ({(domain, check): count} of the other failed ones), ``example`` (a reason per key) and
+    ``user_ended`` (failed dialogues the user closed)."""
+    import pyarrow.parquet as pq
+
+    from pipelines.episodes.formats import get_format
+    from pipelines.evaluation.grounding import claims
+
+    episodes_path, events_path = episode_tables(directory)
+    episodes = pq.read_table(episodes_path, columns=["episode_id", "agent", "agent_format", "success", "ended_by", "domain_results"]).to_pylist()
+    events = defaultdict(list)
+    for event in sorted(pq.read_table(events_path).to_pylist(), key=lambda e: (e["episode_id"], e["event_index"])):
+        events[event["episode_id"]].append(event)
+    rows = {}
+    for agent in dict.fromkeys(e["agent"] for e in episodes):
+        if agents and agent not in agents:
+            continue
+        mine = [e for e in episodes if e["agent"] == agent]
+        fmt = get_format(mine[0]["agent_format"])
+        failed = [e for e in mine if not e["success"]]
+        # Right or wrong does not depend on the prompt: the claims are read off the whole history.
+        wrong = {e["episode_id"] for e in failed
+                 for c in claims(e["episode_id"], events[e["episode_id"]], fmt, lambda m: m)
+                 if c.slot in SLOTS and c.outcome.startswith("wrong")}
+        by_check, example = Counter(), {}
+        for e in failed:
+            if e["episode_id"] in wrong:
+                continue
+            found = first_failed_check(e["domain_results"])
+            key = found[:2] if found else ("none", "")
+            by_check[key] += 1
+            example.setdefault(key, found[2] if found else "")
+        rows[agent] = {"dialogues": len(mine), "failed": len(failed), "with_wrong_value": len(wrong), "by_check": dict(by_check),
+                       "example": example, "user_ended": sum(e["ended_by"] == "user_end" for e in failed)}
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", nargs="?", type=Path, default=DEFAULT)
+    parser.add_argument("--agent", nargs="*", default=None)
+    args = parser.parse_args(argv)
+    for agent, row in failure_rows(args.directory, args.agent).items():
+        print(f"{agent}: {row['failed']} of {row['dialogues']} dialogues failed ({row['user_ended']} closed by the user); "
+              f"{row['with_wrong_value']} state a wrong {', '.join(SLOTS)}; the others by the first check they failed:")
+        for (domain, check), count in sorted(row["by_check"].items(), key=lambda item: (-item[1], item[0])):
+            print(f"  {count:3d}  {domain} {check}  (e.g. \"{row['example'][(domain, check)]}\")")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
