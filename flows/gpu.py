@@ -966,6 +966,8 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool, resume: bool
         raise ConfigError("no CUDA accelerator on this machine: the GPU profile needs one (--smoke runs the same path on a CPU with tiny counts)")
     earlier = earlier_run(out, manifest, name, smoke) if resume else None
     out.mkdir(parents=True, exist_ok=True)
+    if earlier is not None:
+        discard_unlisted(out)
     models = job / "work" / "models"
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
@@ -1030,6 +1032,22 @@ def earlier_run(out: Path, manifest: Mapping[str, Any], profile: str, smoke: boo
     # ran longer than that (the lease's own record of the call bounds it).
     summary["runs"][-1]["stopped"] = True
     return summary
+
+
+def discard_unlisted(out: Path) -> list[str]:
+    """Remove the result files the results' manifest does not list: what a stage cut short
+    left (no checkpoint vouches for it), so that a resumed run's manifest does not take it in.
+    Returns their names."""
+    listed = set(json.loads((out / RESULTS_MANIFEST).read_text(encoding="utf-8"))["files"]) if (out / RESULTS_MANIFEST).is_file() else set()
+    gone = []
+    for path in sorted(out.rglob("*")):
+        name = str(path.relative_to(out))
+        if path.is_file() and name not in listed and path.name not in (RESULTS_MANIFEST, "job.json"):
+            path.unlink()
+            gone.append(name)
+    if gone:
+        log.info("resume: %d file(s) of a stage cut short removed: %s", len(gone), ", ".join(gone))
+    return gone
 
 
 def write_results_manifest(out: Path, manifest: Mapping[str, Any]) -> None:

@@ -262,6 +262,7 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     # The next call of the lease resumes it: the finished stages are kept (not run again),
     # GRPO and the evaluation run, and the job's wall time counts both runs.
     kept_sft = (results / "sft.json").read_bytes()
+    (results / "grpo_left_behind.csv").write_text("step\n1")  # no checkpoint lists it: the resumed run drops it
     resumed = _python(str(job / "run.py"), "--smoke", "--resume", cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stage convert: ok in an earlier run" in resumed.stdout and "stage sft: start" not in resumed.stdout
@@ -270,7 +271,7 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     assert after["wall_s"] == pytest.approx(sum(run["wall_s"] for run in after["runs"]), abs=0.02)
     assert {name: (stage["status"], stage.get("kept", False)) for name, stage in after["stages"].items()} == {
         "convert": ("ok", True), "sft": ("ok", True), "evaluate_sft": ("ok", True), "grpo": ("ok", False), "evaluate": ("ok", False)}
-    assert (results / "sft.json").read_bytes() == kept_sft
+    assert (results / "sft.json").read_bytes() == kept_sft and not (results / "grpo_left_behind.csv").exists()
     assert list(json.loads((results / "evaluate.json").read_text())["models"]) == ["zero_shot", "sft", "grpo"]
     imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke",
                        "--dest", str(tmp_path / "imported_whole"), cwd=project)
