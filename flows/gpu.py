@@ -47,6 +47,7 @@ import dataclasses
 import json
 import logging
 import math
+import pickle
 import shutil
 import sys
 import tempfile
@@ -881,7 +882,8 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
     set goes into ``info`` (job.json) before the first checkpoint. The zero-shot and SFT models
     are evaluated before GRPO starts, so a lease that ends during GRPO still leaves their
     table (the results are checkpointed after every stage); ``evaluate`` then plays the GRPO
-    model only and reports all three (a resumed run, which kept ``evaluate_sft``, plays all three)."""
+    model only and reports all three (a resumed run that kept ``evaluate_sft`` takes what it
+    played from the node)."""
     stages.update({"sft": StageResult("sft", needs=("convert",), makes=(models / "sft" / "model",)),
                    "evaluate_sft": StageResult("evaluate_sft"),
                    "grpo": StageResult("grpo", needs=("sft",), makes=(models / "grpo" / "model",)), "evaluate": StageResult("evaluate")})
@@ -905,18 +907,32 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
         log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
     dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
     played: dict[str, Any] = {}  # the models evaluate_sft played, not played again by evaluate
+    # What evaluate_sft played, kept on the node beside the models: a resumed run's evaluate
+    # takes it instead of playing the zero-shot and SFT models again.
+    cache = models / "evaluate_sft_played.pkl"
+    stages["evaluate_sft"].makes = (cache,)
 
     def evaluation(name: str) -> None:
         playable = {model: str(dirs[model]) for model, needs in EVAL_MODELS if stages[needs].status == "ok"}
         if playable:
             prefix = "" if name == "evaluate" else f"{name}_"
-            stage(name, lambda: evaluate(sections["evaluate"], playable, out, played, prefix))
+
+            def body() -> dict[str, Any]:
+                report = evaluate(sections["evaluate"], playable, out, played, prefix)
+                if name == "evaluate_sft":
+                    temporary = cache.with_name(f".{cache.name}.tmp")
+                    temporary.write_bytes(pickle.dumps(played))
+                    temporary.replace(cache)
+                return report
+            stage(name, body)
         else:
             stages[name].needs = ("convert",)
             stage(name, dict)
 
     stage("sft", trained("sft", start_path))
     evaluation("evaluate_sft")
+    if stages["evaluate_sft"].kept:
+        played.update(pickle.loads(cache.read_bytes()))
     stage("grpo", trained("grpo", models / "sft" / "model"))
     evaluation("evaluate")
 

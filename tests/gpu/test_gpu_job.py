@@ -266,6 +266,8 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     resumed = _python(str(job / "run.py"), "--smoke", "--resume", cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stage convert: ok in an earlier run" in resumed.stdout and "stage sft: start" not in resumed.stdout
+    # evaluate plays the GRPO model only: the zero-shot and SFT episodes are evaluate_sft's, from the node
+    assert "evaluate: grpo:" in resumed.stdout and "evaluate: sft:" not in resumed.stdout, resumed.stdout[-3000:]
     after = json.loads((results / "job.json").read_text())
     assert after["finished"] is True and [run.get("stopped", False) for run in after["runs"]] == [True, False]
     assert after["wall_s"] == pytest.approx(sum(run["wall_s"] for run in after["runs"]), abs=0.02)
