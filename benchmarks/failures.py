@@ -1,6 +1,6 @@
 """Where an evaluated policy's dialogues fail, from an evaluation's committed episodes (no model, no GPU).
 
-    python benchmarks/failures.py [EVALUATE_DIR] [--agent sft] [--examples 1]
+    python benchmarks/failures.py [EVALUATE_DIR] [--agent sft]
 
 EVALUATE_DIR holds ``episodes.parquet`` and ``episode_events.parquet`` as an evaluation writes
 them, or the ``evaluate_sft_`` ones of a GPU job stopped before its last evaluation (default:
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.grounding import DEFAULT, episode_tables  # noqa: E402 (after the path)
+from benchmarks.grounding import DEFAULT, read_episodes  # noqa: E402 (after the path)
 
 #: What counts as a wrong stated value (as the README's grounding paragraph counts them).
 SLOTS = ("phone", "postcode", "address")
@@ -49,16 +49,10 @@ def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, 
     """Per model: ``dialogues``, ``failed``, ``with_wrong_value`` (failed ones), ``by_check``
     ({(domain, check): count} of the other failed ones), ``example`` (a reason per key) and
     ``user_ended`` (failed dialogues the user closed)."""
-    import pyarrow.parquet as pq
-
     from pipelines.episodes.formats import get_format
     from pipelines.evaluation.grounding import claims
 
-    episodes_path, events_path = episode_tables(directory)
-    episodes = pq.read_table(episodes_path, columns=["episode_id", "agent", "agent_format", "success", "ended_by", "domain_results"]).to_pylist()
-    events = defaultdict(list)
-    for event in sorted(pq.read_table(events_path).to_pylist(), key=lambda e: (e["episode_id"], e["event_index"])):
-        events[event["episode_id"]].append(event)
+    episodes, events = read_episodes(directory, ["episode_id", "agent", "agent_format", "success", "ended_by", "domain_results"])
     rows = {}
     for agent in dict.fromkeys(e["agent"] for e in episodes):
         if agents and agent not in agents:

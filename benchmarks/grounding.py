@@ -54,25 +54,30 @@ def episode_tables(directory: Path) -> tuple[Path, Path]:
     raise SystemExit(f"{directory}: neither episodes.parquet nor evaluate_sft_episodes.parquet is there")
 
 
+def read_episodes(directory: Path, columns: list[str]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The episodes' ``columns`` (:func:`episode_tables`) and each episode's events, in order."""
+    from collections import defaultdict
+
+    import pyarrow.parquet as pq
+
+    episodes_path, events_path = episode_tables(directory)
+    events = defaultdict(list)
+    for event in sorted(pq.read_table(events_path).to_pylist(), key=lambda e: (e["episode_id"], e["event_index"])):
+        events[event["episode_id"]].append(event)
+    return pq.read_table(episodes_path, columns=columns).to_pylist(), events
+
+
 def grounding_rows(directory: Path, budgets: list[int], fields: list[str], agents: list[str] | None, slots: list[str] | None,
                    tokenizer=None) -> list[dict]:
     """One row per (model, budget, fields): the claim counts of :func:`grounding_table`, and
     how many of the model's failed and successful dialogues state a wrong value (of ``slots``;
     right or wrong does not depend on the prompt setting)."""
-    from collections import defaultdict
-
-    import pyarrow.parquet as pq
-
     from pipelines.episodes.formats import get_format
     from pipelines.evaluation.agent import PromptSpec, policy_view
     from pipelines.evaluation.grounding import claims, grounding_table
 
     tokenizer = tokenizer or smollm2_tokenizer()
-    episodes_path, events_path = episode_tables(directory)
-    episodes = pq.read_table(episodes_path, columns=["episode_id", "agent", "agent_format", "success"]).to_pylist()
-    events = defaultdict(list)
-    for event in sorted(pq.read_table(events_path).to_pylist(), key=lambda e: (e["episode_id"], e["event_index"])):
-        events[event["episode_id"]].append(event)
+    episodes, events = read_episodes(directory, ["episode_id", "agent", "agent_format", "success"])
     rows = []
     for agent in dict.fromkeys(e["agent"] for e in episodes):
         if agents and agent not in agents:
