@@ -19,7 +19,12 @@ Both are read per domain: a question belongs to the domain of the agent's latest
 since the one before the domain's first tool call (the turn that asked for it). Read over the
 whole goal, a hotel's area was "known" as soon as the user had named the same area for an
 attraction (13 % of SpeakER's training questions, issue 26). Before the agent's first tool
-call every domain counts, over everything said.
+call every domain counts, over everything said. A domain the agent books without searching
+(a taxi: no query tool) opens at the first user turn that names it ("I also need a taxi to the
+museum"): the agent's question for its missing pickup or time comes before any tool call of
+that domain, and read against the previous domain it would count as over-asking. (A user who
+names a taxi while still on another domain moves the reading to the taxi early; the agenda
+simulator takes the domains one at a time.)
 
 Over-asking: a question is *needless* when, at the moment it is asked, either it asks about
 a goal constraint the user has already stated (the judge's ``asks_known_slot``), or the user
@@ -50,6 +55,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from pipelines.env.replay import QUERY_TOOLS
+from pipelines.env.tools import TOOLS
 from pipelines.episodes.records import AGENT_NO_OUTPUT, Episode
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.records import Goal
@@ -115,6 +122,22 @@ class QuestionCheck:
 
 NOTHING_OPEN = "nothing_open"
 
+#: Domains with tools but no search (a taxi is booked straight away): a user turn opens them.
+UNSEARCHED_DOMAINS: frozenset[str] = frozenset(spec.domain for spec in TOOLS.values()) - frozenset(QUERY_TOOLS)
+
+
+def names_unsearched(said: str, domains: Iterable[str], opened: Mapping[str, int]) -> str | None:
+    """The goal domain without a search (:data:`UNSEARCHED_DOMAINS`) that a user turn
+    (``said``, :func:`~pipelines.rewards.verifiable.words` text) names and that is not
+    ``opened`` yet, or None.
+
+    >>> names_unsearched("i also need a taxi to the museum", {"taxi", "attraction"}, {})
+    'taxi'
+    >>> names_unsearched("i also need a taxi", {"taxi"}, {"taxi": 3}), names_unsearched("a taxi", {"hotel"}, {})
+    (None, None)
+    """
+    return next((d for d in sorted(UNSEARCHED_DOMAINS & set(domains)) if d not in opened and f" {d} " in f" {said} "), None)
+
 
 def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
     """Every clarification question of the episode, in order, scored and checked for
@@ -127,6 +150,9 @@ def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
     for event in episode.events:
         if event.kind == "user" and event.text:
             turns.append(words(event.text))
+            named = names_unsearched(turns[-1], domains, opened)
+            if named is not None:
+                opened[named], current = len(turns) - 1, named
         elif event.kind == "tool_call" and event.tool_name:
             domain = _tool_domain(event.tool_name, domains)
             if domain is not None:

@@ -29,7 +29,7 @@ the evaluation reads an episode, so the audit holds for any synthesizer:
     (:func:`pipelines.evaluation.metrics.clarification_checks`): the goal constraints whose
     values the user has said in the prompt (whole words; tool results are not the user's
     words) are *known*, the others *open*, both read for the domain of the latest tool call
-    and over what the user said since the turn that asked for it (an area said for an
+    (or of a taxi the user has just named: it has no search) and over what the user said since the turn that asked for it (an area said for an
     attraction does not answer the hotel's). ``asks_known_slot``: questions about a slot the
     user has already stated; ``nothing_open``: questions asked when every constraint of the
     domain was stated; the two together are the over-asking the evaluation counts.
@@ -57,6 +57,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from pipelines.env.tools import TOOLS
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed, decision
+from pipelines.evaluation.metrics import names_unsearched
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.rewards.verifiable import ASKS_KNOWN, VerifiableJudge, asked_slots, words
 from pipelines.speaker.trajectory import FORMAT
@@ -155,8 +156,8 @@ def question_check(question: str, prompt: Sequence[Mapping[str, Any]], goal: Map
     """The evaluation's verdict on a question asked after ``prompt`` (module docstring):
     ``asks_known_slot``, ``nothing_open``, ``targets_discriminating_slot`` or ``irrelevant``.
     Read per domain, as :func:`pipelines.evaluation.metrics.clarification_checks` reads a
-    played episode: the domain of the latest tool call, what the user said since the turn that
-    asked for it.
+    played episode: the domain of the latest tool call (or a taxi the user has just named),
+    what the user said since the turn that asked for it.
 
     >>> goal = {"hotel": {"info": {"area": "centre", "pricerange": "cheap"}},
     ...         "attraction": {"info": {"area": "centre", "type": "museum"}}}
@@ -175,6 +176,9 @@ def question_check(question: str, prompt: Sequence[Mapping[str, Any]], goal: Map
     for message in prompt:
         if message["role"] == "user" and not _is_observation(message):
             turns.append(words(message["content"]))
+            named = names_unsearched(turns[-1], goal, opened)
+            if named is not None:
+                opened[named], current = len(turns) - 1, named
         elif message["role"] == "assistant":
             call = _call(message["content"])
             domain = next((d for d in goal if call is not None and call[0].endswith(f"_{d}")), None)

@@ -241,6 +241,41 @@ def taxi_request(rng: random.Random, departure: str | None, destination: str | N
     return f"{pick(rng, _ACKS)} {text}" if ack else text
 
 
+def taxi_partial_request(rng: random.Random, stated: Mapping[str, str], time_slot: str, ack: bool = False) -> str:
+    """A taxi request with one or two of the pickup, the destination and the time, as users
+    open one ("I need a taxi to the museum."): the rest is for the agent to ask."""
+    parts = [f"from {stated['departure']}" if "departure" in stated else "", f"to {stated['destination']}" if "destination" in stated else ""]
+    route = " ".join(p for p in parts if p)
+    when = _taxi_when(time_slot, stated[time_slot]) if time_slot in stated else ""
+    what = ", ".join(p for p in (route, when) if p)
+    text = pick(rng, (f"I also need a taxi {what}.", f"Can you book me a taxi {what}?", f"I'll need a taxi {what}."))
+    return f"{pick(rng, _ACKS)} {text}" if ack else text
+
+
+def _taxi_when(time_slot: str, time: str) -> str:
+    return f"leaving after {time}" if time_slot == "leaveAt" else f"arriving by {time}"
+
+
+def taxi_slot_answer(rng: random.Random, answer: Mapping[str, str], time_slot: str) -> str:
+    """The user's answer to the agent's question for a taxi's missing places and time."""
+    departure, destination, time = answer.get("departure"), answer.get("destination"), answer.get(time_slot)
+    if departure and destination:
+        route = pick(rng, (f"From {departure} to {destination}.", f"Pick me up at {departure} and take me to {destination}."))
+    elif departure:
+        route = pick(rng, (f"From {departure}, please.", f"Pick me up at {departure}.", f"I'll be leaving from {departure}."))
+    elif destination:
+        route = pick(rng, (f"To {destination}, please.", f"I'm going to {destination}.", f"Take me to {destination}."))
+    else:
+        route = ""
+    if time is None:
+        return route
+    if time_slot == "leaveAt":
+        when = pick(rng, (f"I'd like to leave after {time}.", f"Leaving after {time}, please."))
+    else:
+        when = pick(rng, (f"I need to arrive by {time}.", f"I have to be there by {time}."))
+    return f"{route} {when}".strip()
+
+
 def taxi_answer(rng: random.Random, departure: str, destination: str) -> str:
     return pick(rng, (f"From {departure} to {destination}, please.", f"Pick me up at {departure} and take me to {destination}.", f"I'm going from {departure} to {destination}."))
 
@@ -604,6 +639,30 @@ def taxi_clarify(rng: random.Random, first: str, second: str) -> tuple[str, str]
         f"Where should the taxi pick you up: at {first} or at {second}?",
     ))
     return think, ask
+
+
+# How the agent asks for each part of a taxi booking the user has not said. The agent does
+# not know whether the user has a departure or an arrival time in mind, so it asks for either.
+_TAXI_ASK: dict[str, tuple[str, ...]] = {
+    "departure": ("where should the taxi pick you up", "where will you be leaving from"),
+    "destination": ("where are you heading", "where would you like to go"),
+    "time": ("what time would you like to leave, or is there a time you need to arrive by",
+             "when would you like to leave, or do you need to arrive by a certain time"),
+}
+_TAXI_PART_WORDS = {"departure": "the pickup", "destination": "the destination", "time": "the time"}
+
+
+def taxi_slot_question(rng: random.Random, missing: Sequence[str]) -> tuple[str, str]:
+    """(think, question) for a taxi request that lacks ``missing`` (of ``departure``,
+    ``destination``, ``time``): slot filling, one question for all of it."""
+    parts = join([_TAXI_PART_WORDS[s] for s in missing])
+    verb = "is" if len(missing) == 1 else "are"
+    think = pick(rng, (
+        f"The user wants a taxi but has not said {parts}. A taxi booking needs the pickup, the destination and a time, "
+        f"and making one up would send the car to the wrong place or at the wrong time, so I'll ask.",
+        f"To book the taxi I need the pickup, the destination and a time; {parts} {verb} still missing, so I'll ask before booking.",
+    ))
+    return think, capitalise(join([pick(rng, _TAXI_ASK[s]) for s in missing])) + "?"
 
 
 def taxi_guess_think(first: str, second: str) -> str:

@@ -211,6 +211,9 @@ class SpeakerResult:
                 # Questions where the user has no preference: shown with the recommendation that
                 # follows, never a training target.
                 "no_preference_shown": sum(len(o.trajectory.needless_questions) for o in kept),
+                # Questions for what a taxi booking needs and the user had not said: slot filling,
+                # taught but not counted above.
+                "slot_filling": sum(len(o.trajectory.slot_questions) for o in kept),
             },
             "dedup": {
                 "threshold": self.config.dedup_threshold,

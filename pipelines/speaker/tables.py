@@ -10,7 +10,9 @@ Training sets in TRL's conversational formats, messages as ``list<struct<role, c
     ``ask_needed`` whether the decision is a question the goal needs (the clarify rows);
     ``goal`` the hidden goal (JSON), for the audit and the held-out proxies (clarify
     precision and recall against the goal). A needless question (the user turns out to have
-    no preference) has no row of its own: it is in the prompts of the rows that follow.
+    no preference) has no row of its own: it is in the prompts of the rows that follow. A
+    slot-filling question (a taxi's missing pickup, destination or time) is a clarify row with
+    ``ask_needed`` true and no ``ambiguity_type``.
 ``speaker_grpo``
     One row per clarification decision: ``prompt`` is Table 1's instruction with the
     conversation so far substituted (:func:`pipelines.rewards.prompts.render_speakrl_prompt`),
@@ -76,6 +78,7 @@ SPEAKER_DIALOGUES = ArtifactSpec(
         _required("n_planned", pa.int32()),
         _required("n_clarifications", pa.int32()),
         _required("n_needless_questions", pa.int32()),  # asked where the user has no preference (not trained on)
+        _required("n_slot_questions", pa.int32()),  # for what an action needs and the user had not said (a taxi's pickup)
         _required("clarification_types", _STRINGS),
         _required("clarification_questions", _STRINGS),
         _required("n_turns", pa.int32()),
@@ -89,7 +92,7 @@ SPEAKER_DIALOGUES = ArtifactSpec(
     expectations=(
         in_set("split", SPLITS),
         in_set("drop_reason", DROP_REASONS),
-        *(between(c, 0, None) for c in ("n_ambiguity_points", "n_planned", "n_clarifications", "n_needless_questions", "n_turns", "n_tool_calls", "dpo_pairs")),
+        *(between(c, 0, None) for c in ("n_ambiguity_points", "n_planned", "n_clarifications", "n_needless_questions", "n_slot_questions", "n_turns", "n_tool_calls", "dpo_pairs")),
     ),
 )
 
@@ -227,6 +230,7 @@ def _dialogue_row(outcome: SeedOutcome, backend: str) -> dict[str, Any]:
         "n_planned": len(outcome.plan.points) if outcome.plan else 0,
         "n_clarifications": len(clarified),
         "n_needless_questions": len(trajectory.needless_questions) if trajectory else 0,
+        "n_slot_questions": len(trajectory.slot_questions) if trajectory else 0,
         "clarification_types": [t.point.type if t.point else "unannotated" for _, t in clarified],
         "clarification_questions": outcome.questions,
         "n_turns": len(trajectory.turns) if trajectory else 0,

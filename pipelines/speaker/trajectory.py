@@ -43,13 +43,17 @@ class ChatTurn:
     """One message. ``point``: the ambiguity point this agent output clarifies, or (in a
     negative trajectory) acts on without clarifying. ``needless``: a question the goal does
     not need (the user has no preference there): the dialogue shows it and what follows (the
-    user's "I don't mind", the agent's recommendation), but it is never a training target."""
+    user's "I don't mind", the agent's recommendation), but it is never a training target.
+    ``slot_filling``: a question for something the action needs that the user has not said
+    yet (a taxi's pickup, destination or time): needed, and taught, but not an ambiguity
+    (SpeakRL's taxonomy leaves slot filling out), so not one of the :attr:`Trajectory.clarifications`."""
 
     role: str
     content: str
     kind: str
     point: AmbiguityPoint | None = None
     needless: bool = False
+    slot_filling: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -60,6 +64,8 @@ class ChatTurn:
             raise ValueError(f"a {self.role} turn cannot be of kind {self.kind!r}")
         if self.needless and (self.kind != CLARIFY or self.point is not None):
             raise ValueError("only a question at no ambiguity point can be needless")
+        if self.slot_filling and (self.kind != CLARIFY or self.point is not None or self.needless):
+            raise ValueError("only a needed question at no ambiguity point can be slot filling")
 
     @property
     def message(self) -> dict[str, str]:
@@ -83,8 +89,13 @@ class Trajectory:
 
     @property
     def clarifications(self) -> list[tuple[int, ChatTurn]]:
-        """The questions the goal needs (needless ones left out: :attr:`needless_questions`)."""
-        return [(i, t) for i, t in enumerate(self.turns) if t.kind == CLARIFY and not t.needless]
+        """The clarifications the goal needs (needless questions left out: :attr:`needless_questions`;
+        slot filling too: :attr:`slot_questions`)."""
+        return [(i, t) for i, t in enumerate(self.turns) if t.kind == CLARIFY and not t.needless and not t.slot_filling]
+
+    @property
+    def slot_questions(self) -> list[tuple[int, ChatTurn]]:
+        return [(i, t) for i, t in enumerate(self.turns) if t.slot_filling]
 
     @property
     def needless_questions(self) -> list[tuple[int, ChatTurn]]:
@@ -97,7 +108,8 @@ class Trajectory:
     def turns_json(self) -> str:
         return json.dumps(
             [{"role": t.role, "kind": t.kind, "content": t.content, **({"point": t.point.as_dict()} if t.point else {}),
-              **({"needless": True} if t.needless else {})} for t in self.turns],
+              **({"needless": True} if t.needless else {}), **({"slot_filling": True} if t.slot_filling else {})}
+             for t in self.turns],
             ensure_ascii=False,
         )
 
@@ -116,9 +128,10 @@ class TrajectoryBuilder:
         self.turns.append(ChatTurn("user", text, USER))
 
     def agent(self, think: str | None, *, clarify: str | None = None, respond: str | None = None, end: bool = False,
-              point: AmbiguityPoint | None = None, needless: bool = False) -> None:
+              point: AmbiguityPoint | None = None, needless: bool = False, slot_filling: bool = False) -> None:
         """A visible agent output: a clarification, or a response (``end``: the last one);
-        ``needless``: a question the goal does not need (:class:`ChatTurn`)."""
+        ``needless``: a question the goal does not need; ``slot_filling``: a question for what
+        the action needs (:class:`ChatTurn`)."""
         actions = [AgentAction.think(think)] if think else []
         if clarify is not None:
             actions.append(AgentAction.clarify(clarify))
@@ -130,7 +143,7 @@ class TrajectoryBuilder:
                 actions.append(AgentAction.end())
                 kind = END
         text, _ = FORMAT.render(actions)
-        self.turns.append(ChatTurn("assistant", text, kind, point, needless))
+        self.turns.append(ChatTurn("assistant", text, kind, point, needless, slot_filling))
 
     def call(self, think: str | None, name: str, arguments: Mapping[str, Any], point: AmbiguityPoint | None = None) -> dict[str, Any]:
         """A tool call: the agent output, then its observation. Returns the observation."""
@@ -141,9 +154,10 @@ class TrajectoryBuilder:
         self.turns.append(ChatTurn("user", FORMAT.observation_message(action, observation)["content"], OBSERVATION))
         return observation
 
-    def raw_agent(self, content: str, kind: str, point: AmbiguityPoint | None = None, needless: bool = False) -> None:
+    def raw_agent(self, content: str, kind: str, point: AmbiguityPoint | None = None, needless: bool = False,
+                  slot_filling: bool = False) -> None:
         """An agent output already written (by an LLM); its tool call, if any, is run."""
-        self.turns.append(ChatTurn("assistant", content, kind, point, needless))
+        self.turns.append(ChatTurn("assistant", content, kind, point, needless, slot_filling))
         if kind == TOOL_CALL:
             parsed = FORMAT.parse(content)
             assert not isinstance(parsed, Malformed), "raw_agent takes outputs that were rendered by the format"

@@ -13,7 +13,10 @@ agent is shown it) and rewrites it where the plan says:
 * at a referential point the user says "the same day as my earlier booking" or "a taxi
   between the two places" and the agent asks which reading is meant.
 
-Everything else is stated in full, so the agent acts at once; where several candidates fit
+A taxi request sometimes names only one or two of the pickup, the destination and the time,
+as users open one; the agent asks for the rest before booking (slot filling: a needed
+question, taught, but not an ambiguity point). Everything else is stated in full, so the
+agent acts at once; where several candidates fit
 and the goal does not care, the user says so ("any price range is fine"). Every point is
 re-evaluated on the dialogue being written (:mod:`pipelines.speaker.ambiguity`), so a
 clarification is only written where the written dialogue really is ambiguous.
@@ -74,6 +77,10 @@ _ASK_AGAIN_NO_PREFERENCE = 0.3
 # Chance that a value shared with one earlier booking is given by an explicit reference
 # ("the same day as my hotel booking"), which the agent resolves without asking.
 _EXPLICIT_REFERENCE = 0.5
+# Chance that a taxi request names only one or two of the pickup, the destination and the
+# time, as users open one (the agenda simulator's users do), and the agent asks for the rest
+# before booking; otherwise the request has all three and the agent books at once.
+_TAXI_PARTIAL = 0.7
 
 
 class SynthesisError(AskflowError):
@@ -484,7 +491,7 @@ class DialogueWriter:
         self._reach(planned)
         point = None
         if readings is None:
-            self.builder.user(say.taxi_request(self.rng, departure, destination, time_slot, time, ack=self._take_ack()))
+            self._taxi_request({"departure": departure, "destination": destination, time_slot: time}, time_slot)
             think = say.taxi_think(self.rng, departure, destination, time_slot, time)
         else:
             self.builder.user(say.taxi_request(self.rng, None, None, time_slot, time, ack=self._take_ack()))
@@ -513,6 +520,23 @@ class DialogueWriter:
             "The taxi is booked; I'll pass on the car, the phone number and the reference.",
             respond=say.taxi_booked(self.rng, observation["car type"], observation["phone"], observation["reference"]),
         )
+
+
+    def _taxi_request(self, wanted: Mapping[str, str], time_slot: str) -> None:
+        """The user's taxi request: all of ``wanted`` (pickup, destination, time), or one or
+        two of them and, after the agent's question for the rest, the rest (slot filling)."""
+        ack = self._take_ack()
+        if not all(wanted.values()) or self.rng.random() >= _TAXI_PARTIAL:
+            self.builder.user(say.taxi_request(self.rng, wanted["departure"], wanted["destination"], time_slot, wanted[time_slot], ack=ack))
+            return
+        slots = list(wanted)
+        said = sorted(self.rng.sample(range(len(slots)), self.rng.choice((1, 2))))
+        stated = {slots[i]: wanted[slots[i]] for i in said}
+        self.builder.user(say.taxi_partial_request(self.rng, stated, time_slot, ack=ack))
+        missing = [s for s in slots if s not in stated]
+        think, question = say.taxi_slot_question(self.rng, ["time" if s == time_slot else s for s in missing])
+        self.builder.agent(think, clarify=question, slot_filling=True)
+        self.builder.user(say.taxi_slot_answer(self.rng, {s: wanted[s] for s in missing}, time_slot))
 
 
 def _tool_arguments(domain: str, known: Mapping[str, str]) -> dict[str, str]:

@@ -200,3 +200,37 @@ def test_questions_are_read_against_the_domain_of_the_latest_search(gold_episode
                   ("clarify", question)) == [(False, "targets_discriminating_slot")]
     # Before any search every domain counts, over everything said (the whole-goal reading).
     assert checks(("user", f"Something in the {area} please."), ("clarify", question)) == [(True, "asks_known_slot")]
+
+
+def test_a_taxi_question_is_read_against_the_taxi_the_user_just_named(gold_episodes):
+    # A taxi has no search: its missing pickup is asked for before any taxi tool call, so the
+    # user turn that names the taxi opens it (read against the restaurant, whose constraints
+    # were all said, the question was "nothing open": over-asking).
+    from dataclasses import replace
+
+    from pipelines.records import DomainGoal, Goal
+
+    episode = gold_episodes[0][0]
+    goal = Goal("taxi-goal", (
+        DomainGoal("restaurant", info={"food": "italian", "area": "centre"}),
+        DomainGoal("taxi", info={"departure": "pizza hut city centre", "destination": "kettles yard", "leaveAt": "17:15"}),
+    ))
+
+    def event(i: int, kind: str, text: str | None = None, tool: str | None = None) -> EpisodeEvent:
+        return EpisodeEvent(episode.episode_id, i, i, kind, "user" if kind == "user" else "agent", text=text, tool_name=tool)
+
+    def checks(*events):
+        played = replace(episode, events=tuple(event(i, *e) for i, e in enumerate(events)))
+        return [(c.needless, c.reason) for c in clarification_checks(played, goal)]
+
+    restaurant = (("user", "An italian restaurant in the centre."), ("tool_call", None, "query_restaurant"))
+    pickup = "Where should the taxi pick you up?"
+    assert checks(*restaurant, ("user", "I also need a taxi to kettles yard, leaving after 17:15."), ("clarify", pickup)) == [
+        (False, "targets_discriminating_slot")]
+    # Re-asking the destination the user just gave is over-asking, and so is any question once all is said.
+    assert checks(*restaurant, ("user", "I also need a taxi to kettles yard."), ("clarify", "Where are you heading?")) == [
+        (True, "asks_known_slot")]
+    assert checks(*restaurant, ("user", "A taxi from pizza hut city centre to kettles yard, leaving after 17:15."),
+                  ("clarify", pickup)) == [(True, NOTHING_OPEN)]
+    # Without the user naming a taxi the question stays with the restaurant (every constraint said).
+    assert checks(*restaurant, ("clarify", pickup)) == [(True, NOTHING_OPEN)]

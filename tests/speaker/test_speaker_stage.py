@@ -43,6 +43,11 @@ def test_stage_publishes_the_datasets_and_their_metrics(stage_run):
     assert dialogues["kept"] + dialogues["dropped"] == metrics["seeds"] == metrics["rows"]["speaker_dialogues"]
     assert sum(dialogues["dropped_by_reason"].values()) == dialogues["dropped"]
     assert "llm" not in metrics, "run accounting is not a metric (issue 28 item 9)"
+    # Slot-filling questions (a taxi's missing place or time) are counted apart from the clarifications.
+    sft = _table(params, "speaker_sft").to_pylist()
+    slot_rows = sum(r["kind"] == "clarify" and r["ambiguity_type"] is None for r in sft)
+    slot_questions = sum(r["n_slot_questions"] for r in _table(params, "speaker_dialogues").to_pylist() if r["kept"])
+    assert metrics["clarifications"]["slot_filling"] == slot_questions == slot_rows > 0
     import catalog.io
 
     timings = json.loads((catalog.io.TIMINGS_DIR / "speaker.json").read_text())
@@ -87,7 +92,10 @@ def test_sft_completions_and_dpo_outputs_parse_with_the_runner_parser(stage_run)
         actions = _parsed(completion["content"])
         assert completion["role"] == "assistant" and actions[0].kind == THINK
         assert (row["kind"] == CLARIFY) == any(a.kind == CLARIFY for a in actions)
-        assert (row["ambiguity_type"] is not None) == (row["kind"] == CLARIFY)
+        if row["ambiguity_type"] is not None:
+            assert row["kind"] == CLARIFY
+        elif row["kind"] == CLARIFY:  # slot filling: a taxi request that left out a place or the time
+            assert row["ask_needed"] and "taxi" in row["prompt"][-1]["content"]
         assert row["prompt"][0]["role"] == "system" and row["prompt"][-1]["role"] == "user"
         system = system or row["prompt"][0]["content"]
         assert row["prompt"][0]["content"] == system

@@ -56,6 +56,36 @@ def test_rules_trajectories_replay_successfully_and_clarify(speaker_corpus, data
                 assert not isinstance(parsed, Malformed) and parsed[0].kind == THINK and parsed[0].text
 
 
+def test_a_taxi_request_that_leaves_out_a_place_or_the_time_is_asked_about_before_booking(speaker_corpus, database):
+    # The agenda user opens a taxi with one or two of its three constraints; the data shows the
+    # agent asking for the rest (slot filling, not an ambiguity point) instead of making it up.
+    from pipelines.evaluation.metrics import NOTHING_OPEN
+    from pipelines.rewards.verifiable import asked_slots
+    from pipelines.speaker.audit import question_check
+    from pipelines.speaker.trajectory import USER, goal_json
+
+    asked = full = 0
+    for task in _tasks(speaker_corpus, database):
+        trajectory = write_rules(task, database, seed=1)
+        calls = [i for i, t in enumerate(trajectory.turns) if t.kind == TOOL_CALL and '"book_taxi"' in t.content]
+        for index, turn in trajectory.slot_questions:
+            assert turn.point is None and not turn.needless and turn not in [t for _, t in trajectory.clarifications]
+            request, answer = trajectory.turns[index - 1], trajectory.turns[index + 1]
+            assert request.kind == USER and "taxi" in request.content and answer.kind == USER
+            assert calls and calls[-1] == index + 2, "the answer is followed by the booking"
+            taxi = task.dialogue.goal.get("taxi").info
+            question = FORMAT.parse(turn.content)[-1].text
+            said = {s for s, v in taxi.items() if v in request.content}
+            # It asks only for what the request left out, and the evaluation reads it as such.
+            assert set(asked_slots(question)) - {"leaveAt", "arriveBy"} <= set(taxi) - said
+            assert question_check(question, trajectory.messages(index), json.loads(goal_json(task.dialogue.goal))) not in (
+                "asks_known_slot", NOTHING_OPEN)
+            assert replay_trajectory(trajectory, database).success
+            asked += 1
+        full += len(calls) - len(trajectory.slot_questions)
+    assert asked and full, (asked, full)
+
+
 def test_synthesis_is_deterministic(speaker_corpus, database):
     tasks = _tasks(speaker_corpus, database, limit=10)
     first = [s.trajectory for s in RulesSynthesizer(database, seed=5).synthesize(tasks)]
@@ -94,13 +124,17 @@ def test_replay_rejects_a_tampered_observation(speaker_corpus, database):
 def test_a_dialogue_round_trips_through_the_llm_json_shape(speaker_corpus, database):
     """The draft written as the LLM's reply materializes into an equivalent trajectory that
     replays: the path an LLM dialogue takes, without an LLM."""
-    for task in _tasks(speaker_corpus, database, limit=8):
+    tasks = _tasks(speaker_corpus, database)
+    with_slot = [t for t in tasks if write_rules(t, database, seed=4).slot_questions][:2]
+    assert with_slot, "the corpus has a dialogue whose taxi request leaves something to ask"
+    for task in tasks[:8] + with_slot:
         draft = write_rules(task, database, seed=4)
         turns, _ = draft_turns(draft)
         trajectory = materialize({"turns": turns}, task, draft, database)
         assert [t.content for t in trajectory.turns] == [t.content for t in draft.turns]
         # Every question keeps its point, and a needless one (no preference) stays needless.
-        assert [(t.point, t.needless) for t in trajectory.turns if t.kind == CLARIFY] == [(t.point, t.needless) for t in draft.turns if t.kind == CLARIFY]
+        assert [(t.point, t.needless, t.slot_filling) for t in trajectory.turns if t.kind == CLARIFY] == [
+            (t.point, t.needless, t.slot_filling) for t in draft.turns if t.kind == CLARIFY]
         assert [t.point for _, t in trajectory.clarifications] == [t.point for _, t in draft.clarifications]
         assert replay_trajectory(trajectory, database).success
 
@@ -188,3 +222,12 @@ def test_agent_text_with_format_tags_is_rejected(speaker_corpus, database):
     agent["think"] += " <clarify>which one?</clarify>"
     with pytest.raises(DialogueShapeError, match="format tags"):
         materialize({"turns": turns}, task, draft, database)
+
+
+@pytest.mark.parametrize("kind, needless", [(TOOL_CALL, False), (CLARIFY, True)])
+def test_only_a_needed_question_can_be_slot_filling(kind, needless):
+    from pipelines.speaker.trajectory import ChatTurn
+
+    with pytest.raises(ValueError, match="slot filling"):
+        ChatTurn("assistant", "x", kind, None, needless, slot_filling=True)
+    assert ChatTurn("assistant", "x", CLARIFY, slot_filling=True).slot_filling
