@@ -29,8 +29,9 @@ the evaluation reads an episode, so the audit holds for any synthesizer:
     (:func:`pipelines.evaluation.metrics.clarification_checks`): the goal constraints whose
     values the user has said in the prompt (whole words; tool results are not the user's
     words) are *known*, the others *open*, both read for the domain of the latest tool call
-    (or of a taxi the user has just named: it has no search) and over what the user said since the turn that asked for it (an area said for an
-    attraction does not answer the hotel's). ``asks_known_slot``: questions about a slot the
+    (or of a taxi the user has just named: it has no search) and over what the user said
+    since the turn that asked for it (an area said for an attraction does not answer the
+    hotel's). ``asks_known_slot``: questions about a slot the
     user has already stated; ``nothing_open``: questions asked when every constraint of the
     domain was stated; the two together are the over-asking the evaluation counts.
 ``after_search``

@@ -368,3 +368,25 @@ def test_verbosity_changes_how_much_is_said(tiny_db):
 def test_bad_agenda_configuration_is_rejected(fields):
     with pytest.raises(ConfigError):
         SimulatorSpec(**fields)
+
+
+@pytest.mark.parametrize("time_slot", ["leaveAt", "arriveBy"])
+def test_the_taxi_questions_speaker_teaches_are_answered_by_the_agenda_user(tiny_db, time_slot):
+    # SpeakER's slot-filling questions (pipelines.speaker.phrasing.taxi_slot_question) are what
+    # a trained agent asks the evaluation's user: each must get the goal's value back.
+    import random
+
+    from pipelines.speaker.phrasing import taxi_slot_question
+
+    values = {"departure": "the golden curry", "destination": "king's college", time_slot: "17:15"}
+    acts = {"departure": "Depart", "destination": "Dest", "leaveAt": "Leave", "arriveBy": "Arrive"}
+    asked = 0
+    for seed in range(12):
+        session = new_session(tiny_db, domain_goal("taxi", values), seed=seed)
+        opening = run(session.opening())
+        missing = [s for s in values if acts[s] not in informs(opening)]
+        _, question = taxi_slot_question(random.Random(seed), ["time" if s == time_slot else s for s in missing])
+        answer = informs(say(session, question))
+        assert {s: answer.get(acts[s]) for s in missing} == {s: values[s] for s in missing}, (opening.text, question, answer)
+        asked += 1
+    assert asked == 12
