@@ -9,13 +9,17 @@ those whose replies state a wrong phone number, postcode or address
 (``pipelines.evaluation.grounding``, ``benchmarks/grounding.py``); and the others by the
 first goal check they failed, domain by domain in the goal's order (inform: the venue offered
 is not the goal's; book: no booking that meets it; request: an attribute asked for and never
-given), with the checker's words for one of them. The checker grades; nothing here plays or
-scores a policy.
+given), with the checker's words for one of them. Then its searches again of a domain it had
+searched before in the dialogue, and those that leave out a slot the previous search of that
+domain had (the agenda user never takes a constraint back; one it says it does not mind is
+counted too), with the failed and successful dialogues that have one. The checker grades;
+nothing here plays or scores a policy.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -45,10 +49,34 @@ def first_failed_check(domain_results: list[dict]) -> tuple[str, str, str] | Non
     return None
 
 
+def requery_drops(events: list[dict]) -> tuple[int, int]:
+    """(searches of a domain searched before in the dialogue, those whose arguments lack a slot
+    the previous search of that domain had), from one episode's events in order.
+
+    >>> call = lambda args: {"kind": "tool_call", "tool_name": "query_restaurant", "arguments_json": json.dumps(args)}
+    >>> requery_drops([call({"area": "south"}), call({"area": "south", "pricerange": "moderate"}), call({"food": "european"})])
+    (2, 1)
+    """
+    last: dict[str, set[str]] = {}
+    searches = drops = 0
+    for event in events:
+        tool = event.get("tool_name") or ""
+        if event["kind"] != "tool_call" or not tool.startswith("query_"):
+            continue
+        slots = set(json.loads(event.get("arguments_json") or "{}"))
+        if tool in last:
+            searches += 1
+            drops += bool(last[tool] - slots)
+        last[tool] = slots
+    return searches, drops
+
+
 def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, dict]:
     """Per model: ``dialogues``, ``failed``, ``with_wrong_value`` (failed ones), ``by_check``
     ({(domain, check): count} of the other failed ones), ``example`` (a reason per key) and
-    ``user_ended`` (failed dialogues the user closed)."""
+    ``user_ended`` (failed dialogues the user closed); ``requeries`` and ``dropping`` (over every
+    dialogue, :func:`requery_drops`) and ``failed_dropping`` / ``succeeded_dropping``
+    (dialogues with a search that drops a slot)."""
     from pipelines.episodes.formats import get_format
     from pipelines.evaluation.grounding import claims
 
@@ -72,8 +100,12 @@ def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, 
             key = found[:2] if found else ("none", "")
             by_check[key] += 1
             example.setdefault(key, found[2] if found else "")
+        drops = {e["episode_id"]: requery_drops(events[e["episode_id"]]) for e in mine}
         rows[agent] = {"dialogues": len(mine), "failed": len(failed), "with_wrong_value": len(wrong), "by_check": dict(by_check),
-                       "example": example, "user_ended": sum(e["ended_by"] == "user_end" for e in failed)}
+                       "example": example, "user_ended": sum(e["ended_by"] == "user_end" for e in failed),
+                       "requeries": sum(d[0] for d in drops.values()), "dropping": sum(d[1] for d in drops.values()),
+                       "failed_dropping": sum(bool(drops[e["episode_id"]][1]) for e in failed),
+                       "succeeded_dropping": sum(bool(drops[e["episode_id"]][1]) for e in mine if e["success"])}
     return rows
 
 
@@ -87,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['with_wrong_value']} state a wrong {', '.join(SLOTS)}; the others by the first check they failed:")
         for (domain, check), count in sorted(row["by_check"].items(), key=lambda item: (-item[1], item[0])):
             print(f"  {count:3d}  {domain} {check}  (e.g. \"{row['example'][(domain, check)]}\")")
+        print(f"  searches again: {row['requeries']}, {row['dropping']} of them without a slot the domain's previous search had; "
+              f"dialogues with one: {row['failed_dropping']} failed, {row['succeeded_dropping']} successful")
     return 0
 
 

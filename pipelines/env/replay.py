@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from pipelines.env.tools import TOOLS, Database, EnvState, ToolEnvironment
 from pipelines.multiwoz.ontology import TIME_SLOTS, format_time, is_dont_care, parse_time, spoken_time, values_match
@@ -41,6 +41,25 @@ QUERY_TOOLS: Mapping[str, str] = frozen_dict(
 BOOKING_TOOLS: Mapping[str, str] = frozen_dict(
     {"restaurant": "book_restaurant", "hotel": "book_hotel", "train": "buy_train_ticket", "taxi": "book_taxi"}
 )
+#: Domains with tools but no search (a taxi is booked straight away): a user turn opens them.
+UNSEARCHED_DOMAINS: frozenset[str] = frozenset(spec.domain for spec in TOOLS.values()) - frozenset(QUERY_TOOLS)
+
+
+def names_unsearched(said: str, domains: Iterable[str], opened: Mapping[str, int]) -> str | None:
+    """The goal domain without a search (:data:`UNSEARCHED_DOMAINS`) that a user turn names
+    and that is not ``opened`` yet, or None. ``said``: the turn in lower-case words, as
+    :func:`pipelines.rewards.verifiable.words` gives them. The evaluation's question checks
+    (:func:`pipelines.evaluation.metrics.clarification_checks`) and SpeakER's audit read a
+    question asked after such a turn against that domain.
+
+    >>> names_unsearched("i also need a taxi to the museum", {"taxi", "attraction"}, {})
+    'taxi'
+    >>> names_unsearched("i also need a taxi", {"taxi"}, {"taxi": 3}), names_unsearched("a taxi", {"hotel"}, {})
+    (None, None)
+    """
+    return next((d for d in sorted(UNSEARCHED_DOMAINS & set(domains)) if d not in opened and f" {d} " in f" {said} "), None)
+
+
 # Which value of a gold ``booked`` record an environment booking's observation replaces.
 _GOLD_TO_OBSERVED: tuple[tuple[str, str], ...] = (("reference", "reference"), ("type", "car type"), ("phone", "phone"))
 

@@ -55,8 +55,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pipelines.env.replay import QUERY_TOOLS
-from pipelines.env.tools import TOOLS
+from pipelines.env.replay import names_unsearched
 from pipelines.episodes.records import AGENT_NO_OUTPUT, Episode
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.records import Goal
@@ -121,23 +120,6 @@ class QuestionCheck:
 
 
 NOTHING_OPEN = "nothing_open"
-
-#: Domains with tools but no search (a taxi is booked straight away): a user turn opens them.
-UNSEARCHED_DOMAINS: frozenset[str] = frozenset(spec.domain for spec in TOOLS.values()) - frozenset(QUERY_TOOLS)
-
-
-def names_unsearched(said: str, domains: Iterable[str], opened: Mapping[str, int]) -> str | None:
-    """The goal domain without a search (:data:`UNSEARCHED_DOMAINS`) that a user turn
-    (``said``, :func:`~pipelines.rewards.verifiable.words` text) names and that is not
-    ``opened`` yet, or None.
-
-    >>> names_unsearched("i also need a taxi to the museum", {"taxi", "attraction"}, {})
-    'taxi'
-    >>> names_unsearched("i also need a taxi", {"taxi"}, {"taxi": 3}), names_unsearched("a taxi", {"hotel"}, {})
-    (None, None)
-    """
-    return next((d for d in sorted(UNSEARCHED_DOMAINS & set(domains)) if d not in opened and f" {d} " in f" {said} "), None)
-
 
 def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
     """Every clarification question of the episode, in order, scored and checked for

@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
+from pipelines.env.replay import names_unsearched
 from pipelines.env.tools import TOOLS
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed, decision
-from pipelines.evaluation.metrics import names_unsearched
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.rewards.verifiable import ASKS_KNOWN, VerifiableJudge, asked_slots, words
 from pipelines.speaker.trajectory import FORMAT

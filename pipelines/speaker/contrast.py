@@ -83,7 +83,7 @@ def _contrast(trajectory: Trajectory, dialogue: Dialogue, database: Database, se
         if turn.kind == USER:
             builder.user(turn.content)
         elif turn.kind != OBSERVATION:
-            builder.raw_agent(turn.content, turn.kind, turn.point, turn.needless, turn.slot_filling)
+            builder.raw_agent(turn.content, turn.kind, turn.point, turn.needless, turn.slot_filling, turn.shown)
     if [t.content for t in builder.turns] != [t.content for t in turns[:request]]:
         return None  # the prefix does not replay to the same observations
     found = database.search(domain, stated)

@@ -276,6 +276,13 @@ def taxi_slot_answer(rng: random.Random, answer: Mapping[str, str], time_slot: s
     return f"{route} {when}".strip()
 
 
+def correction(rng: random.Random, domain: str, values: Mapping[str, str]) -> str:
+    """The user's reply to a recommendation that breaks what they have not said yet, as the
+    agenda user corrects one ("Hmm, I'd need it in the south, though.")."""
+    what = describe(domain, values)
+    return pick(rng, (f"Hmm, I'd need {what}, though.", f"That doesn't fit: I'm looking for {what}.", f"Not that one, I need {what}."))
+
+
 def taxi_answer(rng: random.Random, departure: str, destination: str) -> str:
     return pick(rng, (f"From {departure} to {destination}, please.", f"Pick me up at {departure} and take me to {destination}.", f"I'm going from {departure} to {destination}."))
 
@@ -379,6 +386,16 @@ def search_think(rng: random.Random, domain: str, known: Mapping[str, str]) -> s
         f"The user wants {what}. I'll search the database with what they have told me.",
         f"I need to look up {what}; searching with the stated constraints.",
         f"Let me query the {domain} database for {what}.",
+    ))
+
+
+def corrected_think(rng: random.Random, domain: str, name: str, added: Mapping[str, str], known: Mapping[str, str]) -> str:
+    """Why search again after the user corrected a recommendation: with everything they have
+    said, not only the correction."""
+    said = join([said_value(s, v) if s in ("parking", "internet") else f"{SLOT_WORDS.get(s, s)} {v}" for s, v in added.items()])
+    return pick(rng, (
+        f"{name} does not fit: the user also wants {said}. I'll search again with everything they have said: {describe(domain, known)}.",
+        f"The user adds {said} to their request. Searching again with all of it, not just the new part: {describe(domain, known)}.",
     ))
 
 

@@ -214,6 +214,9 @@ class SpeakerResult:
                 # Questions for what a taxi booking needs and the user had not said: slot filling,
                 # taught but not counted above.
                 "slot_filling": sum(len(o.trajectory.slot_questions) for o in kept),
+                # Recommendations made on part of the request, which the user corrects: in the
+                # prompts, never a target; the search after the correction is.
+                "corrected_offers": sum(len(o.trajectory.shown_outputs) for o in kept),
             },
             "dedup": {
                 "threshold": self.config.dedup_threshold,

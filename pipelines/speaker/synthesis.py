@@ -163,6 +163,7 @@ _INSTRUCTIONS = """Rewrite the draft below as a natural dialogue.
 - Turns alternate between the user and the agent; the agent may take several turns in a row when it calls tools.
 - Every agent turn has "think" (private reasoning) and an "action": "tool_call" (with "tool" and "arguments"), "clarify" (a question, in "text"), "respond" (a reply, in "text") or "end" (the last reply, in "text").
 - Keep every tool call of the draft, with exactly the same tool and arguments, in the same order. Tool results are inserted automatically; do not write them.
+- Where the draft's agent recommends something the user then corrects, keep that recommendation and the correction, and search again with everything the user has said.
 - Ask exactly the questions the draft asks, at the same points (a question for a taxi's missing pickup, destination or time asks for just that). At a clarification: in "think", say what the user has and has not said, how many options there are and what differs between them (reasons the agent can check without knowing the user's mind); in "text", ask one clear question about it. The user's answers must state the same values as in the draft; where the draft's user has no preference, the agent recommends one of the options it already found, without searching again.
 - Quote names, times, prices and reference numbers exactly as the tool results give them.
 - End with one agent turn whose action is "end"."""
@@ -227,6 +228,10 @@ def materialize(data: Mapping[str, Any], task: SeedTask, draft: Trajectory, data
     # Every question of the draft in order, the needless ones (the user has no preference) and
     # the slot-filling ones (a taxi's missing pickup) included.
     points = [(t.point, t.needless, t.slot_filling) for t in draft.turns if t.kind == CLARIFY]
+    # A recommendation the user corrects (never taught) is known by the tool calls before it:
+    # the rewrite keeps the draft's calls in order.
+    shown_after = {sum(u.kind == TOOL_CALL for u in draft.turns[:i]) for i, _ in draft.shown_outputs}
+    calls = 0
     turns = list(data["turns"])
     if not turns or turns[0]["speaker"] != "user":
         raise DialogueShapeError("the dialogue must open with the user")
@@ -257,16 +262,20 @@ def materialize(data: Mapping[str, Any], task: SeedTask, draft: Trajectory, data
                 if turn["action"] == END:
                     actions.append(AgentAction.end())
                     kind = END
-            point, needless, slot_filling = None, False, False
+            point, needless, slot_filling, shown = None, False, False, False
             if kind == CLARIFY:
                 point, needless, slot_filling = points[clarified] if clarified < len(points) else (None, False, False)
                 clarified += 1
+            elif kind == RESPOND and calls in shown_after:
+                shown_after.discard(calls)
+                shown = True
+            calls += kind == TOOL_CALL
             content, _ = FORMAT.render(actions)
             # Text that itself contains format tags ("<clarify>" inside a thought), or only
             # blanks, would render into an output that parses differently, or not at all.
             if FORMAT.parse(content) != tuple(actions):
                 raise DialogueShapeError(f"turn {index}: the agent's text is blank or contains format tags")
-            builder.raw_agent(content, kind, point, needless, slot_filling)
+            builder.raw_agent(content, kind, point, needless, slot_filling, shown)
         previous = turn
     if clarified != len(points):
         raise DialogueShapeError(f"{clarified} clarification(s) where the plan has {len(points)}")

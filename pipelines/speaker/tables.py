@@ -10,8 +10,9 @@ Training sets in TRL's conversational formats, messages as ``list<struct<role, c
     ``ask_needed`` whether the decision is a question the goal needs (the clarify rows);
     ``goal`` the hidden goal (JSON), for the audit and the held-out proxies (clarify
     precision and recall against the goal). A needless question (the user turns out to have
-    no preference) has no row of its own: it is in the prompts of the rows that follow. A
-    slot-filling question (a taxi's missing pickup, destination or time) is a clarify row with
+    no preference) has no row of its own: it is in the prompts of the rows that follow; so
+    has a recommendation made before the user had said enough, which the user corrects (the
+    rows after it teach searching again with everything said). A slot-filling question (a taxi's missing pickup, destination or time) is a clarify row with
     ``ask_needed`` true and no ``ambiguity_type``.
 ``speaker_grpo``
     One row per clarification decision: ``prompt`` is Table 1's instruction with the
@@ -257,8 +258,8 @@ def _sft_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str
     goal = goal_json(outcome.dialogue.goal)
     step = -1
     for step, index, turn in _agent_turns(trajectory.turns):
-        if turn.needless:
-            continue  # shown in the prompts that follow, never taught
+        if turn.needless or turn.shown:
+            continue  # in the prompts that follow, never taught
         yield {
             "dialogue_id": trajectory.dialogue_id,
             "split": outcome.dialogue.split,

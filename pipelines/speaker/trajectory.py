@@ -46,7 +46,9 @@ class ChatTurn:
     user's "I don't mind", the agent's recommendation), but it is never a training target.
     ``slot_filling``: a question for something the action needs that the user has not said
     yet (a taxi's pickup, destination or time): needed, and taught, but not an ambiguity
-    (SpeakRL's taxonomy leaves slot filling out), so not one of the :attr:`Trajectory.clarifications`."""
+    (SpeakRL's taxonomy leaves slot filling out), so not one of the :attr:`Trajectory.clarifications`.
+    ``shown``: a recommendation made before the user had said enough, which the user then
+    corrects: in the prompts that follow (the agent must recover from it), never a target."""
 
     role: str
     content: str
@@ -54,6 +56,7 @@ class ChatTurn:
     point: AmbiguityPoint | None = None
     needless: bool = False
     slot_filling: bool = False
+    shown: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -66,6 +69,8 @@ class ChatTurn:
             raise ValueError("only a question at no ambiguity point can be needless")
         if self.slot_filling and (self.kind != CLARIFY or self.point is not None or self.needless):
             raise ValueError("only a needed question at no ambiguity point can be slot filling")
+        if self.shown and (self.kind != RESPOND or self.point is not None):
+            raise ValueError("only a response at no ambiguity point can be shown and not taught")
 
     @property
     def message(self) -> dict[str, str]:
@@ -98,6 +103,10 @@ class Trajectory:
         return [(i, t) for i, t in enumerate(self.turns) if t.slot_filling]
 
     @property
+    def shown_outputs(self) -> list[tuple[int, ChatTurn]]:
+        return [(i, t) for i, t in enumerate(self.turns) if t.shown]
+
+    @property
     def needless_questions(self) -> list[tuple[int, ChatTurn]]:
         return [(i, t) for i, t in enumerate(self.turns) if t.needless]
 
@@ -108,7 +117,8 @@ class Trajectory:
     def turns_json(self) -> str:
         return json.dumps(
             [{"role": t.role, "kind": t.kind, "content": t.content, **({"point": t.point.as_dict()} if t.point else {}),
-              **({"needless": True} if t.needless else {}), **({"slot_filling": True} if t.slot_filling else {})}
+              **({"needless": True} if t.needless else {}), **({"slot_filling": True} if t.slot_filling else {}),
+              **({"shown": True} if t.shown else {})}
              for t in self.turns],
             ensure_ascii=False,
         )
@@ -128,10 +138,11 @@ class TrajectoryBuilder:
         self.turns.append(ChatTurn("user", text, USER))
 
     def agent(self, think: str | None, *, clarify: str | None = None, respond: str | None = None, end: bool = False,
-              point: AmbiguityPoint | None = None, needless: bool = False, slot_filling: bool = False) -> None:
+              point: AmbiguityPoint | None = None, needless: bool = False, slot_filling: bool = False,
+              shown: bool = False) -> None:
         """A visible agent output: a clarification, or a response (``end``: the last one);
         ``needless``: a question the goal does not need; ``slot_filling``: a question for what
-        the action needs (:class:`ChatTurn`)."""
+        the action needs; ``shown``: a premature recommendation, never taught (:class:`ChatTurn`)."""
         actions = [AgentAction.think(think)] if think else []
         if clarify is not None:
             actions.append(AgentAction.clarify(clarify))
@@ -143,7 +154,7 @@ class TrajectoryBuilder:
                 actions.append(AgentAction.end())
                 kind = END
         text, _ = FORMAT.render(actions)
-        self.turns.append(ChatTurn("assistant", text, kind, point, needless, slot_filling))
+        self.turns.append(ChatTurn("assistant", text, kind, point, needless, slot_filling, shown))
 
     def call(self, think: str | None, name: str, arguments: Mapping[str, Any], point: AmbiguityPoint | None = None) -> dict[str, Any]:
         """A tool call: the agent output, then its observation. Returns the observation."""
@@ -155,9 +166,9 @@ class TrajectoryBuilder:
         return observation
 
     def raw_agent(self, content: str, kind: str, point: AmbiguityPoint | None = None, needless: bool = False,
-                  slot_filling: bool = False) -> None:
+                  slot_filling: bool = False, shown: bool = False) -> None:
         """An agent output already written (by an LLM); its tool call, if any, is run."""
-        self.turns.append(ChatTurn("assistant", content, kind, point, needless, slot_filling))
+        self.turns.append(ChatTurn("assistant", content, kind, point, needless, slot_filling, shown))
         if kind == TOOL_CALL:
             parsed = FORMAT.parse(content)
             assert not isinstance(parsed, Malformed), "raw_agent takes outputs that were rendered by the format"

@@ -13,7 +13,10 @@ agent is shown it) and rewrites it where the plan says:
 * at a referential point the user says "the same day as my earlier booking" or "a taxi
   between the two places" and the agent asks which reading is meant.
 
-A taxi request sometimes names only one or two of the pickup, the destination and the time,
+Where no point is planned, a venue request sometimes names only one or two of the goal's
+constraints, the agent recommends the first result and the user, whom it does not suit, gives
+the rest; the agent searches again with everything said (the recommendation itself is never
+a training target). A taxi request sometimes names only one or two of the pickup, the destination and the time,
 as users open one; the agent asks for the rest before booking (slot filling: a needed
 question, taught, but not an ambiguity point). Everything else is stated in full, so the
 agent acts at once; where several candidates fit
@@ -41,6 +44,7 @@ from typing import Any, Mapping, Sequence
 from pipelines.env.replay import QUERY_TOOLS
 from pipelines.env.tools import TOOLS, Database, entity_view, name_key
 from pipelines.errors import AskflowError
+from pipelines.multiwoz.ontology import values_match
 from pipelines.records import Dialogue, DomainGoal, Entity
 from pipelines.speaker import phrasing as say
 from pipelines.speaker.ambiguity import (
@@ -81,6 +85,11 @@ _EXPLICIT_REFERENCE = 0.5
 # time, as users open one (the agenda simulator's users do), and the agent asks for the rest
 # before booking; otherwise the request has all three and the agent books at once.
 _TAXI_PARTIAL = 0.7
+# Chance that, in a venue domain with no planned point, the user opens with one or two of the
+# goal's constraints (as the agenda user does), the agent recommends on that alone, and the
+# user corrects it with the rest: the recommendation is in the prompts (never a target), the
+# search after the correction, with everything said, is what the rows teach.
+_LATE_CONSTRAINTS = 0.5
 
 
 class SynthesisError(AskflowError):
@@ -196,6 +205,8 @@ class DialogueWriter:
         elif fail and not self.database.search(domain, fail):
             known = dict(info)
             self._fail_info(domain, info, fail)
+        elif under is None and self._late_constraints(goal):
+            known = dict(info)
         else:
             known = dict(under.known) if under else dict(info)
             known = self._request(goal, known, under)
@@ -214,6 +225,33 @@ class DialogueWriter:
             self._requests(goal, entity)
         elif not constraints(goal.book):
             self.ack = True
+
+    def _late_constraints(self, goal: DomainGoal) -> bool:
+        """The corrected recommendation (:data:`_LATE_CONSTRAINTS`), when the first result of
+        the partial request breaks the rest of the goal; False (nothing written) otherwise."""
+        domain, info = goal.domain, constraints(goal.info)
+        if domain not in VENUE_DOMAINS or len(info) < 2 or self.plan.get(domain, SEARCH, REFERENTIAL) is not None:
+            return False
+        if self.rng.random() >= _LATE_CONSTRAINTS:
+            return False
+        slots = list(info)
+        said = sorted(self.rng.sample(range(len(slots)), self.rng.choice((1, 2)) if len(slots) > 2 else 1))
+        opening = {slots[i]: info[slots[i]] for i in said}
+        found = self.database.search(domain, _tool_arguments(domain, opening))
+        rest = {s: v for s, v in info.items() if s not in opening}
+        if not found or all(values_match(s, v, found[0].get(s)) for s, v in rest.items()):
+            return False  # the first result fits anyway: nothing to correct
+        self.builder.user(say.find_request(self.rng, domain, opening, ack=self._take_ack()))
+        self._query(say.search_think(self.rng, domain, opening), domain, opening)
+        query = self.builder.environment.state.queries[-1]
+        offered = query.results[0]
+        assert offered.name == found[0].name, "a venue search shows the database's matches in its order"
+        attributes = {**entity_view(offered), "name": offered.name}
+        self.builder.agent(say.recommend_think(self.rng, domain, query.count, offered.name, guessed=True),
+                           respond=say.recommendation(self.rng, domain, attributes, bool(constraints(goal.book))), shown=True)
+        self.builder.user(say.correction(self.rng, domain, rest))
+        self._query(say.corrected_think(self.rng, domain, offered.name, rest, info), domain, info)
+        return True
 
     def _query(self, think: str, domain: str, known: Mapping[str, str], point: AmbiguityPoint | None = None) -> dict[str, Any]:
         return self.builder.call(think, QUERY_TOOLS[domain], _tool_arguments(domain, known), point)

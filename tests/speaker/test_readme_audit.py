@@ -43,6 +43,13 @@ def test_readme_speaker_section_matches_the_committed_audit():
     assert over["asks_stated_slot"] == 0 and after["stated"]["ask"] == 0
 
 
+def test_readme_gives_the_committed_slot_filling_and_correction_counts():
+    report = json.loads((ROOT / "reports" / "speaker.json").read_text(encoding="utf-8"))["clarifications"]
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for figure in (f"{report['slot_filling']} such questions in `speaker_sft`", f"{report['corrected_offers']} such corrections in `speaker_sft`"):
+        assert figure in readme, figure
+
+
 def test_readme_speaker_section_matches_the_committed_proxy_check():
     runs = json.loads((ROOT / "reports" / "speaker_sft_check.json").read_text(encoding="utf-8"))["runs"]
     before, after = (runs[t]["eval"]["after"][f"speaker_sft_{t}"] for t in ("before", "after"))

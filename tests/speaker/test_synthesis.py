@@ -86,6 +86,32 @@ def test_a_taxi_request_that_leaves_out_a_place_or_the_time_is_asked_about_befor
     assert asked and full, (asked, full)
 
 
+def test_a_recommendation_the_user_corrects_is_followed_by_a_search_with_everything_said(speaker_corpus, database):
+    # The agenda user opens with part of its constraints and corrects an offer that breaks the
+    # rest; the SFT model then searched with the correction alone (the H100 run). The data shows
+    # the search with everything said; the premature offer is context, never a target.
+    from pipelines.speaker.tables import _sft_rows
+    from pipelines.speaker.pipeline import SeedOutcome
+    from pipelines.speaker.trajectory import USER, system_message
+
+    seen = 0
+    for task in _tasks(speaker_corpus, database):
+        trajectory = write_rules(task, database, seed=1)
+        for index, turn in trajectory.shown_outputs:
+            call, correction, search = trajectory.turns[index - 2], trajectory.turns[index + 1], trajectory.turns[index + 2]
+            assert turn.kind == "respond" and correction.kind == USER and search.kind == TOOL_CALL and call.kind == TOOL_CALL
+            before, after = (next(a for a in FORMAT.parse(t.content) if a.kind == TOOL_CALL) for t in (call, search))
+            observed = json.loads(trajectory.turns[index - 1].content.removeprefix("<tool_response>").removesuffix("</tool_response>"))
+            assert observed["results"][0]["name"] in FORMAT.parse(turn.content)[-1].text
+            assert before.tool_name == after.tool_name and dict(before.arguments).items() < dict(after.arguments).items()
+            assert replay_trajectory(trajectory, database).success
+            outcome = SeedOutcome(task.dialogue, task.points, task.plan, trajectory)
+            taught = [row["completion"][0]["content"] for row in _sft_rows(outcome, system_message())]
+            assert turn.content not in taught and search.content in taught
+            seen += 1
+    assert seen
+
+
 def test_synthesis_is_deterministic(speaker_corpus, database):
     tasks = _tasks(speaker_corpus, database, limit=10)
     first = [s.trajectory for s in RulesSynthesizer(database, seed=5).synthesize(tasks)]
@@ -126,15 +152,16 @@ def test_a_dialogue_round_trips_through_the_llm_json_shape(speaker_corpus, datab
     replays: the path an LLM dialogue takes, without an LLM."""
     tasks = _tasks(speaker_corpus, database)
     with_slot = [t for t in tasks if write_rules(t, database, seed=4).slot_questions][:2]
-    assert with_slot, "the corpus has a dialogue whose taxi request leaves something to ask"
-    for task in tasks[:8] + with_slot:
+    corrected = [t for t in tasks if write_rules(t, database, seed=4).shown_outputs][:2]
+    assert with_slot and corrected, "the corpus has a taxi request that leaves something to ask, and a corrected offer"
+    for task in tasks[:8] + with_slot + corrected:
         draft = write_rules(task, database, seed=4)
         turns, _ = draft_turns(draft)
         trajectory = materialize({"turns": turns}, task, draft, database)
         assert [t.content for t in trajectory.turns] == [t.content for t in draft.turns]
         # Every question keeps its point, and a needless one (no preference) stays needless.
-        assert [(t.point, t.needless, t.slot_filling) for t in trajectory.turns if t.kind == CLARIFY] == [
-            (t.point, t.needless, t.slot_filling) for t in draft.turns if t.kind == CLARIFY]
+        assert [(t.kind, t.point, t.needless, t.slot_filling, t.shown) for t in trajectory.turns if t.role == "assistant"] == [
+            (t.kind, t.point, t.needless, t.slot_filling, t.shown) for t in draft.turns if t.role == "assistant"]
         assert [t.point for _, t in trajectory.clarifications] == [t.point for _, t in draft.clarifications]
         assert replay_trajectory(trajectory, database).success
 
@@ -231,3 +258,6 @@ def test_only_a_needed_question_can_be_slot_filling(kind, needless):
     with pytest.raises(ValueError, match="slot filling"):
         ChatTurn("assistant", "x", kind, None, needless, slot_filling=True)
     assert ChatTurn("assistant", "x", CLARIFY, slot_filling=True).slot_filling
+    with pytest.raises(ValueError, match="shown and not taught"):
+        ChatTurn("assistant", "x", CLARIFY, shown=True)
+    assert ChatTurn("assistant", "x", "respond", shown=True).shown
