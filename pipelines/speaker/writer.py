@@ -16,13 +16,13 @@ agent is shown it) and rewrites it where the plan says:
 Where no point is planned, a venue request sometimes names only one or two of the goal's
 constraints, the agent recommends the first result and the user, whom it does not suit, gives
 the rest; the agent searches again with everything said (the recommendation itself is never
-a training target). A taxi request sometimes names only one or two of the pickup, the destination and the time,
-as users open one; the agent asks for the rest before booking (slot filling: a needed
-question, taught, but not an ambiguity point). Everything else is stated in full, so the
-agent acts at once; where several candidates fit
-and the goal does not care, the user says so ("any price range is fine"). Every point is
-re-evaluated on the dialogue being written (:mod:`pipelines.speaker.ambiguity`), so a
-clarification is only written where the written dialogue really is ambiguous.
+a training target). A taxi request sometimes names only one or two of the pickup, the
+destination and the time, as users open one; the agent asks for the rest before booking (slot
+filling: a needed question, taught, but not an ambiguity point). Everything else is stated in
+full, so the agent acts at once; where several candidates fit and the goal does not care,
+the user says so ("any price range is fine"). Every point is re-evaluated on the dialogue
+being written (:mod:`pipelines.speaker.ambiguity`), so a clarification is only written where
+the written dialogue really is ambiguous.
 
 A *negative* (SpeakER-DPO) is written by the same code with ``guess`` set to one planned
 point: there the agent does not ask but acts on its best guess (the first search result,
