@@ -60,6 +60,49 @@ def names_unsearched(said: str, domains: Iterable[str], opened: Mapping[str, int
     return next((d for d in sorted(UNSEARCHED_DOMAINS & set(domains)) if d not in opened and f" {d} " in f" {said} "), None)
 
 
+class DomainFocus:
+    """The goal domain a dialogue is on, read turn by turn, and what the user has said about
+    it: the domain of the agent's latest tool call (``query_hotel`` -> hotel), or a domain
+    without a search that the user has just named (:func:`names_unsearched`); its words are
+    the user's since the turn that asked for it. Before either, no domain (``current`` None)
+    and every user turn. The evaluation's question checks and SpeakER's audit read a question
+    against this state.
+
+    >>> focus = DomainFocus({"hotel", "taxi"})
+    >>> focus.user("a hotel in the centre"); focus.tool_call("query_hotel"); focus.current
+    'hotel'
+    >>> focus.user("i also need a taxi"); focus.current, focus.said
+    ('taxi', ' i also need a taxi ')
+    >>> focus.tool_call("query_police"); focus.current
+    'taxi'
+    """
+
+    def __init__(self, domains: Iterable[str]):
+        self.domains = frozenset(domains)
+        self.turns: list[str] = []  # the user's turns so far, lower-case words
+        self.opened: dict[str, int] = {}  # domain -> index in turns of the turn that asked for it
+        self.current: str | None = None
+
+    def user(self, said: str) -> None:
+        """A user turn, in lower-case words."""
+        self.turns.append(said)
+        named = names_unsearched(said, self.domains, self.opened)
+        if named is not None:
+            self.opened[named], self.current = len(self.turns) - 1, named
+
+    def tool_call(self, tool: str) -> None:
+        domain = next((d for d in self.domains if tool.endswith(f"_{d}")), None)
+        if domain is not None:
+            self.opened.setdefault(domain, max(len(self.turns) - 1, 0))
+            self.current = domain
+
+    @property
+    def said(self) -> str:
+        """What the user has said about the current domain (everything before one), padded
+        with spaces for whole-word matching."""
+        return " " + " ".join(self.turns[self.opened[self.current] :] if self.current is not None else self.turns) + " "
+
+
 # Which value of a gold ``booked`` record an environment booking's observation replaces.
 _GOLD_TO_OBSERVED: tuple[tuple[str, str], ...] = (("reference", "reference"), ("type", "car type"), ("phone", "phone"))
 

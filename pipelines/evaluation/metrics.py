@@ -55,7 +55,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pipelines.env.replay import names_unsearched
+from pipelines.env.replay import DomainFocus
 from pipelines.episodes.records import AGENT_NO_OUTPUT, Episode
 from pipelines.multiwoz.ontology import is_dont_care
 from pipelines.records import Goal
@@ -124,25 +124,16 @@ NOTHING_OPEN = "nothing_open"
 def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
     """Every clarification question of the episode, in order, scored and checked for
     over-asking from what the user had said before it (module docstring)."""
-    domains = {d.domain for d in goal.domains}
-    turns: list[str] = []  # the user's turns so far, normalised
-    opened: dict[str, int] = {}  # domain -> index in turns of the turn that asked for it
-    current: str | None = None
+    focus = DomainFocus(d.domain for d in goal.domains)
     checks = []
     for event in episode.events:
         if event.kind == "user" and event.text:
-            turns.append(words(event.text))
-            named = names_unsearched(turns[-1], domains, opened)
-            if named is not None:
-                opened[named], current = len(turns) - 1, named
+            focus.user(words(event.text))
         elif event.kind == "tool_call" and event.tool_name:
-            domain = _tool_domain(event.tool_name, domains)
-            if domain is not None:
-                opened.setdefault(domain, max(len(turns) - 1, 0))
-                current = domain
+            focus.tool_call(event.tool_name)
         elif event.kind == "clarify":
-            slots = goal_slot_values(goal, current)
-            said = " " + " ".join(turns[opened[current] :] if current is not None else turns) + " "
+            slots = goal_slot_values(goal, focus.current)
+            said = focus.said
             known = sorted(s for s, values in slots.items() if any(_said(v, said) for v in values))
             open_slots = sorted(s for s in slots if s not in known)
             verdict = _JUDGE.verdict(event.text or "", {"discriminating_slots": open_slots, "known_slots": known})
@@ -151,15 +142,6 @@ def clarification_checks(episode: Episode, goal: Goal) -> list[QuestionCheck]:
             else:
                 checks.append(QuestionCheck(verdict.score, verdict.reason == ASKS_KNOWN, verdict.reason))
     return checks
-
-
-def _tool_domain(tool: str, domains: Iterable[str]) -> str | None:
-    """The goal domain a tool serves (``query_hotel`` -> ``hotel``), or None.
-
-    >>> _tool_domain("book_train", {"train", "hotel"}), _tool_domain("query_police", {"hotel"})
-    ('train', None)
-    """
-    return next((d for d in domains if tool.endswith(f"_{d}")), None)
 
 
 def clarification_verdicts(episode: Episode, goal: Goal) -> list[float]:

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipelines.env.replay import names_unsearched
+from pipelines.env.replay import DomainFocus
 from pipelines.env.tools import TOOLS
 from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed, decision
 from pipelines.multiwoz.ontology import is_dont_care
@@ -171,23 +171,17 @@ def question_check(question: str, prompt: Sequence[Mapping[str, Any]], goal: Map
     >>> question_check("Which part of town would you prefer: the east or the centre?", more, goal)
     'targets_discriminating_slot'
     """
-    turns: list[str] = []
-    opened: dict[str, int] = {}
-    current: str | None = None
+    focus = DomainFocus(goal)
     for message in prompt:
         if message["role"] == "user" and not _is_observation(message):
-            turns.append(words(message["content"]))
-            named = names_unsearched(turns[-1], goal, opened)
-            if named is not None:
-                opened[named], current = len(turns) - 1, named
+            focus.user(words(message["content"]))
         elif message["role"] == "assistant":
             call = _call(message["content"])
-            domain = next((d for d in goal if call is not None and call[0].endswith(f"_{d}")), None)
-            if domain is not None:
-                opened.setdefault(domain, max(len(turns) - 1, 0))
-                current = domain
+            if call is not None:
+                focus.tool_call(call[0])
+    current = focus.current
     slots = goal_constraints({current: goal[current]} if current is not None else goal)
-    said = " " + " ".join(turns[opened[current] :] if current is not None else turns) + " "
+    said = focus.said
     known = sorted(s for s, values in slots.items() if any(_said(v, said) for v in values))
     open_slots = sorted(s for s in slots if s not in known)
     if not open_slots:

@@ -232,7 +232,7 @@ def reqt_request(rng: random.Random, reqt: Sequence[str]) -> str:
 
 def taxi_request(rng: random.Random, departure: str | None, destination: str | None, time_slot: str, time: str, ack: bool = False) -> str:
     """None ends: "between the two places" (the referential request)."""
-    when = f"leaving after {time}" if time_slot == "leaveAt" else f"arriving by {time}"
+    when = _taxi_when(time_slot, time)
     if departure is None or destination is None:
         route = pick(rng, ("between the two places", "to get from one place to the other", "between those two places"))
     else:
@@ -633,7 +633,7 @@ def parse_reqt_answer(text: str) -> tuple[str, dict[str, str]] | None:
 
 
 def taxi_think(rng: random.Random, departure: str, destination: str, time_slot: str, time: str) -> str:
-    when = f"leaving after {time}" if time_slot == "leaveAt" else f"arriving by {time}"
+    when = _taxi_when(time_slot, time)
     return pick(rng, (f"A taxi from {departure} to {destination}, {when}: I have everything needed to book it.", f"Booking the taxi from {departure} to {destination}, {when}."))
 
 
