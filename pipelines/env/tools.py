@@ -337,6 +337,12 @@ class Database:
         candidates = (table.entities[p] for p in ordered)
         return [e for e in candidates if all(values_match(slot, value, e.get(slot)) for slot, value in timed)]
 
+    def shown(self, domain: str, constraints: Mapping[str, object]) -> list[Entity]:
+        """The matches in the order a query tool lists them: database order, trains by time
+        (:func:`_order_trains`)."""
+        matches = self.search(domain, constraints)
+        return _order_trains(matches, constraints) if domain == "train" else matches
+
 
 def entity_view(entity: Entity) -> dict[str, str]:
     """What a query shows the agent of one entity."""
@@ -566,9 +572,7 @@ class ToolEnvironment:
     # -- queries -------------------------------------------------------------------------
 
     def _query(self, index: int, spec: ToolSpec, args: dict[str, str]) -> dict[str, Any]:
-        matches = self.database.search(spec.domain, args)
-        if spec.domain == "train":
-            matches = _order_trains(matches, args)
+        matches = self.database.shown(spec.domain, args)
         shown = tuple(matches[:QUERY_RESULT_LIMIT])
         self.state.queries.append(QueryRecord(index, self.state.turn, spec.domain, frozen_dict(args), len(matches), shown))
         return {"count": len(matches), "results": [entity_view(e) for e in shown]}
@@ -657,7 +661,7 @@ class ToolEnvironment:
         return None
 
 
-def _order_trains(trains: list[Entity], args: Mapping[str, str]) -> list[Entity]:
+def _order_trains(trains: list[Entity], args: Mapping[str, object]) -> list[Entity]:
     """Departure order, except that an arriveBy-only query lists the latest arrival first
     (the train a traveller who must arrive by then wants). Stable: ties keep timetable order."""
 

@@ -392,11 +392,22 @@ def search_think(rng: random.Random, domain: str, known: Mapping[str, str]) -> s
 def corrected_think(rng: random.Random, domain: str, name: str, added: Mapping[str, str], known: Mapping[str, str]) -> str:
     """Why search again after the user corrected a recommendation: with everything they have
     said, not only the correction."""
-    said = join([said_value(s, v) if s in ("parking", "internet") else f"{SLOT_WORDS.get(s, s)} {v}" for s, v in added.items()])
+    said = join([_added_words(domain, s, v) for s, v in added.items()])
     return pick(rng, (
         f"{name} does not fit: the user also wants {said}. I'll search again with everything they have said: {describe(domain, known)}.",
         f"The user adds {said} to their request. Searching again with all of it, not just the new part: {describe(domain, known)}.",
     ))
+
+
+def _added_words(domain: str, slot: str, value: str) -> str:
+    """A corrected constraint in a think: "free parking", "area north", for a train "departure
+    from ely", "leaving after 09:15" (a train's places are not a taxi's pickup point)."""
+    if slot in ("parking", "internet"):
+        return said_value(slot, value)
+    if domain == "train":
+        words = {"departure": f"departure from {value}", "destination": f"destination {value}", "day": f"day {value}"}
+        return words.get(slot) or constraint_phrase(domain, slot, value)
+    return f"{SLOT_WORDS.get(slot, slot)} {value}"
 
 
 def requery_think(rng: random.Random, domain: str, values: Mapping[str, str]) -> str:

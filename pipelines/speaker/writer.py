@@ -85,10 +85,10 @@ _EXPLICIT_REFERENCE = 0.5
 # time, as users open one (the agenda simulator's users do), and the agent asks for the rest
 # before booking; otherwise the request has all three and the agent books at once.
 _TAXI_PARTIAL = 0.7
-# Chance that, in a venue domain with no planned point, the user opens with one or two of the
-# goal's constraints (as the agenda user does), the agent recommends on that alone, and the
-# user corrects it with the rest: the recommendation is in the prompts (never a target), the
-# search after the correction, with everything said, is what the rows teach.
+# Chance that, in a venue or train search with no planned point, the user opens with one or
+# two of the goal's constraints (as the agenda user does), the agent recommends on that alone,
+# and the user names what the recommendation breaks: the recommendation is in the prompts
+# (never a target), the search after the correction, with everything said, is what rows teach.
 _LATE_CONSTRAINTS = 0.5
 
 
@@ -205,8 +205,8 @@ class DialogueWriter:
         elif fail and not self.database.search(domain, fail):
             known = dict(info)
             self._fail_info(domain, info, fail)
-        elif under is None and self._late_constraints(goal):
-            known = dict(info)
+        elif under is None and (corrected := self._late_constraints(goal)) is not None:
+            known = corrected
         else:
             known = dict(under.known) if under else dict(info)
             known = self._request(goal, known, under)
@@ -226,32 +226,37 @@ class DialogueWriter:
         elif not constraints(goal.book):
             self.ack = True
 
-    def _late_constraints(self, goal: DomainGoal) -> bool:
+    def _late_constraints(self, goal: DomainGoal) -> dict[str, str] | None:
         """The corrected recommendation (:data:`_LATE_CONSTRAINTS`), when the first result of
-        the partial request breaks the rest of the goal; False (nothing written) otherwise."""
+        the partial request breaks the rest of the goal: returns what the agent then knows,
+        or None (nothing written). Like the agenda user, the correction names only what the
+        shown venue breaks, so the agent must carry the opening over; a constraint the venue
+        happened to meet stays unsaid and may break the next result: a second correction."""
         domain, info = goal.domain, constraints(goal.info)
-        if domain not in VENUE_DOMAINS or len(info) < 2 or self.plan.get(domain, SEARCH, REFERENTIAL) is not None:
-            return False
+        if domain not in (*VENUE_DOMAINS, "train") or len(info) < 2 or self.plan.get(domain, SEARCH, REFERENTIAL) is not None:
+            return None
         if self.rng.random() >= _LATE_CONSTRAINTS:
-            return False
+            return None
         slots = list(info)
         said = sorted(self.rng.sample(range(len(slots)), self.rng.choice((1, 2)) if len(slots) > 2 else 1))
-        opening = {slots[i]: info[slots[i]] for i in said}
-        found = self.database.search(domain, _tool_arguments(domain, opening))
-        rest = {s: v for s, v in info.items() if s not in opening}
-        if not found or all(values_match(s, v, found[0].get(s)) for s, v in rest.items()):
-            return False  # the first result fits anyway: nothing to correct
-        self.builder.user(say.find_request(self.rng, domain, opening, ack=self._take_ack()))
-        self._query(say.search_think(self.rng, domain, opening), domain, opening)
-        query = self.builder.environment.state.queries[-1]
-        offered = query.results[0]
-        assert offered.name == found[0].name, "a venue search shows the database's matches in its order"
-        attributes = {**entity_view(offered), "name": offered.name}
-        self.builder.agent(say.recommend_think(self.rng, domain, query.count, offered.name, guessed=True),
-                           respond=say.recommendation(self.rng, domain, attributes, bool(constraints(goal.book))), shown=True)
-        self.builder.user(say.correction(self.rng, domain, rest))
-        self._query(say.corrected_think(self.rng, domain, offered.name, rest, info), domain, info)
-        return True
+        known = {slots[i]: info[slots[i]] for i in said}
+        found = self.database.shown(domain, _tool_arguments(domain, known))
+        if not found or not _broken(found[0], info):
+            return None  # the first result fits anyway: nothing to correct
+        self.builder.user(say.find_request(self.rng, domain, known, ack=self._take_ack()))
+        self._query(say.search_think(self.rng, domain, known), domain, known)
+        while True:
+            query = self.builder.environment.state.queries[-1]
+            offered = query.results[0]
+            broken = {s: v for s, v in _broken(offered, info).items() if s not in known}
+            if not broken:  # fits, or breaks only what the search cannot take: offer it
+                return known
+            attributes, name = {**entity_view(offered), "name": offered.name}, _entity_name(domain, offered)
+            self.builder.agent(say.recommend_think(self.rng, domain, query.count, name, guessed=True),
+                               respond=say.recommendation(self.rng, domain, attributes, bool(constraints(goal.book))), shown=True)
+            self.builder.user(say.correction(self.rng, domain, broken))
+            known = {**known, **broken}  # grows each round: the loop ends
+            self._query(say.corrected_think(self.rng, domain, name, broken, known), domain, known)
 
     def _query(self, think: str, domain: str, known: Mapping[str, str], point: AmbiguityPoint | None = None) -> dict[str, Any]:
         return self.builder.call(think, QUERY_TOOLS[domain], _tool_arguments(domain, known), point)
@@ -581,6 +586,11 @@ def _tool_arguments(domain: str, known: Mapping[str, str]) -> dict[str, str]:
     """Search arguments: the known constraints the domain's query tool takes."""
     spec = TOOLS[QUERY_TOOLS[domain]]
     return {slot: value for slot, value in known.items() if spec.param(slot) is not None}
+
+
+def _broken(entity: Entity, info: Mapping[str, str]) -> dict[str, str]:
+    """The constraints of ``info`` that ``entity`` does not meet."""
+    return {slot: value for slot, value in info.items() if not values_match(slot, value, entity.get(slot))}
 
 
 def _entity_name(domain: str, entity: Entity) -> str:

@@ -87,14 +87,15 @@ def test_a_taxi_request_that_leaves_out_a_place_or_the_time_is_asked_about_befor
 
 
 def test_a_recommendation_the_user_corrects_is_followed_by_a_search_with_everything_said(speaker_corpus, database):
-    # The agenda user opens with part of its constraints and corrects an offer that breaks the
-    # rest; the SFT model then searched with the correction alone (the H100 run). The data shows
-    # the search with everything said; the premature offer is context, never a target.
+    # The agenda user opens with part of its constraints and corrects an offer by naming only
+    # what it breaks; the SFT model then searched with the correction alone (the H100 run). The
+    # data shows the search with everything said; the premature offer is context, never a target.
+    from pipelines.multiwoz.ontology import values_match
     from pipelines.speaker.tables import _sft_rows
     from pipelines.speaker.pipeline import SeedOutcome
     from pipelines.speaker.trajectory import USER, system_message
 
-    seen = 0
+    seen = trains = 0
     for task in _tasks(speaker_corpus, database):
         trajectory = write_rules(task, database, seed=1)
         for index, turn in trajectory.shown_outputs:
@@ -102,14 +103,18 @@ def test_a_recommendation_the_user_corrects_is_followed_by_a_search_with_everyth
             assert turn.kind == "respond" and correction.kind == USER and search.kind == TOOL_CALL and call.kind == TOOL_CALL
             before, after = (next(a for a in FORMAT.parse(t.content) if a.kind == TOOL_CALL) for t in (call, search))
             observed = json.loads(trajectory.turns[index - 1].content.removeprefix("<tool_response>").removesuffix("</tool_response>"))
-            assert observed["results"][0]["name"] in FORMAT.parse(turn.content)[-1].text
+            offered = observed["results"][0]
+            assert offered.get("trainID", offered.get("name")) in FORMAT.parse(turn.content)[-1].text
             assert before.tool_name == after.tool_name and dict(before.arguments).items() < dict(after.arguments).items()
+            added = {s: v for s, v in after.arguments.items() if s not in before.arguments}
+            assert added and all(not values_match(s, v, offered.get(s)) for s, v in added.items()), (added, offered)
             assert replay_trajectory(trajectory, database).success
             outcome = SeedOutcome(task.dialogue, task.points, task.plan, trajectory)
             taught = [row["completion"][0]["content"] for row in _sft_rows(outcome, system_message())]
             assert turn.content not in taught and search.content in taught
             seen += 1
-    assert seen
+            trains += before.tool_name == "query_train"
+    assert seen and trains, (seen, trains)
 
 
 def test_synthesis_is_deterministic(speaker_corpus, database):
