@@ -66,8 +66,8 @@ def act_points(trajectory: Trajectory, rng: random.Random, limit: int) -> list[A
         if turn.role != "assistant":
             continue
         step += 1
-        if turn.kind != TOOL_CALL or turn.point is not None or index == 0 or trajectory.turns[index - 1].kind != USER:
-            continue
+        if turn.kind != TOOL_CALL or turn.point is not None or turn.shown or index == 0 or trajectory.turns[index - 1].kind != USER:
+            continue  # a mistaken search (shown) is never a chosen action
         parsed = FORMAT.parse(turn.content)
         if isinstance(parsed, Malformed):
             continue

@@ -283,6 +283,13 @@ def correction(rng: random.Random, domain: str, values: Mapping[str, str]) -> st
     return pick(rng, (f"Hmm, I'd need {what}, though.", f"That doesn't fit: I'm looking for {what}.", f"Not that one, I need {what}."))
 
 
+def reminder(rng: random.Random, domain: str, values: Mapping[str, str]) -> str:
+    """The user's reply to a recommendation that breaks what they had already said ("As I
+    said, I need a restaurant in the south.")."""
+    what = describe(domain, values)
+    return pick(rng, (f"As I said, I need {what}.", f"No, remember I asked for {what}.", f"That's not it, I did say {what}."))
+
+
 def taxi_answer(rng: random.Random, departure: str, destination: str) -> str:
     return pick(rng, (f"From {departure} to {destination}, please.", f"Pick me up at {departure} and take me to {destination}.", f"I'm going from {departure} to {destination}."))
 
@@ -396,6 +403,15 @@ def corrected_think(rng: random.Random, domain: str, name: str, added: Mapping[s
     return pick(rng, (
         f"{name} does not fit: the user also wants {said}. I'll search again with everything they have said: {describe(domain, known)}.",
         f"The user adds {said} to their request. Searching again with all of it, not just the new part: {describe(domain, known)}.",
+    ))
+
+
+def recovered_think(rng: random.Random, domain: str, dropped: Mapping[str, str], known: Mapping[str, str]) -> str:
+    """Why search again after the user repeated what the last search left out."""
+    said = join([_added_words(domain, s, v) for s, v in dropped.items()])
+    return pick(rng, (
+        f"My last search left out {said}, which the user had said. Searching again with everything they have said: {describe(domain, known)}.",
+        f"The user reminds me of {said}; I dropped it. I'll search with all of it: {describe(domain, known)}.",
     ))
 
 

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pipelines.config import MAX_LLM_FAILURE_RATE, FanOutSpec, positive_int
 from pipelines.env.tools import Database
 from pipelines.errors import ConfigError
-from pipelines.episodes.formats import CLARIFY, TOOL_CALL, Malformed
+from pipelines.episodes.formats import CLARIFY, RESPOND, TOOL_CALL, Malformed
 from pipelines.llm.client import FAILURE_REASONS
 from pipelines.records import Dialogue
 from pipelines.speaker.act import ActPoint, act_points
@@ -216,7 +216,10 @@ class SpeakerResult:
                 "slot_filling": sum(len(o.trajectory.slot_questions) for o in kept),
                 # Recommendations made on part of the request, which the user corrects: in the
                 # prompts, never a target; the search after the correction is.
-                "corrected_offers": sum(len(o.trajectory.shown_outputs) for o in kept),
+                "corrected_offers": sum(t.kind == RESPOND for o in kept for _, t in o.trajectory.shown_outputs),
+                # Searches after a correction that left out what the user had said (and whose
+                # recommendation the user corrects): context; the search after the reminder is taught.
+                "forgotten_constraints": sum(t.kind == TOOL_CALL for o in kept for _, t in o.trajectory.shown_outputs),
             },
             "dedup": {
                 "threshold": self.config.dedup_threshold,

@@ -228,9 +228,10 @@ def materialize(data: Mapping[str, Any], task: SeedTask, draft: Trajectory, data
     # Every question of the draft in order, the needless ones (the user has no preference) and
     # the slot-filling ones (a taxi's missing pickup) included.
     points = [(t.point, t.needless, t.slot_filling) for t in draft.turns if t.kind == CLARIFY]
-    # A recommendation the user corrects (never taught) is known by the tool calls before it:
-    # the rewrite keeps the draft's calls in order.
-    shown_after = {sum(u.kind == TOOL_CALL for u in draft.turns[:i]) for i, _ in draft.shown_outputs}
+    # A recommendation the user corrects (never taught) is known by the tool calls before it,
+    # a mistaken search by its own place among them: the rewrite keeps the draft's calls in order.
+    shown_after = {sum(u.kind == TOOL_CALL for u in draft.turns[:i]) for i, t in draft.shown_outputs if t.kind == RESPOND}
+    shown_calls = {sum(u.kind == TOOL_CALL for u in draft.turns[:i]) for i, t in draft.shown_outputs if t.kind == TOOL_CALL}
     calls = 0
     turns = list(data["turns"])
     if not turns or turns[0]["speaker"] != "user":
@@ -269,6 +270,8 @@ def materialize(data: Mapping[str, Any], task: SeedTask, draft: Trajectory, data
             elif kind == RESPOND and calls in shown_after:
                 shown_after.discard(calls)
                 shown = True
+            elif kind == TOOL_CALL:
+                shown = calls in shown_calls
             calls += kind == TOOL_CALL
             content, _ = FORMAT.render(actions)
             # Text that itself contains format tags ("<clarify>" inside a thought), or only

@@ -48,7 +48,8 @@ class ChatTurn:
     yet (a taxi's pickup, destination or time): needed, and taught, but not an ambiguity
     (SpeakRL's taxonomy leaves slot filling out), so not one of the :attr:`Trajectory.clarifications`.
     ``shown``: a recommendation made before the user had said enough, which the user then
-    corrects: in the prompts that follow (the agent must recover from it), never a target."""
+    corrects, or a search that left out what the user had said and the recommendation from
+    it: in the prompts that follow (the agent must recover from it), never a target."""
 
     role: str
     content: str
@@ -69,8 +70,8 @@ class ChatTurn:
             raise ValueError("only a question at no ambiguity point can be needless")
         if self.slot_filling and (self.kind != CLARIFY or self.point is not None or self.needless):
             raise ValueError("only a needed question at no ambiguity point can be slot filling")
-        if self.shown and (self.kind != RESPOND or self.point is not None):
-            raise ValueError("only a response at no ambiguity point can be shown and not taught")
+        if self.shown and (self.kind not in (RESPOND, TOOL_CALL) or self.point is not None):
+            raise ValueError("only a response or a search at no ambiguity point can be shown and not taught")
 
     @property
     def message(self) -> dict[str, str]:
@@ -156,11 +157,13 @@ class TrajectoryBuilder:
         text, _ = FORMAT.render(actions)
         self.turns.append(ChatTurn("assistant", text, kind, point, needless, slot_filling, shown))
 
-    def call(self, think: str | None, name: str, arguments: Mapping[str, Any], point: AmbiguityPoint | None = None) -> dict[str, Any]:
-        """A tool call: the agent output, then its observation. Returns the observation."""
+    def call(self, think: str | None, name: str, arguments: Mapping[str, Any], point: AmbiguityPoint | None = None,
+             shown: bool = False) -> dict[str, Any]:
+        """A tool call: the agent output, then its observation. Returns the observation.
+        ``shown``: a mistaken search, never taught (:class:`ChatTurn`)."""
         action = AgentAction.tool_call(name, arguments)
         text, _ = FORMAT.render(([AgentAction.think(think)] if think else []) + [action])
-        self.turns.append(ChatTurn("assistant", text, TOOL_CALL, point))
+        self.turns.append(ChatTurn("assistant", text, TOOL_CALL, point, shown=shown))
         observation = self.environment.call(name, dict(arguments))
         self.turns.append(ChatTurn("user", FORMAT.observation_message(action, observation)["content"], OBSERVATION))
         return observation

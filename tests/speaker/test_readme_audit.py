@@ -46,7 +46,8 @@ def test_readme_speaker_section_matches_the_committed_audit():
 def test_readme_gives_the_committed_slot_filling_and_correction_counts():
     report = json.loads((ROOT / "reports" / "speaker.json").read_text(encoding="utf-8"))["clarifications"]
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    for figure in (f"{report['slot_filling']} such questions in `speaker_sft`", f"{report['corrected_offers']} such corrections in `speaker_sft`"):
+    for figure in (f"{report['slot_filling']} such questions in `speaker_sft`", f"{report['corrected_offers']} such corrections in `speaker_sft`",
+                   f"{report['forgotten_constraints']} such recoveries"):
         assert figure in readme, figure
 
 
