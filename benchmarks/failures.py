@@ -57,26 +57,37 @@ def requery_drops(events: list[dict]) -> tuple[int, int]:
     >>> requery_drops([call({"area": "south"}), call({"area": "south", "pricerange": "moderate"}), call({"food": "european"})])
     (2, 1)
     """
+    by_tool = requery_drops_by_tool(events).values()
+    return sum(s for s, _ in by_tool), sum(d for _, d in by_tool)
+
+
+def requery_drops_by_tool(events: list[dict]) -> dict[str, tuple[int, int]]:
+    """:func:`requery_drops` per search tool (tools searched once are left out).
+
+    >>> call = lambda tool, args: {"kind": "tool_call", "tool_name": tool, "arguments_json": json.dumps(args)}
+    >>> requery_drops_by_tool([call("query_train", {"day": "monday"}), call("query_hotel", {"area": "east"}), call("query_train", {})])
+    {'query_train': (1, 1)}
+    """
     last: dict[str, set[str]] = {}
-    searches = drops = 0
+    counts: dict[str, tuple[int, int]] = {}
     for event in events:
         tool = event.get("tool_name") or ""
         if event["kind"] != "tool_call" or not tool.startswith("query_"):
             continue
         slots = set(json.loads(event.get("arguments_json") or "{}"))
         if tool in last:
-            searches += 1
-            drops += bool(last[tool] - slots)
+            searches, drops = counts.get(tool, (0, 0))
+            counts[tool] = (searches + 1, drops + bool(last[tool] - slots))
         last[tool] = slots
-    return searches, drops
+    return counts
 
 
 def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, dict]:
     """Per model: ``dialogues``, ``failed``, ``with_wrong_value`` (failed ones), ``by_check``
     ({(domain, check): count} of the other failed ones), ``example`` (a reason per key) and
     ``user_ended`` (failed dialogues the user closed); ``requeries`` and ``dropping`` (over every
-    dialogue, :func:`requery_drops`) and ``failed_dropping`` / ``succeeded_dropping``
-    (dialogues with a search that drops a slot)."""
+    dialogue, :func:`requery_drops`), ``dropping_by_tool`` ({tool: (dropping, requeries)}) and
+    ``failed_dropping`` / ``succeeded_dropping`` (dialogues with a search that drops a slot)."""
     from pipelines.episodes.formats import get_format
     from pipelines.evaluation.grounding import claims
 
@@ -101,11 +112,18 @@ def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, 
             by_check[key] += 1
             example.setdefault(key, found[2] if found else "")
         drops = {e["episode_id"]: requery_drops(events[e["episode_id"]]) for e in mine}
+        by_tool: Counter = Counter()
+        for e in mine:
+            for tool, (searches, dropping) in requery_drops_by_tool(events[e["episode_id"]]).items():
+                by_tool[tool, "requeries"] += searches
+                by_tool[tool, "dropping"] += dropping
         rows[agent] = {"dialogues": len(mine), "failed": len(failed), "with_wrong_value": len(wrong), "by_check": dict(by_check),
                        "example": example, "user_ended": sum(e["ended_by"] == "user_end" for e in failed),
                        "requeries": sum(d[0] for d in drops.values()), "dropping": sum(d[1] for d in drops.values()),
                        "failed_dropping": sum(bool(drops[e["episode_id"]][1]) for e in failed),
-                       "succeeded_dropping": sum(bool(drops[e["episode_id"]][1]) for e in mine if e["success"])}
+                       "succeeded_dropping": sum(bool(drops[e["episode_id"]][1]) for e in mine if e["success"]),
+                       "dropping_by_tool": {tool: (by_tool[tool, "dropping"], by_tool[tool, "requeries"])
+                                            for tool in sorted({t for t, _ in by_tool})}}
     return rows
 
 
@@ -121,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {count:3d}  {domain} {check}  (e.g. \"{row['example'][(domain, check)]}\")")
         print(f"  searches again: {row['requeries']}, {row['dropping']} of them without a slot the domain's previous search had; "
               f"dialogues with one: {row['failed_dropping']} failed, {row['succeeded_dropping']} successful")
+        if row["dropping_by_tool"]:
+            print("    by tool: " + ", ".join(f"{tool} {d} of {n}" for tool, (d, n) in row["dropping_by_tool"].items()))
     return 0
 
 

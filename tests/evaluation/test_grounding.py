@@ -131,6 +131,7 @@ def test_the_readme_gives_the_committed_runs_failures():
         f"searched a domain again {sft['requeries']} times; {sft['dropping']} of those searches leave out a slot",
         f"in {sft['failed_dropping']} of the {sft['failed']} failed dialogues (and {sft['succeeded_dropping']} of the "
         f"{sft['dialogues'] - sft['failed']} successful ones",
+        "by tool, " + ", ".join(f"`{tool}` {d} of {n}" for tool, (d, n) in sorted(sft["dropping_by_tool"].items(), key=lambda i: -i[1][0]) if d),
     ]
     missing = [line for line in stated if line not in readme]
     assert not missing, missing
