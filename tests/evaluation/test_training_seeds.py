@@ -175,7 +175,7 @@ def test_the_readme_figures_are_the_committed_seeds_tables():
     assert all(v["success"] == 0.0 for row in speakrl["models"].values() for v in (row.get("per_training_seed") or {}).values())
     held = {(key, r["a"], r["b"]) for key, rows in speakrl["statistics"]["comparisons"].items() for r in rows if r["significant"]}
     kept = sum((key, r["a"], r["b"]) in held for key, rows in speakrl["statistics"]["first_seed_only"].items() for r in rows if r["significant"])
-    assert f"of the {first} SpeakRL differences one seed called significant on the AMD machine, {kept} hold" in " ".join(readme.split())
+    assert f"of the {first} SpeakRL differences one seed called significant on the Intel Xeon, {kept} hold" in " ".join(readme.split())
 
     pir = json.loads((tables / "pir_eval_seeds.json").read_text())["results"]
     sft_seeds = list(pir["pir_sft"]["per_training_seed"].values())
