@@ -337,7 +337,7 @@ class Database:
         candidates = (table.entities[p] for p in ordered)
         return [e for e in candidates if all(values_match(slot, value, e.get(slot)) for slot, value in timed)]
 
-    def shown(self, domain: str, constraints: Mapping[str, object]) -> list[Entity]:
+    def listed(self, domain: str, constraints: Mapping[str, object]) -> list[Entity]:
         """The matches in the order a query tool lists them: database order, trains by time
         (:func:`_order_trains`)."""
         matches = self.search(domain, constraints)
@@ -572,7 +572,7 @@ class ToolEnvironment:
     # -- queries -------------------------------------------------------------------------
 
     def _query(self, index: int, spec: ToolSpec, args: dict[str, str]) -> dict[str, Any]:
-        matches = self.database.shown(spec.domain, args)
+        matches = self.database.listed(spec.domain, args)
         shown = tuple(matches[:QUERY_RESULT_LIMIT])
         self.state.queries.append(QueryRecord(index, self.state.turn, spec.domain, frozen_dict(args), len(matches), shown))
         return {"count": len(matches), "results": [entity_view(e) for e in shown]}

@@ -247,7 +247,7 @@ class DialogueWriter:
         slots = list(info)
         said = sorted(self.rng.sample(range(len(slots)), self.rng.choice((1, 2)) if len(slots) > 2 else 1))
         known = {slots[i]: info[slots[i]] for i in said}
-        found = self.database.shown(domain, _tool_arguments(domain, known))
+        found = self.database.listed(domain, _tool_arguments(domain, known))
         if not found or not _broken(found[0], info):
             return None  # the first result fits anyway: nothing to correct
         self.builder.user(say.find_request(self.rng, domain, known, ack=self._take_ack()))
@@ -285,7 +285,7 @@ class DialogueWriter:
         domain = goal.domain
         slot = self.rng.choice(sorted(opening))
         partial = {s: v for s, v in known.items() if s != slot}
-        found = self.database.shown(domain, _tool_arguments(domain, partial))
+        found = self.database.listed(domain, _tool_arguments(domain, partial))
         if not found or values_match(slot, opening[slot], found[0].get(slot)):
             return None
         self._query(say.search_think(self.rng, domain, partial), domain, partial, shown=True)
