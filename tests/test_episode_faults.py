@@ -22,7 +22,9 @@ def _play(server: FakeOpenAIServer, cache_dir, corpus):
         base_url=server.base_url,
         model="fake-model",
         api_key_env="OPENAI_API_KEY",  # the session's canary key (tests/conftest.py)
-        timeout_s=0.5,
+        # A real reply must not pass for an injected timeout on a loaded machine (a CI run counted
+        # 4 timeouts for 2 injected at 0.5 s): 2 s of margin, injected timeouts hang 4 s.
+        timeout_s=2.0,
         max_retries=8,
         backoff_base_s=0.01,
         backoff_max_s=0.05,
@@ -42,9 +44,9 @@ def _observable(episode):
 
 
 def test_faulty_endpoint_gives_the_same_episodes_with_every_fault_counted(tmp_path, small_corpus):
-    with FakeOpenAIServer(hang_s=1.0) as clean:
+    with FakeOpenAIServer(hang_s=4.0) as clean:
         expected, clean_accounting = _play(clean, tmp_path / "clean-cache", small_corpus)
-    with FakeOpenAIServer(FAULTS, hang_s=1.0) as faulty:
+    with FakeOpenAIServer(FAULTS, hang_s=4.0) as faulty:
         episodes, accounting = _play(faulty, tmp_path / "faulty-cache", small_corpus)
         injected = sum(faulty.stats.faults.values())
         requests = faulty.stats.requests
