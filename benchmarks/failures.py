@@ -111,10 +111,12 @@ def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, 
             key = found[:2] if found else ("none", "")
             by_check[key] += 1
             example.setdefault(key, found[2] if found else "")
-        drops = {e["episode_id"]: requery_drops(events[e["episode_id"]]) for e in mine}
+        # Each episode's events read once: per tool, then summed for the episode.
+        per_tool = {e["episode_id"]: requery_drops_by_tool(events[e["episode_id"]]) for e in mine}
+        drops = {i: (sum(s for s, _ in t.values()), sum(d for _, d in t.values())) for i, t in per_tool.items()}
         by_tool: Counter = Counter()
-        for e in mine:
-            for tool, (searches, dropping) in requery_drops_by_tool(events[e["episode_id"]]).items():
+        for counts in per_tool.values():
+            for tool, (searches, dropping) in counts.items():
                 by_tool[tool, "requeries"] += searches
                 by_tool[tool, "dropping"] += dropping
         rows[agent] = {"dialogues": len(mine), "failed": len(failed), "with_wrong_value": len(wrong), "by_check": dict(by_check),
