@@ -12,7 +12,9 @@ is not the goal's; book: no booking that meets it; request: an attribute asked f
 given), with the checker's words for one of them. Then its searches again of a domain it had
 searched before in the dialogue, and those that leave out a slot the previous search of that
 domain had (the agenda user never takes a constraint back; one it says it does not mind is
-counted too), with the failed and successful dialogues that have one. The checker grades;
+counted too), with the failed and successful dialogues that have one. And its searches for a
+venue by name, those that found nothing (a kind of place the venue is not, or a type the user
+did not mean) and whether the next search for the name is among another kind. The checker grades;
 nothing here plays or scores a policy.
 """
 
@@ -82,12 +84,37 @@ def requery_drops_by_tool(events: list[dict]) -> dict[str, tuple[int, int]]:
     return counts
 
 
+def name_misses(events: list[dict]) -> tuple[int, int, int]:
+    """(searches for a venue by name, those that found nothing, those whose next search for the
+    name is among another kind of place), from one episode's events in order.
+
+    >>> call = lambda tool, args: {"kind": "tool_call", "tool_name": tool, "arguments_json": json.dumps(args)}
+    >>> seen = lambda n: {"kind": "observation", "tool_name": "", "observation_json": json.dumps({"count": n, "results": []})}
+    >>> name_misses([call("query_restaurant", {"name": "gate hall"}), seen(0), call("query_restaurant", {"name": "gate hall"}), seen(0),
+    ...              call("query_attraction", {"name": "gate hall"}), seen(1)])
+    (3, 2, 1)
+    """
+    searches: list[list] = []  # [tool, name, the count its observation gave]
+    for event in events:
+        if event["kind"] == "tool_call" and (event.get("tool_name") or "").startswith("query_"):
+            searches.append([event["tool_name"], json.loads(event.get("arguments_json") or "{}").get("name"), None])
+        elif event["kind"] == "observation" and searches and searches[-1][2] is None:
+            searches[-1][2] = json.loads(event.get("observation_json") or "{}").get("count", 0)
+    named = [(i, tool, name) for i, (tool, name, _) in enumerate(searches) if name]
+    missed = [(i, tool, name) for i, tool, name in named if searches[i][2] == 0]
+    # The next search for the same name: another kind of place, or the same search again.
+    other = sum(next((t for t, n, _ in searches[i + 1:] if n == name), tool) != tool for i, tool, name in missed)
+    return len(named), len(missed), other
+
+
 def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, dict]:
     """Per model: ``dialogues``, ``failed``, ``with_wrong_value`` (failed ones), ``by_check``
     ({(domain, check): count} of the other failed ones), ``example`` (a reason per key) and
     ``user_ended`` (failed dialogues the user closed); ``requeries`` and ``dropping`` (over every
     dialogue, :func:`requery_drops`), ``dropping_by_tool`` ({tool: (dropping, requeries)}) and
-    ``failed_dropping`` / ``succeeded_dropping`` (dialogues with a search that drops a slot)."""
+    ``failed_dropping`` / ``succeeded_dropping`` (dialogues with a search that drops a slot);
+    ``name_searches``, ``name_misses``, ``name_misses_other_kind`` (:func:`name_misses`) and
+    ``failed_name_miss`` / ``succeeded_name_miss`` (dialogues with a name search that found nothing)."""
     from pipelines.episodes.formats import get_format
     from pipelines.evaluation.grounding import claims
 
@@ -119,7 +146,12 @@ def failure_rows(directory: Path, agents: list[str] | None = None) -> dict[str, 
             for tool, (searches, dropping) in counts.items():
                 by_tool[tool, "requeries"] += searches
                 by_tool[tool, "dropping"] += dropping
-        rows[agent] = {"dialogues": len(mine), "failed": len(failed), "with_wrong_value": len(wrong), "by_check": dict(by_check),
+        names = {e["episode_id"]: name_misses(events[e["episode_id"]]) for e in mine}
+        rows[agent] = {"name_searches": sum(n[0] for n in names.values()), "name_misses": sum(n[1] for n in names.values()),
+                       "name_misses_other_kind": sum(n[2] for n in names.values()),
+                       "failed_name_miss": sum(bool(names[e["episode_id"]][1]) for e in failed),
+                       "succeeded_name_miss": sum(bool(names[e["episode_id"]][1]) for e in mine if e["success"]),
+                       "dialogues": len(mine), "failed": len(failed), "with_wrong_value": len(wrong), "by_check": dict(by_check),
                        "example": example, "user_ended": sum(e["ended_by"] == "user_end" for e in failed),
                        "requeries": sum(d[0] for d in drops.values()), "dropping": sum(d[1] for d in drops.values()),
                        "failed_dropping": sum(bool(drops[e["episode_id"]][1]) for e in failed),
@@ -143,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
               f"dialogues with one: {row['failed_dropping']} failed, {row['succeeded_dropping']} successful")
         if row["dropping_by_tool"]:
             print("    by tool: " + ", ".join(f"{tool} {d} of {n}" for tool, (d, n) in row["dropping_by_tool"].items()))
+        print(f"  searches for a venue by name: {row['name_searches']}, {row['name_misses']} of them found nothing, "
+              f"{row['name_misses_other_kind']} of those next looked up among another kind of place; "
+              f"dialogues with a miss: {row['failed_name_miss']} failed, {row['succeeded_name_miss']} successful")
     return 0
 
 

@@ -172,8 +172,22 @@ def find_request(rng: random.Random, domain: str, known: Mapping[str, str], day_
     return f"{pick(rng, _ACKS)} {capitalise(text)}" if ack else capitalise(text)
 
 
-def name_request(rng: random.Random, name: str, ack: bool = False) -> str:
-    text = pick(rng, ("I'm looking for {name}.", "Can you tell me about {name}?", "Do you know a place called {name}?")).format(name=name)
+#: What a user calls a venue of each domain when asking for it by name: a hotel-domain venue is
+#: "a hotel" whatever its type (a guesthouse too), as users say; not a type to search on.
+KIND_WORDS: Mapping[str, tuple[str, ...]] = {
+    "restaurant": ("restaurant",), "hotel": ("hotel", "place to stay"), "attraction": ("attraction", "place to visit"),
+}
+
+
+def name_request(rng: random.Random, name: str, ack: bool = False, domain: str | None = None) -> str:
+    """The user asks for a venue by name; with ``domain``, they also say what kind of place it is."""
+    if domain is None:
+        options = ("I'm looking for {name}.", "Can you tell me about {name}?", "Do you know a place called {name}?")
+    else:
+        kind = pick(rng, KIND_WORDS[domain])
+        options = (f"I'm looking for {_article(kind)} {kind} called {{name}}.", f"Can you tell me about the {kind} {{name}}?",
+                   f"Do you know {_article(kind)} {kind} called {{name}}?")
+    text = pick(rng, options).format(name=name)
     return f"{pick(rng, _ACKS)} {text}" if ack else text
 
 
@@ -393,6 +407,28 @@ def search_think(rng: random.Random, domain: str, known: Mapping[str, str]) -> s
         f"The user wants {what}. I'll search the database with what they have told me.",
         f"I need to look up {what}; searching with the stated constraints.",
         f"Let me query the {domain} database for {what}.",
+    ))
+
+
+def name_think(rng: random.Random, domain: str, name: str, kind_said: bool) -> str:
+    """Why search ``domain`` for a venue the user named: the kind they said (searched by the name
+    alone), or, where they did not say it, the kind tried first."""
+    if kind_said:
+        return pick(rng, (
+            f"The user asks about the {KIND_WORDS[domain][0]} {name}. I'll look it up by its name.",
+            f"I need the details of {name}, which the user says is {_article(KIND_WORDS[domain][0])} {KIND_WORDS[domain][0]}; searching by the name.",
+        ))
+    return pick(rng, (
+        f"The user asks about {name} without saying what kind of place it is. I'll look among the {PLURALS[domain]} first.",
+        f"{capitalise(name)} could be a restaurant, a place to stay or an attraction; the user did not say. Searching the {PLURALS[domain]} for it first.",
+    ))
+
+
+def other_kind_think(rng: random.Random, searched: str, domain: str, name: str) -> str:
+    """Why search ``domain`` for a named venue after the ``searched`` kind had nothing by that name."""
+    return pick(rng, (
+        f"Nothing called {name} among the {PLURALS[searched]}, so it is another kind of place. I'll look among the {PLURALS[domain]}.",
+        f"No {KIND_WORDS[searched][0]} is called {name}; the user did not say what it is. Searching the {PLURALS[domain]} for it instead.",
     ))
 
 

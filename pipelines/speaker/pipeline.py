@@ -18,7 +18,8 @@ preference pairs out. Records in, records out; the stage does the I/O.
    acting output) answer the same state. Every dropped pair has a recorded reason.
 7. **Act-here points** (:mod:`pipelines.speaker.act`): up to ``act_points`` tool calls per
    kept dialogue where the user has said enough, for the GRPO and DPO data, so that asking
-   where it is not needed is penalised.
+   where it is not needed is penalised; and every search after a correction, whose DPO pair
+   rejects the same search without a constraint the user had said.
 8. **Contrasts** (:mod:`pipelines.speaker.contrast`): up to ``contrast_points`` per kept
    dialogue, the situation of a clarification with the asked slot already stated, where the
    agent searches and recommends (SFT rows), so that a question is tied to a slot not said.
@@ -219,7 +220,10 @@ class SpeakerResult:
                 "corrected_offers": sum(t.kind == RESPOND for o in kept for _, t in o.trajectory.shown_outputs),
                 # Searches after a correction that left out what the user had said (and whose
                 # recommendation the user corrects): context; the search after the reminder is taught.
-                "forgotten_constraints": sum(t.kind == TOOL_CALL for o in kept for _, t in o.trajectory.shown_outputs),
+                "forgotten_constraints": sum(t.kind == TOOL_CALL and not _name_search(t) for o in kept for _, t in o.trajectory.shown_outputs),
+                # Venues asked for by name without their kind, first looked up among another kind
+                # of place that has nothing by that name: context; the search of the next kind is taught.
+                "other_kind_first": sum(t.kind == TOOL_CALL and _name_search(t) for o in kept for _, t in o.trajectory.shown_outputs),
             },
             "dedup": {
                 "threshold": self.config.dedup_threshold,
@@ -233,10 +237,12 @@ class SpeakerResult:
                 "act_here_pairs": len(acts),
             },
             # Decision points where acting is right (GRPO rows with ask_needed false, DPO pairs
-            # preferring the action over a needless question).
+            # preferring the action over a needless question, or, at a search after a correction
+            # or a reminder, over the same search without a constraint the user had said).
             "act_here": {
                 "points": len(acts),
                 "by_domain": _counts(a.domain for a in acts),
+                "by_rejected": _counts(a.rejected_kind for a in acts),
                 "grpo_rows": len(acts),
                 "dpo_pairs": len(acts),
                 "clarify_points": len(clarified),
@@ -253,6 +259,12 @@ class SpeakerResult:
 
 def _counts(values: Iterable[str]) -> dict[str, int]:
     return dict(sorted(Counter(values).items()))
+
+
+def _name_search(turn: ChatTurn) -> bool:
+    """Whether an agent output searches by a venue's name alone."""
+    parsed = FORMAT.parse(turn.content)
+    return not isinstance(parsed, Malformed) and any(a.kind == TOOL_CALL and set(a.arguments or {}) == {"name"} for a in parsed)
 
 
 def clarification_questions(trajectory: Trajectory) -> list[str]:

@@ -148,12 +148,12 @@ SPEAKER_GRPO = ArtifactSpec(
 SPEAKER_DPO = ArtifactSpec(
     name="speaker_dpo",
     min_rows=1,
-    description="SpeakER-DPO (TRL preference, conversational): clarifying vs acting on a guess, and acting vs a needless question.",
+    description="SpeakER-DPO (TRL preference, conversational): clarifying vs acting on a guess, and acting vs a needless question or a search that drops what the user said.",
     schema=pa.schema([
         _required("dialogue_id", pa.string()),
         _required("split", pa.string()),
         _required("step", pa.int32()),
-        _required("ask_needed", pa.bool_()),  # false: chosen acts, rejected asks needlessly
+        _required("ask_needed", pa.bool_()),  # false: chosen acts, rejected asks needlessly or drops a said constraint
         ("ambiguity_type", pa.string()),  # null at act-here points
         _required("domain", pa.string()),
         _required("prompt", MESSAGES),
@@ -193,7 +193,7 @@ def speaker_tables(result: SpeakerResult, task_prompt: str = DEFAULT_TASK_PROMPT
 
 def _dpo_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str, Any]]:
     """Clarification pairs (chosen: the question) then act-here pairs (chosen: the action,
-    rejected: a needless question)."""
+    rejected: a needless question, or after a correction the search without a said constraint)."""
     split = outcome.dialogue.split
 
     def row(dialogue_id, step, ask_needed, ambiguity_type, domain, prompt, chosen, rejected, failures):
@@ -207,7 +207,7 @@ def _dpo_rows(outcome: SeedOutcome, system: dict[str, str]) -> Iterable[dict[str
     messages = outcome.trajectory.messages()
     for act in outcome.acts:
         yield row(act.dialogue_id, act.step, False, None, act.domain, messages[: act.index],
-                  messages[act.index], {"role": "assistant", "content": act.needless}, ())
+                  messages[act.index], {"role": "assistant", "content": act.rejected}, ())
 
 
 def _append(columns: dict[str, list], row: dict[str, Any]) -> None:

@@ -48,8 +48,9 @@ class ChatTurn:
     yet (a taxi's pickup, destination or time): needed, and taught, but not an ambiguity
     (SpeakRL's taxonomy leaves slot filling out), so not one of the :attr:`Trajectory.clarifications`.
     ``shown``: a recommendation made before the user had said enough, which the user then
-    corrects, or a search that left out what the user had said and the recommendation from
-    it: in the prompts that follow (the agent must recover from it), never a target."""
+    corrects, a search that left out what the user had said and the recommendation from it,
+    or a venue the user named looked up first among another kind of place that has nothing by
+    that name: in the prompts that follow (the agent must recover from it), never a target."""
 
     role: str
     content: str

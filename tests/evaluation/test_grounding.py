@@ -132,6 +132,9 @@ def test_the_readme_gives_the_committed_runs_failures():
         f"in {sft['failed_dropping']} of the {sft['failed']} failed dialogues (and {sft['succeeded_dropping']} of the "
         f"{sft['dialogues'] - sft['failed']} successful ones",
         "by tool, " + ", ".join(f"`{tool}` {d} of {n}" for tool, (d, n) in sorted(sft["dropping_by_tool"].items(), key=lambda i: -i[1][0]) if d),
+        f"searched for a venue by its name {sft['name_searches']} times; {sft['name_misses']} of those searches found nothing",
+        f"in {sft['failed_name_miss']} failed and {sft['succeeded_name_miss']} successful dialogues",
+        f"only {sft['name_misses_other_kind']} times was its next search for the name among another kind of place",
     ]
     missing = [line for line in stated if line not in readme]
     assert not missing, missing

@@ -43,11 +43,13 @@ def test_readme_speaker_section_matches_the_committed_audit():
     assert over["asks_stated_slot"] == 0 and after["stated"]["ask"] == 0
 
 
-def test_readme_gives_the_committed_slot_filling_and_correction_counts():
-    report = json.loads((ROOT / "reports" / "speaker.json").read_text(encoding="utf-8"))["clarifications"]
+def test_readme_gives_the_committed_slot_filling_correction_and_name_counts():
+    whole = json.loads((ROOT / "reports" / "speaker.json").read_text(encoding="utf-8"))
+    report = whole["clarifications"]
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     for figure in (f"{report['slot_filling']} such questions in `speaker_sft`", f"{report['corrected_offers']} such corrections in `speaker_sft`",
-                   f"{report['forgotten_constraints']} such recoveries"):
+                   f"{report['forgotten_constraints']} such recoveries", f"{report['other_kind_first']} such misses",
+                   f"{whole['act_here']['by_rejected']['dropped_slot']} such pairs (`act_here.by_rejected.dropped_slot`"):
         assert figure in readme, figure
 
 

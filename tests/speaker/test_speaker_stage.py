@@ -107,11 +107,16 @@ def test_sft_completions_and_dpo_outputs_parse_with_the_runner_parser(stage_run)
             assert [a.kind for a in chosen] == [THINK, CLARIFY]
             assert CLARIFY not in [a.kind for a in rejected] and rejected[0].kind == THINK
             assert row["negative_failure"] and row["ambiguity_type"] is not None
-        else:  # act here: the tool call over a needless question
-            assert [a.kind for a in chosen] == [THINK, TOOL_CALL] and [a.kind for a in rejected] == [THINK, CLARIFY]
+        else:  # act here: the tool call over a needless question, or over the search without a said constraint
+            assert [a.kind for a in chosen] == [THINK, TOOL_CALL] and [a.kind for a in rejected] in ([THINK, CLARIFY], [THINK, TOOL_CALL])
+            if rejected[-1].kind == TOOL_CALL:
+                wanted, dropping = dict(chosen[-1].arguments), dict(rejected[-1].arguments)
+                assert rejected[-1].tool_name == chosen[-1].tool_name and dropping.items() < wanted.items()
+                assert len(wanted) - len(dropping) == 1
+                kinds.add("dropped")
             assert row["negative_failure"] == [] and row["ambiguity_type"] is None
         assert row["prompt"][0]["content"] == system
-    assert kinds == {True, False}
+    assert kinds == {True, False, "dropped"}
 
 
 def test_grpo_rows_give_the_rewards_what_they_read(stage_run):
@@ -143,8 +148,12 @@ def test_act_here_points_are_counted_and_their_needless_question_re_asks_a_known
     assert metrics["act_here"]["dpo_pairs"] == len(dpo) > 0 and metrics["act_here"]["grpo_rows"] == len(grpo) > 0
     known = {(r["dialogue_id"], r["step"]): r["known_slots"] for r in grpo}
     judge = VerifiableJudge()
+    assert sum(metrics["act_here"]["by_rejected"].values()) == len(dpo)
+    assert sum(any(a.kind == TOOL_CALL for a in _parsed(row["rejected"][0]["content"])) for row in dpo) == metrics["act_here"]["by_rejected"]["dropped_slot"]
     for row in dpo:
-        question = next(a.text for a in _parsed(row["rejected"][0]["content"]) if a.kind == CLARIFY)
+        question = next((a.text for a in _parsed(row["rejected"][0]["content"]) if a.kind == CLARIFY), None)
+        if question is None:
+            continue  # the search without a said constraint (test_sft_completions_and_dpo_outputs_parse_with_the_runner_parser)
         columns = {"discriminating_slots": [], "known_slots": known[(row["dialogue_id"], row["step"])]}
         assert judge.verdict(question, columns).reason == "asks_known_slot", question
 
