@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pipelines.env.tools import TOOLS
-from pipelines.episodes.formats import RESPOND, TOOL_CALL, AgentAction, Malformed
+from pipelines.episodes.formats import RESPOND, AgentAction
 from pipelines.speaker import phrasing as say
 from pipelines.speaker.trajectory import FORMAT, USER, Trajectory
 
@@ -84,8 +84,7 @@ def act_points(trajectory: Trajectory, rng: random.Random, limit: int) -> list[A
         if turn.role != "assistant":
             continue
         step += 1
-        parsed = FORMAT.parse(turn.content) if turn.kind == TOOL_CALL else None
-        call = next(a for a in parsed if a.kind == TOOL_CALL) if parsed and not isinstance(parsed, Malformed) else None
+        call = turn.call
         previous = last.get(call.tool_name) if call is not None else None
         if call is not None:
             last[call.tool_name] = call

@@ -184,6 +184,9 @@ class SpeakerResult:
         pairs = [pair for o in kept for pair in o.pairs]
         pair_drops = sum((o.pair_drops for o in kept), Counter())
         acts = [a for o in kept for a in o.acts]
+        # Shown searches: a search that dropped a said constraint, or a name among another kind.
+        shown_calls = [t.call for o in kept for _, t in o.trajectory.shown_outputs if t.kind == TOOL_CALL]
+        by_name = sum(set(c.arguments or {}) == {"name"} for c in shown_calls)
         contrasted = [c for o in kept for c in o.contrasts]
         return {
             "backend": self.backend,
@@ -220,10 +223,10 @@ class SpeakerResult:
                 "corrected_offers": sum(t.kind == RESPOND for o in kept for _, t in o.trajectory.shown_outputs),
                 # Searches after a correction that left out what the user had said (and whose
                 # recommendation the user corrects): context; the search after the reminder is taught.
-                "forgotten_constraints": sum(t.kind == TOOL_CALL and not _name_search(t) for o in kept for _, t in o.trajectory.shown_outputs),
+                "forgotten_constraints": len(shown_calls) - by_name,
                 # Venues asked for by name without their kind, first looked up among another kind
                 # of place that has nothing by that name: context; the search of the next kind is taught.
-                "other_kind_first": sum(t.kind == TOOL_CALL and _name_search(t) for o in kept for _, t in o.trajectory.shown_outputs),
+                "other_kind_first": by_name,
             },
             "dedup": {
                 "threshold": self.config.dedup_threshold,
@@ -259,12 +262,6 @@ class SpeakerResult:
 
 def _counts(values: Iterable[str]) -> dict[str, int]:
     return dict(sorted(Counter(values).items()))
-
-
-def _name_search(turn: ChatTurn) -> bool:
-    """Whether an agent output searches by a venue's name alone."""
-    parsed = FORMAT.parse(turn.content)
-    return not isinstance(parsed, Malformed) and any(a.kind == TOOL_CALL and set(a.arguments or {}) == {"name"} for a in parsed)
 
 
 def clarification_questions(trajectory: Trajectory) -> list[str]:
@@ -406,7 +403,7 @@ def _calls(turns: Sequence[ChatTurn]) -> list[tuple[str, str]]:
         if turn.kind == OBSERVATION:
             out.append((OBSERVATION, turn.content))
         elif turn.kind == TOOL_CALL:
-            call = next(a for a in FORMAT.parse(turn.content) if a.kind == TOOL_CALL)
+            call = turn.call
             out.append((call.tool_name, json.dumps(dict(call.arguments or {}), sort_keys=True)))
     return out
 

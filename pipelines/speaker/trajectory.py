@@ -78,6 +78,14 @@ class ChatTurn:
     def message(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
 
+    @property
+    def call(self) -> AgentAction | None:
+        """The tool call of a tool-call turn; None for any other turn or an unparsable one."""
+        if self.kind != TOOL_CALL:
+            return None
+        parsed = FORMAT.parse(self.content)
+        return None if isinstance(parsed, Malformed) else next((a for a in parsed if a.kind == TOOL_CALL), None)
+
 
 @dataclass(frozen=True)
 class Trajectory:

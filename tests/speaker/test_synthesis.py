@@ -102,7 +102,7 @@ def test_a_recommendation_the_user_corrects_is_followed_by_a_search_with_everyth
         trajectory = write_rules(task, database, seed=1)
         taught = None
         for index, turn in trajectory.shown_outputs:
-            if turn.kind == TOOL_CALL and set(next(a for a in FORMAT.parse(turn.content) if a.kind == TOOL_CALL).arguments) == {"name"}:
+            if turn.kind == TOOL_CALL and set(turn.call.arguments) == {"name"}:
                 continue  # a venue looked up by name among another kind (the next test)
             if turn.kind == TOOL_CALL:
                 # A search that dropped an opening constraint, after the first correction: its
@@ -144,10 +144,6 @@ def test_a_recommendation_the_user_corrects_is_followed_by_a_search_with_everyth
     assert seen and trains and forgotten, (seen, trains, forgotten)
 
 
-def _call(turn):
-    return next(a for a in FORMAT.parse(turn.content) if a.kind == TOOL_CALL)
-
-
 def test_a_venue_asked_for_by_name_is_searched_by_name_alone_and_after_a_miss_among_another_kind(speaker_corpus, database):
     # The H100 run's SFT model searched the restaurants for an attraction the user named, said
     # nothing matched and searched the restaurants again; told "a particular hotel called amber
@@ -167,10 +163,10 @@ def test_a_venue_asked_for_by_name_is_searched_by_name_alone_and_after_a_miss_am
         trajectory = write_rules(task, database, seed=1)
         taught = None
         for index, turn in enumerate(trajectory.turns):
-            if (turn.kind != TOOL_CALL or _call(turn).tool_name not in kinds or "name" not in _call(turn).arguments
+            if (turn.kind != TOOL_CALL or turn.call.tool_name not in kinds or "name" not in turn.call.arguments
                     or trajectory.turns[index - 1].kind != USER):
                 continue
-            call, request = _call(turn), trajectory.turns[index - 1].content
+            call, request = turn.call, trajectory.turns[index - 1].content
             name = call.arguments["name"]
             assert dict(call.arguments) == {"name": name} and name in request
             domain = kinds[call.tool_name]
@@ -187,8 +183,8 @@ def test_a_venue_asked_for_by_name_is_searched_by_name_alone_and_after_a_miss_am
             observed = json.loads(trajectory.turns[index + 1].content.removeprefix("<tool_response>").removesuffix("</tool_response>"))
             after = trajectory.turns[index + 2]
             assert observed["count"] == 0 and after.kind == TOOL_CALL and not after.shown
-            assert dict(_call(after).arguments) == {"name": name} and _call(after).tool_name != call.tool_name
-            assert database.search(kinds[_call(after).tool_name], {"name": name})
+            assert dict(after.call.arguments) == {"name": name} and after.call.tool_name != call.tool_name
+            assert database.search(kinds[after.call.tool_name], {"name": name})
             assert index not in {p.index for p in act_points(trajectory, random.Random(0), 100)}
             if taught is None:
                 outcome = SeedOutcome(task.dialogue, task.points, task.plan, trajectory)
@@ -241,7 +237,7 @@ def test_a_dialogue_round_trips_through_the_llm_json_shape(speaker_corpus, datab
     with_slot = [t for t in tasks if write_rules(t, database, seed=4).slot_questions][:2]
     corrected = [t for t in tasks if write_rules(t, database, seed=4).shown_outputs][:2]
     forgotten = [t for t in tasks if any(u.kind == TOOL_CALL for _, u in write_rules(t, database, seed=4).shown_outputs)][:2]
-    other_kind = [t for t in tasks if any(u.kind == TOOL_CALL and set(_call(u).arguments) == {"name"}
+    other_kind = [t for t in tasks if any(u.kind == TOOL_CALL and set(u.call.arguments) == {"name"}
                                           for _, u in write_rules(t, database, seed=4).shown_outputs)][:2]
     assert with_slot and corrected and forgotten and other_kind, (
         "the corpus has a taxi request that leaves something to ask, a corrected offer, a mistaken search and a name looked up among another kind")
