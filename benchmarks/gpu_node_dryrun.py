@@ -1,13 +1,15 @@
 """The GPU job smoke-run on the node image's package versions, on this CPU, before a lease.
 
-    python benchmarks/gpu_node_dryrun.py [--venv /tmp/askflow-node] [--job /tmp/askflow-node-job] [--profile NAME]
+    python benchmarks/gpu_node_dryrun.py [--venv /tmp/askflow-node312] [--job /tmp/askflow-node-job] [--profile NAME] [--python PATH]
 
 ``make test`` smoke-runs the packed job with this project's own environment (transformers,
 peft, torch as ``make`` installs them). The node is a bare CUDA image with other versions
-(``NODE_IMAGE``: read off the H100 node, ``../shared/notes/gpu-run-2026-11-26.md``) and only
-the job's vendored packages on top. This script makes a virtual environment with the image's
-versions (torch: this machine's CPU build stands in for the image's CUDA one), packs the job
-from the committed tree for its Python (``askflow gpu pack --python``), and runs
+(``NODE_IMAGE``: read off the H100 node, ``../shared/notes/gpu-run-2026-11-26.md``, and the
+device library's list for the H200 kind) and only the job's vendored packages on top. This
+script makes a virtual environment with the node's Python (3.12, where this machine has it)
+and the image's versions (torch 2.11.0, the image's own CUDA build, run on this CPU), packs
+the job from the committed tree for that Python (``askflow gpu pack --python``: wheels, as
+for a lease), and runs
 ``run.py --smoke`` with it in a fresh folder, with nothing else installed: what breaks on the
 node's versions (an API that moved, a default that changed) breaks here, not in a lease.
 It prints each stage's status and wall time, the versions, and exits non-zero where a stage
@@ -34,21 +36,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The bare image's packages (the H100 node of 2026-11-26; the H200 kind lists the same).
-#: torch is the CPU stand-in: the image's 2.11.0+cu130 needs CUDA.
-NODE_IMAGE = {"torch": "2.13.0", "transformers": "5.17.0", "peft": "0.21.0", "accelerate": "1.15.0",
-              "numpy": None, "pyarrow": None, "pandas": None}
+#: The bare image's packages, as the device library lists the H200 kind's (2026-11, Python
+#: 3.12.3; the H100 node of 2026-11-26 had the same torch, transformers, peft, accelerate).
+#: PyPI's torch 2.11.0 is the image's CUDA build, and it runs on a CPU too (about 4 GB with
+#: its nvidia packages); pyarrow and pandas at the registry's newest.
+NODE_IMAGE = {"torch": "2.11.0", "transformers": "5.17.0", "peft": "0.21.0", "accelerate": "1.15.0",
+              "numpy": "2.5.2", "tokenizers": "0.23.2", "safetensors": "0.8.0", "huggingface_hub": "1.33.0",
+              "pyarrow": None, "pandas": None}
+#: The node's Python: the job then vendors wheels for it (the path a lease takes), not a copy
+#: of this environment's packages.
+NODE_PYTHON = "3.12"
 
 
 def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(command, check=True, text=True, **kwargs)
 
 
-def node_venv(venv: Path) -> Path:
-    """The venv with the image's versions (made once); its python."""
+def node_venv(venv: Path, interpreter: str) -> Path:
+    """The venv with the image's versions (made once, with ``interpreter``); its python."""
     python = venv / "bin" / "python"
     if not python.exists():
-        _run([sys.executable, "-m", "venv", str(venv)])
+        _run([interpreter, "-m", "venv", str(venv)])
         pins = [name if version is None else f"{name}=={version}" for name, version in NODE_IMAGE.items()]
         _run([str(python), "-m", "pip", "install", "-q", *pins])
     return python
@@ -56,12 +64,14 @@ def node_venv(venv: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--venv", type=Path, default=Path("/tmp/askflow-node"))
+    parser.add_argument("--venv", type=Path, default=Path("/tmp/askflow-node312"))
     parser.add_argument("--job", type=Path, default=Path("/tmp/askflow-node-job"))
     parser.add_argument("--profile", default=None, help="params.yaml gpu profile (default: gpu.profile)")
+    parser.add_argument("--python", default=shutil.which(f"python{NODE_PYTHON}") or sys.executable,
+                        help=f"the interpreter the venv is made with (default: python{NODE_PYTHON}, the node's, where found)")
     args = parser.parse_args()
 
-    python = node_venv(args.venv)
+    python = node_venv(args.venv, args.python)
     versions = json.loads(_run([str(python), "-c", "import json, sys, importlib.metadata as m; print(json.dumps("
                                 "{'python': sys.version.split()[0], **{n: m.version(n) for n in sys.argv[1:]}}))",
                                 *NODE_IMAGE], capture_output=True).stdout)
