@@ -490,6 +490,42 @@ def plan_loads(job: Path, limit_mib: float, *, reserve_mib: float = 0.0, max_pat
     return [*loads[1:], loads[0]]
 
 
+def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = "/tmp/job", timeout_s: int = 540,
+               profile: str | None = None) -> list[dict[str, Any]]:
+    """One device call per load, for a channel that copies the checkout and the carried paths
+    into the node's working copy (``job``: the job's folder relative to the checkout) and
+    brings back what the command writes under ``$OUT``; each call copies its load into
+    ``node_folder``, which outlives the call while the node stays warm, and the last runs the
+    job there under ``timeout_s`` (results are checkpointed after every stage, so a cut run
+    still returns what finished). ``{"carry": [paths], "command": str}`` per call.
+
+    >>> calls = load_calls([{"files": ["files/a.part000"], "runs": False},
+    ...                     {"files": ["run.py", "manifest.json"], "runs": True}], "build/job")
+    >>> calls[0]["carry"], calls[0]["command"]
+    (['build/job/files/a.part000'], 'mkdir -p /tmp/job && cd build/job && cp --parents files/a.part000 /tmp/job/')
+    >>> calls[1]["command"]
+    'mkdir -p /tmp/job && cd build/job && cp --parents run.py manifest.json /tmp/job/ && timeout 540 python3 /tmp/job/run.py --out /tmp/job/results; cp -r /tmp/job/results "$OUT"/'
+    """
+    job = job.rstrip("/")
+    if not job or job.startswith(("/", "..")):
+        raise ConfigError(f"{job or '(empty)'}: the job's folder must lie inside the checkout that travels (a relative path)")
+    calls = []
+    for load in loads:
+        command = f"mkdir -p {node_folder} && cd {job} && cp --parents {' '.join(load['files'])} {node_folder}/"
+        if load["runs"]:
+            command += f" && {run_command(node_folder, timeout_s, profile)}"
+        calls.append({"carry": [f"{job}/{name}" for name in load["files"]], "command": command})
+    return calls
+
+
+def run_command(node_folder: str, timeout_s: int, profile: str | None = None, resume: bool = False) -> str:
+    """The node's command that runs (or, ``resume``, finishes) the job unpacked in
+    ``node_folder`` and copies its results under ``$OUT``."""
+    options = (f" --profile {profile}" if profile else "") + (" --resume" if resume else "")
+    return (f"timeout {positive_int(timeout_s, '--timeout-s')} python3 {node_folder}/run.py --out {node_folder}/results{options}; "
+            f"cp -r {node_folder}/results \"$OUT\"/")
+
+
 def checkout_mib(root: Path) -> float:
     """The size of what a checkout of ``root`` carries: the files git tracks and the untracked
     ones it does not ignore, as they are in the working tree."""
@@ -505,5 +541,5 @@ def run_job(job: Path, arguments: Sequence[str]) -> int:
     return subprocess.call([sys.executable, str(script), "--job", str(job.resolve()), *arguments])
 
 
-__all__ = ["check_inputs", "check_results", "checkout_mib", "clean_commit", "import_results", "pack", "plan_loads", "readme_with_results",
-           "results_markdown", "run_job"]
+__all__ = ["check_inputs", "check_results", "checkout_mib", "clean_commit", "import_results", "load_calls", "pack", "plan_loads",
+           "readme_with_results", "results_markdown", "run_command", "run_job"]

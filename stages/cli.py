@@ -93,6 +93,11 @@ def _gpu_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     loads.add_argument("--with-checkout", action="store_true",
                        help="reserve the size of this checkout (tracked and unignored files), as a channel that carries it each time")
     loads.add_argument("--max-paths", type=int, default=None, help="the most files one transfer takes")
+    loads.add_argument("--node-folder", default=None,
+                       help="also print each call: the paths to carry and the node's command, which copies the load into this "
+                            "folder (kept while the node is warm); the last runs the job there (e.g. /tmp/job)")
+    loads.add_argument("--timeout-s", type=int, default=540, help="with --node-folder: the job's time limit in the last call")
+    loads.add_argument("--profile", default=None, help="with --node-folder: the profile the last call runs (default: the packed one)")
     loads.set_defaults(run=_gpu_loads)
     run = actions.add_parser("run", help="check, unpack and run a job (on the node; offline)")
     run.add_argument("job", type=Path, help="the job directory")
@@ -120,16 +125,31 @@ def _gpu_pack(args: argparse.Namespace) -> int:
 
 
 def _gpu_loads(args: argparse.Namespace) -> int:
-    from catalog.gpu_job import checkout_mib, plan_loads
+    import json
+
+    from catalog.gpu_job import checkout_mib, load_calls, plan_loads, run_command
 
     reserve = args.reserve_mib + (checkout_mib(args.root.resolve()) if args.with_checkout else 0.0)
     planned = plan_loads(args.job, args.limit_mib, reserve_mib=reserve, max_paths=args.max_paths)
+    calls = None
+    if args.node_folder:
+        # Carried paths are relative to the checkout that travels: the job must lie inside it.
+        job = args.job.resolve()
+        root = args.root.resolve()
+        relative = job.relative_to(root).as_posix() if job.is_relative_to(root) else str(job)
+        calls = load_calls(planned, relative, args.node_folder, args.timeout_s, args.profile)
     print(f"gpu loads: {len(planned)} load(s) of at most {args.limit_mib:g} MiB, {reserve:.1f} MiB of each reserved; "
           f"on the node every load goes into one folder, paths kept; the last one runs it (python3 FOLDER/run.py)")
     for number, load in enumerate(planned, 1):
         mib = load["bytes"] / 2**20
         print(f"load {number}/{len(planned)}{' (runs the job)' if load['runs'] else ''}: {mib:.1f} MiB "
               f"({mib + reserve:.1f} with the reserve), {len(load['files'])} file(s): {' '.join(load['files'])}")
+        if calls is not None:
+            print(f"  carry: {json.dumps(calls[number - 1]['carry'])}")
+            print(f"  command: {calls[number - 1]['command']}")
+    if calls is not None:
+        print("a run cut by its time limit: the next call, at once while the node is warm, finishes it: "
+              + run_command(args.node_folder, args.timeout_s, args.profile, resume=True))
     return 0
 
 

@@ -189,8 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="run.py", description="Check, unpack and run an askflow GPU job (offline).")
     parser.add_argument("--job", type=Path, default=Path(__file__).resolve().parent, help="job directory (default: this script's)")
     parser.add_argument("--check-only", action="store_true", help="check and unpack, run nothing")
+    parser.add_argument("--out", type=Path, default=None, help="results directory (default: JOB/results)")
     args, passed = parser.parse_known_args(argv)
     job = args.job.resolve()
+    if args.out is not None:  # the job runs in the unpacked project: a relative path is the caller's
+        passed = [*passed, "--out", str(args.out.resolve())]
     try:
         manifest, places = prepare(job)
     except (JobError, tarfile.TarError, OSError, EOFError) as error:

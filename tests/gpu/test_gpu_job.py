@@ -139,6 +139,38 @@ def test_loads_for_a_channel_with_a_size_limit_carry_every_file_once_and_the_run
     lines = result.stdout.splitlines()
     assert re.match(r"gpu loads: (\d+) load\(s\) of at most 64 MiB", lines[0]) and len(lines) == 1 + int(lines[0].split()[2])
     assert re.match(rf"load {len(lines) - 1}/{len(lines) - 1} \(runs the job\)", lines[-1])
+    # Each call spelled out: the paths to carry (relative to the checkout that travels) and the
+    # node's command; the last runs the job; a job outside the checkout cannot be carried.
+    result = _python("-m", "stages.cli", "gpu", "loads", str(packed), "--limit-mib", "64", "--max-paths", "8",
+                     "--node-folder", "/tmp/node-job", "--timeout-s", "500", "--root", str(packed.parent), cwd=project)
+    assert result.returncode == 0, result.stderr
+    carries = [json.loads(line.split("carry: ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("  carry: ")]
+    commands = [line.split("command: ", 1)[1] for line in result.stdout.splitlines() if line.startswith("  command: ")]
+    assert sorted(p for carry in carries for p in carry) == sorted(f"job/{name}" for name in files)
+    assert all(c.startswith("mkdir -p /tmp/node-job && cd job && cp --parents ") for c in commands)
+    assert "run.py" not in " ".join(commands[:-1])
+    assert commands[-1].endswith('timeout 500 python3 /tmp/node-job/run.py --out /tmp/node-job/results; cp -r /tmp/node-job/results "$OUT"/')
+    assert "run.py --out /tmp/node-job/results --resume;" in result.stdout.splitlines()[-1]
+    result = _python("-m", "stages.cli", "gpu", "loads", str(packed), "--limit-mib", "64", "--node-folder", "/tmp/node-job",
+                     "--root", str(project), cwd=project)
+    assert result.returncode != 0 and "must lie inside the checkout" in result.stderr
+
+
+def test_run_py_resolves_a_relative_results_folder_where_it_was_called(tmp_path, monkeypatch):
+    """run.py runs the job inside the unpacked project: ``--out results`` must still mean the
+    caller's ``./results``, not the project's."""
+    from pipelines.gpu import bootstrap
+
+    job = tmp_path / "job"
+    places = {"project": job / "work" / "project", "vendor": job / "work" / "vendor"}
+    monkeypatch.setattr(bootstrap, "prepare", lambda job: ({"files": {}, "commit": "0" * 40}, places))
+    called = []
+    monkeypatch.setattr(bootstrap.subprocess, "call", lambda command, **kwargs: called.append((command, kwargs)) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert bootstrap.main(["--job", str(job), "--out", "results", "--smoke"]) == 0
+    command, kwargs = called[0]
+    assert command[command.index("--out") + 1] == str(tmp_path / "results") and "--smoke" in command
+    assert kwargs["cwd"] == places["project"]
 
 
 def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, project, tmp_path):
@@ -417,7 +449,7 @@ def test_the_runner_doctests():
 
 def test_the_readme_table_is_the_imported_results():
     """The README's GPU block is what `askflow gpu import` generates from reports/gpu/."""
-    from catalog.gpu_job import README_END, README_START, readme_with_results, results_markdown
+    from catalog.gpu_job import README_START, readme_with_results, results_markdown
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert readme_with_results(readme, results_markdown(REPO)) == readme
