@@ -8,7 +8,9 @@
 
 Every Parquet file under ``<root>/data`` becomes a DuckDB view named after its stem, or
 after as many trailing path parts as it takes to tell colliding stems apart
-(``data/raw/items.parquet`` -> ``raw_items``). ``sql`` is read-only unless ``--write`` is
+(``data/raw/items.parquet`` -> ``raw_items``); the imported GPU runs' tables under
+``reports/gpu`` are one view per stem across all runs, with a ``run`` column
+(``gpu_episodes``). ``sql`` is read-only unless ``--write`` is
 given: SELECT statements over those views, and no other file read or written. Subcommands are subparsers so that more
 (e.g. ``askflow stage <name>``) can be added beside these.
 
@@ -36,6 +38,8 @@ from stages.entry import main_wrapper
 from catalog.io import read_params
 
 DATA_DIR = "data"
+#: Imported GPU runs (``askflow gpu import``): one view per table name across every run.
+GPU_DIR = "reports/gpu"
 FORMATS = ("table", "csv", "json")
 
 
@@ -48,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", type=Path, default=Path("."), help="project directory (default: current)")
 
-    tables = commands.add_parser("tables", parents=[common], help=f"list the Parquet artifacts under {DATA_DIR}/")
+    tables = commands.add_parser("tables", parents=[common], help=f"list the Parquet artifacts under {DATA_DIR}/ and {GPU_DIR}/")
     tables.set_defaults(run=_tables)
 
     sql = commands.add_parser("sql", parents=[common], help="run a DuckDB query over the artifacts")
@@ -186,6 +190,19 @@ def find_artifacts(root: Path) -> dict[str, Path]:
     return dict(zip(view_names(relative), (data / p for p in relative)))
 
 
+def find_gpu_tables(root: Path) -> dict[str, list[Path]]:
+    """View name -> its Parquet files across the imported GPU runs under ``root/reports/gpu``
+    (``gpu_`` and the file's stem: ``gpu_episodes`` holds every run's ``episodes.parquet``,
+    with a ``run`` column naming the run's folder)."""
+    tables: dict[str, list[Path]] = {}
+    base = root / GPU_DIR
+    for path in sorted(base.rglob("*.parquet")) if base.is_dir() else ():
+        parts = path.relative_to(base).parts
+        if path.is_file() and len(parts) > 1 and not any(part.startswith(".") for part in parts):
+            tables.setdefault("gpu_" + re.sub(r"\W", "_", path.stem), []).append(path)
+    return tables
+
+
 def view_names(paths: Sequence[Path]) -> list[str]:
     """A distinct SQL-friendly name per path: the stem, prefixed by as many parent
     directories as needed to tell it from the others."""
@@ -208,10 +225,11 @@ def _view_name(path: Path, depth: int) -> str:
     return re.sub(r"\W", "_", "_".join(parts))
 
 
-def connect(artifacts: dict[str, Path]) -> duckdb.DuckDBPyConnection:
-    """A connection with a view per artifact. A file DuckDB cannot read as Parquet (damaged,
-    truncated, not Parquet at all) gets no view: it is named in a warning on stderr and taken
-    out of ``artifacts``, so that one bad file does not stop every query over the others."""
+def connect(artifacts: dict[str, Path], gpu: dict[str, list[Path]] | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection with a view per artifact, and one per GPU table over all its runs. A file
+    DuckDB cannot read as Parquet (damaged, truncated, not Parquet at all) gets no view: it is
+    named in a warning on stderr and taken out of ``artifacts`` (or ``gpu``), so that one bad
+    file does not stop every query over the others."""
     connection = duckdb.connect()
     for name, path in list(artifacts.items()):
         # The relation API quotes the path and the name itself; no SQL is assembled here.
@@ -220,6 +238,22 @@ def connect(artifacts: dict[str, Path]) -> duckdb.DuckDBPyConnection:
         except duckdb.Error as error:
             print(f"warning: {path}: cannot read as Parquet, skipped (no view {name!r}): {error}", file=sys.stderr)
             del artifacts[name]
+    for name, paths in list((gpu or {}).items()):
+        if name in artifacts:
+            raise ConfigError(f"{paths[0]}: view {name!r} is also the name of {artifacts[name]}")
+        for path in list(paths):
+            try:
+                connection.read_parquet(str(path)).limit(0).fetchall()
+            except duckdb.Error as error:
+                print(f"warning: {path}: cannot read as Parquet, left out of view {name!r}: {error}", file=sys.stderr)
+                paths.remove(path)
+        if not paths:
+            del gpu[name]
+            continue
+        # Runs written by different commits may differ in columns: matched by name. The run is
+        # the folder under reports/gpu (the greedy match finds the last such folder).
+        relation = connection.read_parquet([str(p.resolve()) for p in paths], filename=True, union_by_name=True)
+        relation.project("regexp_extract(filename, '.*/reports/gpu/([^/]+)/', 1) AS run, * EXCLUDE (filename)").create_view(name)
     return connection
 
 
@@ -227,15 +261,15 @@ def connect(artifacts: dict[str, Path]) -> duckdb.DuckDBPyConnection:
 
 
 def _tables(args: argparse.Namespace) -> int:
-    artifacts = find_artifacts(args.root)
-    if not artifacts:
+    artifacts, gpu = find_artifacts(args.root), find_gpu_tables(args.root)
+    if not artifacts and not gpu:
         print(f"no Parquet files under {args.root / DATA_DIR}", file=sys.stderr)
         return 0
-    connection = connect(artifacts)
-    rows = [
-        (name, connection.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0], str(path.relative_to(args.root)))
-        for name, path in artifacts.items()
-    ]
+    connection = connect(artifacts, gpu)
+    where = {name: str(path.relative_to(args.root)) for name, path in artifacts.items()}
+    where.update({name: str(paths[0].relative_to(args.root)) if len(paths) == 1 else f"{GPU_DIR}/*: {len(paths)} runs"
+                  for name, paths in gpu.items()})
+    rows = [(name, connection.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0], path) for name, path in where.items()]
     print(format_table(["name", "rows", "path"], rows))
     return 0
 
@@ -245,11 +279,12 @@ def _tables(args: argparse.Namespace) -> int:
 READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")
 
 
-def read_only(connection: duckdb.DuckDBPyConnection, artifacts: dict[str, Path]) -> None:
+def read_only(connection: duckdb.DuckDBPyConnection, artifacts: dict[str, Path], gpu: dict[str, list[Path]] | None = None) -> None:
     """Lock ``connection`` down to reading the artifacts: no other file can be read or
     written (``read_csv('/etc/hostname')``, ``COPY ... TO``, ``ATTACH``, extensions), and the
     settings cannot be changed back by the query."""
     paths = [str(path.resolve()) for path in artifacts.values()]
+    paths += [str(path.resolve()) for runs in (gpu or {}).values() for path in runs]
     connection.execute("SET allowed_paths = $paths", {"paths": paths})
     connection.execute("SET enable_external_access = false")
     connection.execute("SET lock_configuration = true")
@@ -271,11 +306,11 @@ def check_read_only(connection: duckdb.DuckDBPyConnection, query: str) -> None:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    artifacts = find_artifacts(args.root)
-    connection = connect(artifacts)
+    artifacts, gpu = find_artifacts(args.root), find_gpu_tables(args.root)
+    connection = connect(artifacts, gpu)
     if not args.write:
         check_read_only(connection, args.query)
-        read_only(connection, artifacts)
+        read_only(connection, artifacts, gpu)
     try:
         cursor = connection.execute(args.query)
         columns = [description[0] for description in cursor.description or ()]

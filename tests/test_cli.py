@@ -155,3 +155,35 @@ def test_module_entry_point_uses_the_current_directory(root: Path):
     )
     assert bad.returncode == 1
     assert bad.stderr.startswith("error: query failed: Parser Error")
+
+
+def test_gpu_runs_are_one_view_per_table_with_the_run_named(root: Path, capsys):
+    """Imported GPU runs (reports/gpu/<run>/...): every run's episodes in one view, matched by
+    column name (a later run may add columns), each row with its run's folder."""
+    first = root / "reports" / "gpu" / "2026-11-26_h100_speakrl_partial" / "evaluate"
+    second = root / "reports" / "gpu" / "2026-12-01_h200_speakrl"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    pq.write_table(pa.table({"agent": ["sft", "zero_shot"], "success": [True, False]}), first / "episodes.parquet")
+    pq.write_table(pa.table({"agent": ["grpo"], "success": [True], "n_turns": [12]}), second / "episodes.parquet")
+    (second / ".episodes.parquet.tmp").write_bytes(b"partial")  # an import in progress: not a run's table
+    pq.write_table(pa.table({"x": [1]}), root / "reports" / "gpu" / "stray.parquet")  # not inside a run: ignored
+
+    query = "SELECT run, agent, success, n_turns FROM gpu_episodes ORDER BY agent"
+    status, out, err = run(capsys, "sql", query, "--root", str(root), "--format", "json")
+    assert (status, err) == (0, "")
+    assert json.loads(out) == [
+        {"run": "2026-12-01_h200_speakrl", "agent": "grpo", "success": True, "n_turns": 12},
+        {"run": "2026-11-26_h100_speakrl_partial", "agent": "sft", "success": True, "n_turns": None},
+        {"run": "2026-11-26_h100_speakrl_partial", "agent": "zero_shot", "success": False, "n_turns": None},
+    ]
+    status, out, err = run(capsys, "tables", "--root", str(root))
+    assert (status, err) == (0, "")
+    assert ["gpu_episodes", "3", "reports/gpu/*:", "2", "runs"] in [line.split() for line in out.splitlines()]
+    assert "stray" not in out and "(5 rows)" in out
+
+    # A damaged run's table is left out of the view, named in a warning; the other run stays.
+    (second / "episodes.parquet").write_bytes(b"not parquet")
+    status, out, err = run(capsys, "sql", "SELECT count(*) AS n FROM gpu_episodes", "--root", str(root), "--format", "csv")
+    assert (status, out) == (0, "n\n2\n")
+    assert f"warning: {second / 'episodes.parquet'}: cannot read as Parquet, left out of view 'gpu_episodes'" in err
