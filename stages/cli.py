@@ -267,7 +267,7 @@ def _tables(args: argparse.Namespace) -> int:
         return 0
     connection = connect(artifacts, gpu)
     where = {name: str(path.relative_to(args.root)) for name, path in artifacts.items()}
-    where.update({name: str(paths[0].relative_to(args.root)) if len(paths) == 1 else f"{GPU_DIR}/*: {len(paths)} runs"
+    where.update({name: str(paths[0].relative_to(args.root)) if len(paths) == 1 else f"{GPU_DIR}/*: {len(paths)} files"
                   for name, paths in gpu.items()})
     rows = [(name, connection.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0], path) for name, path in where.items()]
     print(format_table(["name", "rows", "path"], rows))

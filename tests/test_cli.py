@@ -179,7 +179,7 @@ def test_gpu_runs_are_one_view_per_table_with_the_run_named(root: Path, capsys):
     ]
     status, out, err = run(capsys, "tables", "--root", str(root))
     assert (status, err) == (0, "")
-    assert ["gpu_episodes", "3", "reports/gpu/*:", "2", "runs"] in [line.split() for line in out.splitlines()]
+    assert ["gpu_episodes", "3", "reports/gpu/*:", "2", "files"] in [line.split() for line in out.splitlines()]
     assert "stray" not in out and "(5 rows)" in out
 
     # A damaged run's table is left out of the view, named in a warning; the other run stays.
