@@ -187,3 +187,19 @@ def test_gpu_runs_are_one_view_per_table_with_the_run_named(root: Path, capsys):
     status, out, err = run(capsys, "sql", "SELECT count(*) AS n FROM gpu_episodes", "--root", str(root), "--format", "csv")
     assert (status, out) == (0, "n\n2\n")
     assert f"warning: {second / 'episodes.parquet'}: cannot read as Parquet, left out of view 'gpu_episodes'" in err
+
+
+def test_the_readme_query_over_the_committed_gpu_run_gives_what_it_says(capsys):
+    """The README's figures for `askflow sql ... from gpu_episodes` are the committed partial run's."""
+    import re
+
+    query = ("select agent, count(*) as n, avg(success::int) as s from gpu_episodes "
+             "where run = '2026-11-26_nvidia-h100-80gb-hbm3_speakrl_partial' group by all order by agent")
+    status, out, err = run(capsys, "sql", query, "--root", str(REPO), "--format", "json")
+    assert (status, err) == (0, "")
+    rows = {row["agent"]: row for row in json.loads(out)}
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    said = re.search(r"the last query gives sft (\d+) dialogues, success ([\d.]+), zero_shot (\d+), ([\d.]+)", readme)
+    assert said, "the README sentence about the committed GPU run"
+    assert (int(said[1]), float(said[2])) == (rows["sft"]["n"], round(rows["sft"]["s"], 2))
+    assert (int(said[3]), float(said[4])) == (rows["zero_shot"]["n"], round(rows["zero_shot"]["s"], 2))
