@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -503,6 +504,8 @@ def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = 
     ...                     {"files": ["run.py", "manifest.json"], "runs": True}], "build/job")
     >>> calls[0]["carry"], calls[0]["command"]
     (['build/job/files/a.part000'], 'mkdir -p /tmp/job && cd build/job && cp --parents files/a.part000 /tmp/job/')
+    >>> load_calls([{"files": ["run.py"], "runs": False}], "my job", "/tmp/a b")[0]["command"]
+    "mkdir -p '/tmp/a b' && cd 'my job' && cp --parents run.py '/tmp/a b'/"
     >>> calls[1]["command"]
     'mkdir -p /tmp/job && cd build/job && cp --parents run.py manifest.json /tmp/job/ && timeout 540 python3 /tmp/job/run.py --out /tmp/job/results; cp -r /tmp/job/results "$OUT"/'
     """
@@ -510,8 +513,10 @@ def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = 
     if not job or job.startswith(("/", "..")):
         raise ConfigError(f"{job or '(empty)'}: the job's folder must lie inside the checkout that travels (a relative path)")
     calls = []
+    folder = shlex.quote(node_folder)
     for load in loads:
-        command = f"mkdir -p {node_folder} && cd {job} && cp --parents {' '.join(load['files'])} {node_folder}/"
+        files = " ".join(shlex.quote(name) for name in load["files"])
+        command = f"mkdir -p {folder} && cd {shlex.quote(job)} && cp --parents {files} {folder}/"
         if load["runs"]:
             command += f" && {run_command(node_folder, timeout_s, profile)}"
         calls.append({"carry": [f"{job}/{name}" for name in load["files"]], "command": command})
@@ -521,9 +526,9 @@ def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = 
 def run_command(node_folder: str, timeout_s: int, profile: str | None = None, resume: bool = False) -> str:
     """The node's command that runs (or, ``resume``, finishes) the job unpacked in
     ``node_folder`` and copies its results under ``$OUT``."""
-    options = (f" --profile {profile}" if profile else "") + (" --resume" if resume else "")
-    return (f"timeout {positive_int(timeout_s, '--timeout-s')} python3 {node_folder}/run.py --out {node_folder}/results{options}; "
-            f"cp -r {node_folder}/results \"$OUT\"/")
+    options = (f" --profile {shlex.quote(profile)}" if profile else "") + (" --resume" if resume else "")
+    run_py, results = shlex.quote(f"{node_folder}/run.py"), shlex.quote(f"{node_folder}/results")
+    return f"timeout {positive_int(timeout_s, '--timeout-s')} python3 {run_py} --out {results}{options}; cp -r {results} \"$OUT\"/"
 
 
 def checkout_mib(root: Path) -> float:
