@@ -181,12 +181,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- Views ----------------------------------------------------------------------------------
 
 
+def _parquet_files(base: Path) -> list[Path]:
+    """Every Parquet file under ``base``, relative to it, in order; none where ``base`` is missing."""
+    relative = sorted(p.relative_to(base) for p in base.rglob("*.parquet") if p.is_file())
+    # Hidden names are temporary files of an atomic write in progress, or tool state.
+    return [p for p in relative if not any(part.startswith(".") for part in p.parts)]
+
+
 def find_artifacts(root: Path) -> dict[str, Path]:
     """View name -> Parquet file, for every Parquet file under ``root/data``."""
     data = root / DATA_DIR
-    relative = sorted(p.relative_to(data) for p in data.rglob("*.parquet") if p.is_file())
-    # Hidden names are temporary files of an atomic write in progress, or tool state.
-    relative = [p for p in relative if not any(part.startswith(".") for part in p.parts)]
+    relative = _parquet_files(data)
     return dict(zip(view_names(relative), (data / p for p in relative)))
 
 
@@ -196,10 +201,9 @@ def find_gpu_tables(root: Path) -> dict[str, list[Path]]:
     with a ``run`` column naming the run's folder)."""
     tables: dict[str, list[Path]] = {}
     base = root / GPU_DIR
-    for path in sorted(base.rglob("*.parquet")) if base.is_dir() else ():
-        parts = path.relative_to(base).parts
-        if path.is_file() and len(parts) > 1 and not any(part.startswith(".") for part in parts):
-            tables.setdefault("gpu_" + re.sub(r"\W", "_", path.stem), []).append(path)
+    for path in _parquet_files(base):
+        if len(path.parts) > 1:  # inside a run's folder
+            tables.setdefault("gpu_" + re.sub(r"\W", "_", path.stem), []).append(base / path)
     return tables
 
 
@@ -243,7 +247,7 @@ def connect(artifacts: dict[str, Path], gpu: dict[str, list[Path]] | None = None
             raise ConfigError(f"{paths[0]}: view {name!r} is also the name of {artifacts[name]}")
         for path in list(paths):
             try:
-                connection.read_parquet(str(path)).limit(0).fetchall()
+                connection.read_parquet(str(path))  # reads the footer: as the artifacts' views above
             except duckdb.Error as error:
                 print(f"warning: {path}: cannot read as Parquet, left out of view {name!r}: {error}", file=sys.stderr)
                 paths.remove(path)
@@ -253,7 +257,7 @@ def connect(artifacts: dict[str, Path], gpu: dict[str, list[Path]] | None = None
         # Runs written by different commits may differ in columns: matched by name. The run is
         # the folder under reports/gpu (the greedy match finds the last such folder).
         relation = connection.read_parquet([str(p.resolve()) for p in paths], filename=True, union_by_name=True)
-        relation.project("regexp_extract(filename, '.*/reports/gpu/([^/]+)/', 1) AS run, * EXCLUDE (filename)").create_view(name)
+        relation.project(f"regexp_extract(filename, '.*/{GPU_DIR}/([^/]+)/', 1) AS run, * EXCLUDE (filename)").create_view(name)
     return connection
 
 

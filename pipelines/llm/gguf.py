@@ -52,14 +52,13 @@ def _read_once(gguf: Path) -> Iterator[None]:
 
     reader, name_map = gguf_package.GGUFReader, gguf_package.get_tensor_name_map
     target = Path(gguf).resolve()
-    opened: dict[Path, Any] = {}
+
+    @functools.cache
+    def opened() -> Any:
+        return reader(target)
 
     def read(path: Any, *args: Any, **kwargs: Any) -> Any:
-        if args or kwargs or Path(path).resolve() != target:
-            return reader(path, *args, **kwargs)
-        if target not in opened:
-            opened[target] = reader(path)
-        return opened[target]
+        return reader(path, *args, **kwargs) if args or kwargs or Path(path).resolve() != target else opened()
 
     gguf_package.GGUFReader = read
     gguf_package.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)

@@ -186,7 +186,7 @@ class SpeakerResult:
         acts = [a for o in kept for a in o.acts]
         # Shown searches: a search that dropped a said constraint, or a name among another kind.
         shown_calls = [t.call for o in kept for _, t in o.trajectory.shown_outputs if t.kind == TOOL_CALL]
-        by_name = sum(set(c.arguments or {}) == {"name"} for c in shown_calls)
+        by_name = sum(c is not None and set(c.arguments or {}) == {"name"} for c in shown_calls)
         contrasted = [c for o in kept for c in o.contrasts]
         return {
             "backend": self.backend,
