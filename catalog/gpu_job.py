@@ -289,7 +289,7 @@ def pack(root: Path, job: Path, *, split_mib: int | None = None, python: str | N
         manifest = {
             "format": FORMAT, "commit": commit, "code_tar_sha256": hashlib.sha256(code).hexdigest(),
             "packed": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profile": gpu.profile,
-            "model": model, "inputs": inputs,
+            "profiles": sorted(gpu.profiles or {}), "model": model, "inputs": inputs,
             "vendor": {"python": python, "packages": versions, "how": vendored},
             "split_mib": split_mib, "files": entries,
         }
@@ -315,6 +315,7 @@ On the node (offline; CUDA PyTorch and transformers installed; Python {manifest[
 
     python3 run.py                 # checks every file, unpacks, runs profile {manifest['profile']!r}
     python3 run.py --smoke         # the same path with tiny counts (works on a CPU)
+    python3 run.py --profile NAME  # another profile of the job: {', '.join(manifest.get('profiles') or []) or 'none'}
 
 Results go to results/ (send that folder back; models stay in work/models).
 With askflow installed the same is `askflow gpu run <this directory>`; back home,
@@ -400,20 +401,38 @@ README_START = "<!-- gpu-results:start (askflow gpu import writes this block fro
 README_END = "<!-- gpu-results:end -->"
 
 
+#: The evaluation reports a run's table comes from, best first: the whole evaluation, else the
+#: one of the zero-shot and SFT models made before GRPO (SpeakRL's chain, then PIR's).
+EVALUATION_REPORTS = ("evaluate.json", "evaluate_sft.json", "pir_eval.json", "pir_eval_sft.json")
+
+
+def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A run's evaluation as (table, dialogues/s per model, what was played)."""
+    speeds = ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" for name, speed in evaluation.get("speed", {}).items())
+    setup = evaluation["setup"]
+    if report_name.startswith("pir_eval"):
+        from pipelines.pir.metrics import markdown_table as pir_table
+
+        intervals = (evaluation.get("intervals") or {}).get("models") or {}
+        ranges = "; ".join(f"{name} {row['ci95'][0]:.2f}–{row['ci95'][1]:.2f}" for name, row in intervals.items() if row.get("ci95"))
+        played = f"PIR's metrics, {setup['goals']} test goals, one greedy conversation each; success 95 % intervals: {ranges or '–'}"
+        return pir_table(evaluation["results"]), speeds, played
+    from pipelines.evaluation.report import markdown_table
+
+    return markdown_table(evaluation["models"]), speeds, f"{setup['goals']} test goals x {len(setup['seeds'])} seed(s), greedy"
+
+
 def results_markdown(root: Path) -> str:
     """The GPU results table of every imported non-smoke run under ``reports/gpu/``, newest
     first: the device, date, commit, wall time and speeds, then the evaluation table."""
-    from pipelines.evaluation.report import markdown_table
-
     runs = []
     for summary_path in sorted((root / "reports" / "gpu").glob("*/job.json")):
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        # The whole evaluation, else the one of the zero-shot and SFT models made before GRPO.
-        evaluation = next((path for path in (summary_path.parent / "evaluate.json", summary_path.parent / "evaluate_sft.json")
+        evaluation = next((path for path in (summary_path.parent / name for name in EVALUATION_REPORTS)
                            if path.is_file() and json.loads(path.read_text(encoding="utf-8")).get("status", "ok") == "ok"), None)
         if summary.get("smoke") or evaluation is None:
             continue
-        runs.append((summary, json.loads(evaluation.read_text(encoding="utf-8")), summary_path.parent))
+        runs.append((summary, evaluation, summary_path.parent))
     if not runs:
         return "No GPU run of the job has been imported yet: `reports/gpu/` holds none (the figures are measured at the next GPU run)."
     blocks = []
@@ -421,8 +440,7 @@ def results_markdown(root: Path) -> str:
         machine = summary["machine"]
         sft = json.loads((folder / "sft.json").read_text(encoding="utf-8")) if (folder / "sft.json").is_file() else {}
         throughput = sft.get("throughput") or {}
-        speeds = ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" for name, speed in evaluation.get("speed", {}).items())
-        setup = evaluation["setup"]
+        table, speeds, played = _evaluation_table(evaluation.name, json.loads(evaluation.read_text(encoding="utf-8")))
         pending = [stage for stage, entry in summary.get("stages", {}).items() if entry.get("status") == "pending"]
         whole = (f"stopped from outside after {summary['wall_s'] / 60:.1f} min, before {', '.join(pending) or 'its end'} (partial)"
                  if summary.get("finished") is False else f"whole job {summary['wall_s'] / 60:.1f} min")
@@ -430,10 +448,9 @@ def results_markdown(root: Path) -> str:
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
             f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation dialogues/s: {speeds}. "
-            f"{setup['goals']} test goals x {len(setup['seeds'])} seed(s), greedy; one training seed "
-            f"(`{folder.relative_to(root)}/`).",
+            f"{played}; one training seed (`{folder.relative_to(root)}/`).",
             "",
-            markdown_table(evaluation["models"]),
+            table,
         ]))
     return "\n\n".join(blocks)
 

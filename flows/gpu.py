@@ -17,6 +17,18 @@ top to bottom, stopping on steps and goal counts, never on time::
               simulator), with bootstrap intervals over goals and paired tests, as the CPU
               ``evaluate`` stage
 
+A profile with a ``pir_eval`` section is PIR's chain, the same shape (:class:`Chain`)::
+
+    sft       cold-start SFT on pir_augment's traces (``pir_traces``: the trace's input as the
+              user's message, the augmented trace as the reply; the simulated user's
+              ``<response>`` blocks masked out of the loss)
+    pir_eval_sft  PIR's metrics (section 4.1, as stage ``pir_eval``) of zero-shot and SFT
+    grpo      US-GRPO from the SFT model: whole conversations, the agenda user answering the
+              questions asked inside the reasoning, PIR's composite reward on the goal
+              checker's verdict
+    pir_eval  the same for the US-GRPO model, then all three, with each model's success and
+              each against the one before it with 95 % intervals over the goals
+
 A profile with a ``harvest`` section is JOSH's self-improvement round instead (issue 27)::
 
     convert   the starting model M, as above
@@ -61,16 +73,19 @@ from catalog.io import read_params
 from pipelines.config import from_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.episodes.decoding import decode_stats
+from pipelines.evaluation.config import StatsSpec
 from pipelines.evaluation.speed import decode_summary, stats_since
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
+from pipelines.simulators.agenda import SimulatorSpec
 from pipelines.training.config import (NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig,
                                        config_dict)
-from pipelines.training.rollout import ConversationEnv
+from pipelines.training.rollout import ConversationEnv, RolloutConfig
 
-#: A profile's sections by its kind: SpeakRL's chain, or JOSH's round (it has a ``harvest``).
-PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz")}
-#: The models evaluation plays, in table order, and the stage that makes each.
-EVAL_MODELS = (("zero_shot", "convert"), ("sft", "sft"), ("grpo", "grpo"))
+#: A profile's sections by its kind: SpeakRL's chain, JOSH's round or PIR's chain.
+PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz"),
+                                                "pir": ("sft", "grpo", "pir_eval")}
+#: The section that makes a profile another kind than SpeakRL's chain.
+KIND_SECTIONS = {"harvest": "josh", "pir_eval": "pir"}
 
 log = logging.getLogger("askflow.gpu")
 
@@ -108,8 +123,14 @@ def profile_params(gpu: Mapping[str, Any], name: str | None, smoke: bool) -> tup
 
 
 def profile_kind(sections: Mapping[str, Any]) -> str:
-    """``josh`` for a profile with a ``harvest`` section (JOSH's round), else ``speakrl``."""
-    return "josh" if "harvest" in sections else "speakrl"
+    """``josh`` for a profile with a ``harvest`` section (JOSH's round), ``pir`` for one with
+    a ``pir_eval`` section (PIR's chain), else ``speakrl`` (a profile with both is refused by
+    :func:`profile_params`: the other's section is unknown to its kind).
+
+    >>> profile_kind({"sft": {}, "grpo": {}, "pir_eval": {}}), profile_kind({"sft": {}, "evaluate": {}})
+    ('pir', 'speakrl')
+    """
+    return next((KIND_SECTIONS[name] for name in sections if name in KIND_SECTIONS), "speakrl")
 
 
 FROM_DATA = "from_data"
@@ -135,17 +156,22 @@ def with_limit(value: Any, limit: int) -> Any:
 
 def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[str, Any]:
     """The generation limit of the profile's SFT data in the starting model's tokens: the
-    longest training turn plus 25 %, so that no turn is cut (issue 26)."""
+    longest training turn of any of its sources (every row, each source's completion column)
+    plus 25 %, so that no turn is cut (issue 26)."""
     import pyarrow.parquet as pq
 
     from pipelines.training.limits import generation_limit, longest_completion_tokens
     from pipelines.training.modeling import load_tokenizer
 
-    path = sections["sft"]["data"]["sources"][0]["path"]
     tokenizer = load_tokenizer(ModelSpec(path=str(model_dir)))
-    completions = pq.read_table(path, columns=["completion"]).column("completion").to_pylist()  # read once
+    sources = sections["sft"]["data"]["sources"]
+    completions = []
+    for source in sources:
+        column = source.get("completion_column") or "completion"
+        completions += pq.read_table(source["path"], columns=[column]).column(column).to_pylist()  # read once
+    paths = [source["path"] for source in sources]
     return {"tokens": generation_limit(completions, tokenizer), "longest": longest_completion_tokens(completions, tokenizer),
-            "source": path}
+            **({"source": paths[0]} if len(paths) == 1 else {"sources": paths})}
 
 
 def parse_section(section: Mapping[str, Any] | TrainSectionConfig, where: str) -> TrainSectionConfig:
@@ -213,6 +239,8 @@ def check_profile_inputs(root: Path) -> list[str]:
                     josh_config(sections["harvest"], Path("models") / "smollm2", Path("work"), f"params.yaml gpu.profiles.{name}.harvest",
                                 read_params("josh", root / "params.yaml"))
                     continue
+                if profile_kind(sections) == "pir":
+                    pir_eval_section(with_limit(sections["pir_eval"], 1), f"params.yaml gpu.profiles.{name}.pir_eval")
                 for method in ("sft", "grpo"):
                     where = f"params.yaml gpu.profiles.{name}.{method}"
                     section = parse_section(with_limit(sections[method], 1), where)
@@ -294,11 +322,15 @@ def conversations(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, Any, 
     decoded in batches of ``env.rollout.batch_size``), that rollout (its counters) and what
     the report says of the data. Each
     rollout carries the goal checker's verdict and :func:`conversation_columns` for the
-    rewards of :mod:`pipelines.rewards.dialogue`."""
+    rewards of :mod:`pipelines.rewards.dialogue`, and what PIR's composite reward reads
+    (``unstated_slots``: the goal's slots its opening left out; ``ttr``, ``asks``), as
+    US-GRPO's flow gives it."""
     from datasets import Dataset
 
     from catalog.conversations import build_environment
     from pipelines.evaluation.metrics import conversation_columns
+    from pipelines.pir.metrics import opening_text
+    from pipelines.rewards.pir import unstated_slots
     from pipelines.training.rollout import conversation_rows, trl_rollout_func
 
     rollout, _, dialogues, _ = build_environment(env, tokenizer)
@@ -308,7 +340,9 @@ def conversations(env: ConversationEnv, tokenizer: Any) -> tuple[Any, Any, Any, 
     goals = {spec.episode_id: spec.goal for spec in specs.values()}
 
     def columns(played: Any) -> dict[str, Any]:
-        return conversation_columns(played.episode, goals[played.episode.episode_id])
+        goal = goals[played.episode.episode_id]
+        return {**conversation_columns(played.episode, goal), "unstated_slots": unstated_slots(goal, opening_text(played)),
+                "ttr": played.ttr, "asks": len(played.asks)}
 
     about = {"source": env.source, "split": env.split, "train_goals": len(rows), "repeated_starts_left_out": repeated}
     return Dataset.from_list(rows), trl_rollout_func(rollout, specs, columns), rollout, about
@@ -421,6 +455,11 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
             setting = {key: value for key, value in config_dict(env).items() if key not in ENV_NOT_IN_GPU_SECTION}
             report["conversations"] = {**played, "rollouts": dict(rollout.stats), "config": setting,
                                        "groups_with_reward_variance_by_step": varied}
+        report["objective"] = config_dict(objective)  # the loss mask, the rewards and their weights
+        # How a reward that keeps counts (PIR's composite: wrong, correct without a question, ...) scored the rollouts.
+        branches = {reward_name(f): dict(sorted(f.stats.items())) for f in getattr(trainer, "reward_funcs", ()) if isinstance(getattr(f, "stats", None), Mapping)}
+        if branches:
+            report["reward_branches"] = branches
         report["optim"] = {"max_steps": config.optim.max_steps, "batch_size": config.optim.batch_size,
                            "learning_rate": config.optim.learning_rate, "max_length": config.optim.max_length,
                            "epochs_asked": epochs, "sampler": sampler or "random"}
@@ -463,8 +502,6 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     and the episode tables as ``out/<prefix>episodes.parquet`` (and events).
     ``played_before`` (name -> (episodes, scores, speed)): models already played with these
     settings are not played again, and what this call plays is added to it."""
-    import pyarrow.parquet as pq
-
     from catalog.multiwoz_dir import held_out_world
     from pipelines.episodes import episode_tables, get_format
     from pipelines.evaluation.config import EvalConfig
@@ -513,13 +550,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
              "batched": config.batched, "workers": config.workers}
-    tables = episode_tables(episodes)
-    for name, table in tables.items():
-        # A new name per stage, written whole then renamed: a job stopped mid-write leaves
-        # the files its last checkpoint listed intact.
-        temporary = out / f".{prefix}{name}.parquet.tmp"
-        pq.write_table(table, temporary, compression="zstd")
-        temporary.replace(out / f"{prefix}{name}.parquet")
+    _write_episode_tables(episode_tables(episodes), out, prefix)
     markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}
 
@@ -594,6 +625,100 @@ def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> t
     parts = list(pool.map(play_shard, tasks))
     played = [episode for episodes, _ in parts for episode in episodes]
     return in_play_order(played, goals, plan.seeds, prefix=f"{policy.name}/"), [stats for _, stats in parts]
+
+
+@dataclasses.dataclass(frozen=True)
+class PirEvalSection:
+    """A GPU profile's ``pir_eval`` section: stage ``pir_eval``'s goals and conversation
+    settings (params.yaml ``pir_eval`` without its models and outputs: the job's models are
+    its own) and ``stats`` for :func:`success_intervals`."""
+
+    source: str
+    db_dir: str | None = None
+    split: str = "test"
+    max_goals: int = 20
+    seed: int = 0
+    simulator: SimulatorSpec = dataclasses.field(default_factory=SimulatorSpec)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    stats: StatsSpec = dataclasses.field(default_factory=StatsSpec)
+
+    def __post_init__(self) -> None:
+        if self.simulator.kind != "agenda":
+            raise ConfigError(f"simulator.kind: PIR's evaluation plays the agenda user simulator, got {self.simulator.kind!r}")
+        if self.rollout.temperature != 0:
+            raise ConfigError(f"rollout.temperature: PIR's evaluation is greedy (0), got {self.rollout.temperature}")
+
+
+def pir_eval_section(section: Mapping[str, Any], where: str) -> PirEvalSection:
+    """A PIR profile's ``pir_eval`` section, checked."""
+    config = from_params(PirEvalSection, section, where)
+    if not Path(config.source).exists():
+        raise ConfigError(f"{where}.source: {config.source} does not exist")
+    return config
+
+
+def evaluate_pir(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
+                 prefix: str = "") -> dict[str, Any]:
+    """PIR's metrics (section 4.1) of every model of ``models`` on the profile's held-out
+    goals, as stage ``pir_eval`` computes them (:func:`~pipelines.pir.evaluate.play_model`:
+    one greedy conversation per goal, the agenda user answering the questions asked inside
+    the reasoning), plus ``dialogues_per_s`` per model, each model's success with a 95 %
+    interval over the goals and each against the one before it on the same goal resamples
+    (:func:`~pipelines.pir.evaluate.success_intervals`), and the episode tables as
+    ``out/<prefix>episodes.parquet`` (and events). ``played_before``: as :func:`evaluate`."""
+    from catalog.multiwoz_dir import held_out_world
+    from pipelines.episodes import episode_tables
+    from pipelines.pir.evaluate import play_model, success_intervals
+    from pipelines.pir.metrics import markdown_table
+
+    where = "params.yaml gpu pir_eval"
+    config = pir_eval_section(section, where)
+    database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, where)
+    played_before = {} if played_before is None else played_before
+    for name, path in models.items():
+        if name in played_before:
+            continue
+        before = decode_stats()
+        metrics, rollouts, wall_s = play_model(path, name, database, goals, config.simulator, config.rollout, config.seed)
+        speed = {"episodes": len(rollouts), "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(rollouts) / wall_s, 3) if wall_s else None,
+                 "decode": decode_summary([stats_since(before)], wall_s, config.rollout.cuda_graphs)}
+        # Every model plays the same goals: its name keeps the episodes' ids apart in the tables.
+        played_before[name] = (metrics, [dataclasses.replace(r.episode, episode_id=f"{name}/{r.episode.episode_id}") for r in rollouts], speed)
+        log.info("pir_eval: %s: success %s, questions %s, %d conversations in %.1f s (%.2f dialogues/s)", name, metrics["success"],
+                 metrics["questions"], len(rollouts), wall_s, len(rollouts) / wall_s if wall_s else 0.0)
+    results = {name: played_before[name][0] for name in models}
+    success = {name: [float(e.success) for e in played_before[name][1]] for name in models}
+    intervals = success_intervals(success, config.stats.resamples, config.stats.seed)
+    _write_episode_tables(episode_tables([e for name in models for e in played_before[name][1]]), out, prefix)
+    setup = {"source": config.source, "split": config.split, "goals": len(goals), "seed": config.seed,
+             "simulator": config.simulator.kind, "rollout": config_dict(config.rollout)}
+    rows = [f"| {name} | {row['success']:.2f} | {row['ci95'][0]:.2f} – {row['ci95'][1]:.2f} |" if row["ci95"] else f"| {name} | {row['success']:.2f} | – |"
+            for name, row in intervals["models"].items()]
+    pairs = [f"| {c['models'][0]} − {c['models'][1]} | {c['difference']:+.2f} | "
+             + (f"{c['ci95'][0]:+.2f} – {c['ci95'][1]:+.2f}" if c["ci95"] else "–") + f" | {c['p_not_better']:.3f} |"
+             for c in intervals["comparisons"]]
+    markdown = "\n".join([
+        f"PIR's metrics on {len(goals)} held-out {config.split} goals, one greedy conversation each (as stage `pir_eval`):", "",
+        markdown_table(results), "",
+        f"Success with a 95 % bootstrap interval over the goals ({intervals['resamples']} resamples; one training seed):", "",
+        "| model | success | 95 % interval |", "|---|---|---|", *rows,
+        *(["", "Each model against the one before it, paired on the same goal resamples (p: share of resamples where it is not better):", "",
+           "| models | difference | 95 % interval | p |", "|---|---|---|---|", *pairs] if pairs else []),
+        "", "Dialogues/s: " + ", ".join(f"{name} {played_before[name][2]['dialogues_per_s']}" for name in models) + ".",
+    ])
+    return {"setup": setup, "results": results, "intervals": intervals, "speed": {name: played_before[name][2] for name in models},
+            "markdown": markdown}
+
+
+def _write_episode_tables(tables: Mapping[str, Any], out: Path, prefix: str) -> None:
+    import pyarrow.parquet as pq
+
+    for name, table in tables.items():
+        # A new name per stage, written whole then renamed: a job stopped mid-write leaves
+        # the files its last checkpoint listed intact.
+        temporary = out / f".{prefix}{name}.parquet.tmp"
+        pq.write_table(table, temporary, compression="zstd")
+        temporary.replace(out / f"{prefix}{name}.parquet")
 
 
 # --- JOSH's round -----------------------------------------------------------------------------
@@ -876,22 +1001,46 @@ def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[
             "parameters": parameters}
 
 
-def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
-                      where: str, manifest: Mapping[str, Any], stage: StageRunner, info: dict[str, Any]) -> None:
-    """sft -> evaluate_sft -> grpo -> evaluate after convert; the generation limit the data
-    set goes into ``info`` (job.json) before the first checkpoint. The zero-shot and SFT models
-    are evaluated before GRPO starts, so a lease that ends during GRPO still leaves their
-    table (the results are checkpointed after every stage); ``evaluate`` then plays the GRPO
-    model only and reports all three (a resumed run that kept ``evaluate_sft`` takes what it
-    played from the node)."""
-    stages.update({"sft": StageResult("sft", needs=("convert",), makes=(models / "sft" / "model",)),
-                   "evaluate_sft": StageResult("evaluate_sft"),
-                   "grpo": StageResult("grpo", needs=("sft",), makes=(models / "grpo" / "model",)), "evaluate": StageResult("evaluate")})
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """What a chain (SFT -> evaluation before GRPO -> GRPO -> evaluation) plays and how:
+    ``models``, in table order, as (name in the table, the stage that makes it, its folder
+    under ``work/models``; None: the start model); ``evaluation``, the section that sets the
+    evaluation and the last stage's name (the one before GRPO adds ``_sft``); ``evaluate``,
+    the function that plays and scores (:func:`evaluate` or :func:`evaluate_pir`)."""
+
+    models: tuple[tuple[str, str, str | None], ...]
+    evaluation: str
+    evaluate: Callable[..., dict[str, Any]]
+
+
+#: The chains by profile kind: SpeakRL's (issue 25) and PIR's (cold-start SFT, US-GRPO, PIR's metrics).
+CHAINS = {
+    "speakrl": Chain((("zero_shot", "convert", None), ("sft", "sft", "sft"), ("grpo", "grpo", "grpo")), "evaluate", evaluate),
+    "pir": Chain((("zero_shot", "convert", None), ("pir_sft", "sft", "pir_sft"), ("pir_grpo", "grpo", "pir_grpo")), "pir_eval", evaluate_pir),
+}
+
+
+def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
+              where: str, manifest: Mapping[str, Any], stage: StageRunner, info: dict[str, Any]) -> None:
+    """sft -> <evaluation>_sft -> grpo -> <evaluation> after convert; the generation limit the
+    data set goes into ``info`` (job.json) before the first checkpoint. The zero-shot and SFT
+    models are evaluated before GRPO starts, so a lease that ends during GRPO still leaves
+    their table (the results are checkpointed after every stage); the last evaluation then
+    plays the GRPO model only and reports all three (a resumed run that kept the first
+    evaluation takes what it played from the node)."""
+    dirs = {name: start_path if folder is None else models / folder / "model" for name, _, folder in chain.models}
+    made_by = {name: maker for name, maker, _ in chain.models}
+    trained_dir = {maker: dirs[name] for name, maker, _ in chain.models if maker != "convert"}
+    before_grpo = f"{chain.evaluation}_sft"
+    stages.update({"sft": StageResult("sft", needs=("convert",), makes=(trained_dir["sft"],)),
+                   before_grpo: StageResult(before_grpo),
+                   "grpo": StageResult("grpo", needs=("sft",), makes=(trained_dir["grpo"],)), chain.evaluation: StageResult(chain.evaluation)})
 
     def trained(method: str, start: Path) -> Callable[[], dict[str, Any]]:
         def body() -> dict[str, Any]:
             section = sections[method]
-            stage_dir = models / method
+            stage_dir = trained_dir[method].parent
             stage_dir.mkdir(parents=True, exist_ok=True)
             params = parse_section(section, f"{where}.{method}")
             config = train_config(method, params, model_path=str(start), output_dir=stage_dir, where=f"{where}.{method}")
@@ -905,21 +1054,20 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
         info["generation_limit"] = limit = data_generation_limit(sections, start_path)
         sections = with_limit(sections, limit["tokens"])
         log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
-    dirs = {"zero_shot": start_path, "sft": models / "sft" / "model", "grpo": models / "grpo" / "model"}
-    played: dict[str, Any] = {}  # the models evaluate_sft played, not played again by evaluate
-    # What evaluate_sft played, kept on the node beside the models: a resumed run's evaluate
-    # takes it instead of playing the zero-shot and SFT models again.
-    cache = models / "evaluate_sft_played.pkl"
-    stages["evaluate_sft"].makes = (cache,)
+    played: dict[str, Any] = {}  # the models the first evaluation played, not played again by the last
+    # What the first evaluation played, kept on the node beside the models: a resumed run's
+    # last evaluation takes it instead of playing the zero-shot and SFT models again.
+    cache = models / f"{before_grpo}_played.pkl"
+    stages[before_grpo].makes = (cache,)
 
     def evaluation(name: str) -> None:
-        playable = {model: str(dirs[model]) for model, needs in EVAL_MODELS if stages[needs].status == "ok"}
+        playable = {model: str(dirs[model]) for model, _, _ in chain.models if stages[made_by[model]].status == "ok"}
         if playable:
             prefix = "" if name == "evaluate" else f"{name}_"
 
             def body() -> dict[str, Any]:
-                report = evaluate(sections["evaluate"], playable, out, played, prefix)
-                if name == "evaluate_sft":
+                report = chain.evaluate(sections[chain.evaluation], playable, out, played, prefix)
+                if name == before_grpo:
                     temporary = cache.with_name(f".{cache.name}.tmp")
                     temporary.write_bytes(pickle.dumps(played))
                     temporary.replace(cache)
@@ -930,11 +1078,11 @@ def run_speakrl_chain(stages: dict[str, StageResult], sections: Mapping[str, Any
             stage(name, dict)
 
     stage("sft", trained("sft", start_path))
-    evaluation("evaluate_sft")
-    if stages["evaluate_sft"].kept:
+    evaluation(before_grpo)
+    if stages[before_grpo].kept:
         played.update(pickle.loads(cache.read_bytes()))
-    stage("grpo", trained("grpo", models / "sft" / "model"))
-    evaluation("evaluate")
+    stage("grpo", trained("grpo", trained_dir["sft"]))
+    evaluation(chain.evaluation)
 
 
 def run_josh_round(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
@@ -1015,8 +1163,11 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool, resume: bool
         return run_stage(stages[stage_name], stages, out, body, lambda: write_summary(False), resumer)
 
     stage("convert", lambda: convert_model(job, manifest, start_dir))
-    run = run_josh_round if profile_kind(sections) == "josh" else run_speakrl_chain
-    run(stages, sections, out, models, start_path, f"params.yaml gpu.profiles.{name}", manifest, stage, info)
+    kind, where = profile_kind(sections), f"params.yaml gpu.profiles.{name}"
+    if kind == "josh":
+        run_josh_round(stages, sections, out, models, start_path, where, manifest, stage, info)
+    else:
+        run_chain(CHAINS[kind], stages, sections, out, models, start_path, where, manifest, stage, info)
     summary = write_summary(True)
     failed = [s.name for s in stages.values() if s.failed]
     log.info("job finished in %.1f s: %s", summary["wall_s"], "all stages ok" if not failed else f"not ok: {', '.join(failed)}")

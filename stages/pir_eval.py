@@ -91,25 +91,16 @@ def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str,
 def run(params: Mapping[str, Any]) -> dict[str, Any]:
     config, models = pir_eval_params(params)
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from catalog.multiwoz_dir import load_multiwoz
-    from pipelines.env.tools import Database
-    from pipelines.training.rollout import ConversationRollout
-    from pipelines.evaluation.play import held_out_goals
-    from pipelines.pir.metrics import markdown_table, play_and_score, pool_seeds
-    from pipelines.rewards.pir import PIRReward, RulesHelpfulness
-    from pipelines.simulators.agenda import AgendaSimulator
+    from catalog.multiwoz_dir import held_out_world
+    from pipelines.pir.evaluate import play_model
+    from pipelines.pir.metrics import markdown_table, pool_seeds
 
     if config.threads is not None:  # else the top-level params.yaml threads (stages/__init__.py)
         torch.set_num_threads(config.threads)
     started = time.perf_counter()
-    corpus = load_multiwoz(config.source, config.db_dir)
-    database = Database(corpus.entities, corpus.taxi_options)
     split, seed = config.split, config.seed
-    dialogues = held_out_goals(corpus.dialogues, split, config.max_goals)
-    if not dialogues:
-        raise ConfigError(f"params.yaml pir_eval: no {split} goal in {config.source}")
+    database, dialogues = held_out_world(config.source, config.db_dir, split, config.max_goals, "params.yaml pir_eval")
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}
     for name, paths in models.items():
@@ -117,13 +108,7 @@ def run(params: Mapping[str, Any]) -> dict[str, Any]:
         for k, path in enumerate(paths):  # one per training seed; the first named as the row
             label = f"{name}@{k}" if k else name
             t0 = time.perf_counter()
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-            rollout = ConversationRollout(database, AgendaSimulator(database, config.simulator), tokenizer, config.rollout, name=label)
-            # A fresh reward per model: its branch counts are that model's.
-            reward = PIRReward(RulesHelpfulness())
-            metrics, _ = play_and_score(rollout, model, dialogues, seed, reward)
-            metrics["reward_branches"] = dict(sorted(reward.stats.items()))
+            metrics, _, _ = play_model(path, label, database, dialogues, config.simulator, config.rollout, seed)
             per_seed[label] = metrics
             timings[f"{label}_s"] = round(time.perf_counter() - t0, 2)
             print(f"pir_eval: {label}: success {metrics['success']}, TTR {metrics['ttr']}, tokens {metrics['tokens']}, "

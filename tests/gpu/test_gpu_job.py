@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -57,9 +58,10 @@ def _blocker(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    """The working tree as a commit of its own, with a small corpus and SpeakER tables made
-    by the real stages (the inputs a job carries)."""
+def project(tmp_path_factory, tiny_model_dir) -> Path:
+    """The working tree as a commit of its own, with a small corpus, SpeakER tables and PIR
+    traces made by the real stages (the inputs a job carries; the traces' entropies from a
+    tiny teacher, as the job carries only the traces)."""
     root = tmp_path_factory.mktemp("gpu") / "project"
     listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
                             check=True, capture_output=True).stdout.decode().split("\0")
@@ -70,9 +72,10 @@ def project(tmp_path_factory) -> Path:
             shutil.copy2(source, root / name)
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["corpus"]["n_dialogues"] = 120
+    params["pir"].update(max_traces=12, teacher={"backend": "hf", "model_path": str(tiny_model_dir), "batch_size": 4})
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.lock").unlink()  # the lock's outputs are the full corpus's, not this one's
-    for stage in ("corpus", "speaker"):
+    for stage in ("corpus", "speaker", "pir_augment"):
         result = _python("-m", f"stages.{stage}", cwd=root)
         assert result.returncode == 0, result.stderr[-2000:]
     _git(root, "init", "-q")
@@ -258,6 +261,63 @@ def test_the_josh_round_smoke_runs_offline_with_smollm2_as_m(packed, tmp_path):
     assert (results / "toolwoz_episodes.parquet").is_file()
 
 
+def test_the_pir_chain_smoke_runs_offline_and_reports_pirs_metrics(packed, project, tmp_path):
+    """PIR's chain on the same job: cold-start SFT on the traces and SpeakER's turns (the
+    simulated user's answers masked), US-GRPO whose rollouts carry what the composite reward
+    reads, then stage pir_eval's metrics of zero-shot, SFT and US-GRPO with success intervals
+    over the goals; the results table of an imported PIR run is PIR's table."""
+    job = _copy_job(packed, tmp_path / "pir" / "job")
+    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
+    result = _python(str(job / "run.py"), "--smoke", "--profile", "pir", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = job / "results"
+    summary = json.loads((results / "job.json").read_text())
+    assert {name: stage["status"] for name, stage in summary["stages"].items()} == dict.fromkeys(
+        ("convert", "sft", "pir_eval_sft", "grpo", "pir_eval"), "ok")
+    assert list(summary["stages"]) == ["convert", "sft", "pir_eval_sft", "grpo", "pir_eval"]
+    assert summary["generation_limit"]["sources"] == ["data/processed/pir/pir_traces.parquet", "data/processed/speaker/speaker_sft.parquet"]
+    sft = json.loads((results / "sft.json").read_text())
+    assert set(sft["data"]["sources"]) == {"pir_traces", "speaker_sft"} and sft["train"]["steps"] == 2
+    assert sft["objective"]["loss_mask"] == "pipelines.pir.sft:response_spans"
+    grpo = json.loads((results / "grpo.json").read_text())
+    assert grpo["conversations"]["config"]["rollout"]["ask_inside_reasoning"] is True
+    assert dict(grpo["objective"]["rewards"]) == {"pir_composite_rules": 1.0}
+    # the composite reward scored both rollouts (0 unless the goal checker passed the conversation)
+    assert sum(grpo["reward_branches"]["pir_composite"].values()) == 2
+    header = (results / "grpo_curve.csv").read_text().splitlines()[0].split(",")
+    assert "rewards_pir_composite_mean" in header
+    evaluation = json.loads((results / "pir_eval.json").read_text())
+    models = ["zero_shot", "pir_sft", "pir_grpo"]
+    assert list(evaluation["results"]) == list(evaluation["speed"]) == list(evaluation["intervals"]["models"]) == models
+    assert evaluation["setup"]["goals"] == 2 and evaluation["intervals"]["resamples"] == 100
+    assert [c["models"] for c in evaluation["intervals"]["comparisons"]] == [["pir_sft", "zero_shot"], ["pir_grpo", "pir_sft"]]
+    for name in models:
+        row = evaluation["results"][name]
+        assert row["conversations"] == 2 and 0.0 <= row["success"] <= 1.0 and sum(row["reward_branches"].values()) == 2
+        assert evaluation["speed"][name]["dialogues_per_s"] > 0
+    # zero-shot and SFT were played once, before US-GRPO; the last table reuses their conversations
+    before = json.loads((results / "pir_eval_sft.json").read_text())
+    assert list(before["results"]) == models[:2] and {m: evaluation["results"][m] for m in models[:2]} == before["results"]
+    episodes = pq.read_table(results / "pir_eval_episodes.parquet").to_pylist()
+    assert sorted({row["episode_id"].split("/")[0] for row in episodes}) == sorted(models) and len(episodes) == 6
+    assert "| pir_grpo |" in (results / "pir_eval.md").read_text()
+
+    # Imported (smoke allowed), a PIR run's block in the results table is PIR's table.
+    dest = project / "reports" / "gpu" / "pir_run"
+    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke", "--dest", str(dest), cwd=project)
+    assert imported.returncode == 0, imported.stderr
+    from catalog.gpu_job import results_markdown
+
+    try:
+        summary["smoke"] = False  # the table leaves smoke runs out
+        (dest / "job.json").write_text(json.dumps(summary))
+        table = results_markdown(project)
+        assert "| model | conversations | success | TTR | tokens | questions | help. | reward |" in table
+        assert "| pir_grpo | 2 |" in table and "PIR's metrics, 2 test goals" in table and "profile `pir`" in table
+    finally:
+        shutil.rmtree(dest)
+
+
 def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_stages(packed, project, tmp_path):
     """A lease that ends mid-job (here: the job killed once GRPO starts) leaves job.json
     (``finished: false``) and a results manifest written after the last finished stage: the
@@ -424,7 +484,6 @@ def test_what_make_run_rewrites_does_not_make_the_tree_dirty(project, tmp_path):
 def test_a_bad_training_row_is_refused_at_pack_time(project, tmp_path):
     """The node has no Great Expectations: the training contracts run where the job is packed."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     copy = tmp_path / "project"
     shutil.copytree(project, copy, symlinks=True)
@@ -524,6 +583,26 @@ def test_a_multi_turn_section_sampled_at_another_temperature_is_refused(tmp_path
         conversation_env(section, "sft", "w")
     with pytest.raises(ConfigError, match="eval_goals"):  # US-GRPO's evaluation: the job's evaluate stages play the test goals
         conversation_env({**section, "env": {**section["env"], "eval_goals": 4}}, "grpo", "w")
+
+
+def test_a_pir_profile_is_checked_where_the_job_is_packed(tmp_path):
+    """A profile's kind is the section that marks it (``harvest``: JOSH, ``pir_eval``: PIR);
+    one that mixes two kinds, or whose PIR evaluation samples or plays another user, is
+    refused naming the setting."""
+    from flows.gpu import pir_eval_section, profile_params
+    from pipelines.errors import ConfigError
+
+    sections = {"sft": {}, "grpo": {}, "pir_eval": {"source": str(tmp_path)}}
+    assert profile_params({"profiles": {"p": sections}}, "p", False) == ("p", sections)
+    with pytest.raises(ConfigError, match=r"gpu.profiles.p: unknown section\(s\) \['harvest'\]; allowed: sft, grpo, pir_eval"):
+        profile_params({"profiles": {"p": {**sections, "harvest": {}}}}, "p", False)
+    assert pir_eval_section({"source": str(tmp_path), "rollout": {"temperature": 0}}, "w").rollout.temperature == 0
+    with pytest.raises(ConfigError, match=r"w: rollout.temperature: PIR's evaluation is greedy \(0\), got 0.8"):
+        pir_eval_section({"source": str(tmp_path), "rollout": {"temperature": 0.8}}, "w")
+    with pytest.raises(ConfigError, match="w.source: .*missing does not exist"):
+        pir_eval_section({"source": str(tmp_path / "missing"), "rollout": {"temperature": 0}}, "w")
+    with pytest.raises(ConfigError, match=r"w.simulator.kind|w: simulator.kind"):
+        pir_eval_section({"source": str(tmp_path), "simulator": {"kind": "llm"}, "rollout": {"temperature": 0}}, "w")
 
 
 def test_a_resumed_run_keeps_the_finished_prefix_whose_models_are_still_there(tmp_path):
