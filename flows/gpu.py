@@ -665,7 +665,8 @@ def evaluate_pir(section: Mapping[str, Any], models: Mapping[str, str], out: Pat
     the reasoning), plus ``dialogues_per_s`` per model, each model's success with a 95 %
     interval over the goals and each against the one before it on the same goal resamples
     (:func:`~pipelines.pir.evaluate.success_intervals`), and the episode tables as
-    ``out/<prefix>episodes.parquet`` (and events). ``played_before``: as :func:`evaluate`."""
+    ``out/<prefix>episodes.parquet`` (and events). ``played_before`` (name -> (metrics,
+    episodes, speed)): as :func:`evaluate`'s, models already played are not played again."""
     from catalog.multiwoz_dir import held_out_world
     from pipelines.episodes import episode_tables
     from pipelines.pir.evaluate import play_model, success_intervals
