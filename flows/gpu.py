@@ -631,7 +631,7 @@ def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> t
 class PirEvalSection:
     """A GPU profile's ``pir_eval`` section: stage ``pir_eval``'s goals and conversation
     settings (params.yaml ``pir_eval`` without its models and outputs: the job's models are
-    its own) and ``stats`` for :func:`success_intervals`."""
+    its own) and ``stats`` for :func:`~pipelines.pir.evaluate.success_intervals`."""
 
     source: str
     db_dir: str | None = None
