@@ -415,7 +415,8 @@ def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[
 
         intervals = (evaluation.get("intervals") or {}).get("models") or {}
         ranges = "; ".join(f"{name} {row['ci95'][0]:.2f}–{row['ci95'][1]:.2f}" for name, row in intervals.items() if row.get("ci95"))
-        played = f"PIR's metrics, {setup['goals']} test goals, one greedy conversation each; success 95 % intervals: {ranges or '–'}"
+        played = (f"PIR's metrics, {setup['goals']} {setup.get('split', 'test')} goals, one greedy conversation each; "
+                  f"success 95 % intervals: {ranges or '–'}")
         return pir_table(evaluation["results"]), speeds, played
     from pipelines.evaluation.report import markdown_table
 

@@ -26,7 +26,7 @@ def play_model(path: str, label: str, database: Any, dialogues: Sequence[Any], s
     ``dialogues``' goals once with ``rollout_config`` against the agenda user with the
     settings ``simulator``; returns PIR's numbers, with ``reward_branches`` (how the
     composite reward scored them), the rollouts and the seconds the playing took (loading
-    the model left out). ``label`` names the player in the episodes (``<label>/...``)."""
+    the model left out). ``label`` is the episodes' agent name."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
