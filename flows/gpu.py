@@ -73,13 +73,12 @@ from catalog.io import read_params
 from pipelines.config import from_params
 from pipelines.errors import AskflowError, ConfigError
 from pipelines.episodes.decoding import decode_stats
-from pipelines.evaluation.config import StatsSpec
 from pipelines.evaluation.speed import decode_summary, stats_since
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
-from pipelines.simulators.agenda import SimulatorSpec
+from pipelines.pir.evaluate import NOT_IN_GPU_SECTION as PIR_EVAL_NOT_IN_GPU_SECTION, PirEvalParams
 from pipelines.training.config import (NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig,
                                        config_dict)
-from pipelines.training.rollout import ConversationEnv, RolloutConfig
+from pipelines.training.rollout import ConversationEnv
 
 #: A profile's sections by its kind: SpeakRL's chain, JOSH's round or PIR's chain.
 PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz"),
@@ -169,9 +168,8 @@ def data_generation_limit(sections: Mapping[str, Any], model_dir: Path) -> dict[
     for source in sources:
         column = source.get("completion_column") or "completion"
         completions += pq.read_table(source["path"], columns=[column]).column(column).to_pylist()  # read once
-    paths = [source["path"] for source in sources]
     return {"tokens": generation_limit(completions, tokenizer), "longest": longest_completion_tokens(completions, tokenizer),
-            **({"source": paths[0]} if len(paths) == 1 else {"sources": paths})}
+            "sources": [source["path"] for source in sources]}
 
 
 def parse_section(section: Mapping[str, Any] | TrainSectionConfig, where: str) -> TrainSectionConfig:
@@ -234,12 +232,13 @@ def check_profile_inputs(root: Path) -> list[str]:
         for name in gpu.get("profiles") or {}:
             for smoke in (False, True):
                 _, sections = profile_params(gpu, name, smoke)
-                if profile_kind(sections) == "josh":
+                kind = profile_kind(sections)
+                if kind == "josh":
                     # its training rows are the node's harvest: the harvest settings are checked here
                     josh_config(sections["harvest"], Path("models") / "smollm2", Path("work"), f"params.yaml gpu.profiles.{name}.harvest",
                                 read_params("josh", root / "params.yaml"))
                     continue
-                if profile_kind(sections) == "pir":
+                if kind == "pir":
                     pir_eval_section(with_limit(sections["pir_eval"], 1), f"params.yaml gpu.profiles.{name}.pir_eval")
                 for method in ("sft", "grpo"):
                     where = f"params.yaml gpu.profiles.{name}.{method}"
@@ -627,34 +626,10 @@ def play_sharded(pool: Any, config: Any, policy: Any, goals: Sequence[Any]) -> t
     return in_play_order(played, goals, plan.seeds, prefix=f"{policy.name}/"), [stats for _, stats in parts]
 
 
-@dataclasses.dataclass(frozen=True)
-class PirEvalSection:
-    """A GPU profile's ``pir_eval`` section: stage ``pir_eval``'s goals and conversation
-    settings (params.yaml ``pir_eval`` without its models and outputs: the job's models are
-    its own) and ``stats`` for :func:`~pipelines.pir.evaluate.success_intervals`."""
-
-    source: str
-    db_dir: str | None = None
-    split: str = "test"
-    max_goals: int = 20
-    seed: int = 0
-    simulator: SimulatorSpec = dataclasses.field(default_factory=SimulatorSpec)
-    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
-    stats: StatsSpec = dataclasses.field(default_factory=StatsSpec)
-
-    def __post_init__(self) -> None:
-        if self.simulator.kind != "agenda":
-            raise ConfigError(f"simulator.kind: PIR's evaluation plays the agenda user simulator, got {self.simulator.kind!r}")
-        if self.rollout.temperature != 0:
-            raise ConfigError(f"rollout.temperature: PIR's evaluation is greedy (0), got {self.rollout.temperature}")
-
-
-def pir_eval_section(section: Mapping[str, Any], where: str) -> PirEvalSection:
-    """A PIR profile's ``pir_eval`` section, checked."""
-    config = from_params(PirEvalSection, section, where)
-    if not Path(config.source).exists():
-        raise ConfigError(f"{where}.source: {config.source} does not exist")
-    return config
+def pir_eval_section(section: Mapping[str, Any], where: str) -> PirEvalParams:
+    """A PIR profile's ``pir_eval`` section: stage ``pir_eval``'s settings without its models
+    and outputs (the job's are its own), and ``stats`` for the intervals; checked."""
+    return from_params(PirEvalParams, section, where, without=PIR_EVAL_NOT_IN_GPU_SECTION).checked(where)
 
 
 def evaluate_pir(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,

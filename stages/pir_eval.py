@@ -24,37 +24,20 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from catalog.io import read_params, write_json_atomic, write_text_atomic, write_timings
-from pipelines.config import OutputSpec, from_params, positive_int
-from pipelines.training.rollout import RolloutConfig
+from pipelines.config import from_params
 from pipelines.errors import ConfigError
+from pipelines.pir.evaluate import NOT_IN_STAGE, PirEvalParams
+from pipelines.training.rollout import RolloutConfig
 from pipelines.simulators.agenda import SimulatorSpec
 from stages.common import evaluation_parser, for_seeds_table
 from stages.entry import main_wrapper
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-@dataclass(frozen=True)
-class PirEvalParams:
-    """params.yaml ``pir_eval``; ``models``: name -> model directory (or a list: one per
-    training seed), ``output``:
-    ``{metrics, markdown}``; ``threads``: None takes the top-level params.yaml ``threads``."""
-
-    source: str
-    models: Any
-    output: OutputSpec
-    db_dir: str | None = None
-    split: str = "test"
-    max_goals: int = 20
-    seed: int = 0
-    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    threads: int | None = None
 
 
 def check(params: Mapping[str, Any]) -> tuple[RolloutConfig, SimulatorSpec, dict[str, str]]:
@@ -66,11 +49,9 @@ def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str,
     """The section, checked (ConfigError naming the setting), and its models as name -> the
     directories of its training seeds (one for a single model)."""
     where = "params.yaml pir_eval"
-    config = from_params(PirEvalParams, params, where)
-    if not Path(config.source).exists():
-        raise ConfigError(f"{where}.source: {config.source} does not exist")
-    if config.simulator.kind != "agenda":
-        raise ConfigError(f"{where}.simulator.kind: PIR's evaluation plays the agenda user simulator, got {config.simulator.kind!r}")
+    config = from_params(PirEvalParams, params, where, without=NOT_IN_STAGE).checked(where)
+    if config.output is None:
+        raise ConfigError(f"{where}: missing required key(s) ['output']")
     models = config.models
     if not isinstance(models, Mapping) or not models:
         raise ConfigError(f"{where}.models: expected a mapping of name -> model directory")
@@ -84,7 +65,6 @@ def pir_eval_params(params: Mapping[str, Any]) -> tuple[PirEvalParams, dict[str,
                 raise ConfigError(f"{where}.models.{name}: {path} is not a model directory (run its training stage first)")
         dirs[str(name)] = [str(p) for p in paths]
     config = replace(config, output=config.output.check(f"{where}.output", ("metrics", "markdown")))
-    positive_int(config.max_goals, f"{where}.max_goals")
     return config, dirs
 
 

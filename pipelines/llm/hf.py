@@ -67,12 +67,15 @@ class HFBackend:
     @classmethod
     def from_config(cls, config: HFConfig) -> "HFBackend":
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from pipelines.llm.tokenizer import faithful_tokenizer
 
         dtype: Any = "auto" if config.dtype == "auto" else getattr(torch, config.dtype, None)
         if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
             raise ValueError(f"hf.dtype: unknown torch dtype {config.dtype!r}")
-        tokenizer = AutoTokenizer.from_pretrained(config.model_path)
+        # the tokenizer the model was trained with (AutoTokenizer rebuilds a qwen2 model's)
+        tokenizer = faithful_tokenizer(config.model_path)
         model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=dtype).to(config.device)
         return cls(model, tokenizer, batch_size=config.batch_size)
 

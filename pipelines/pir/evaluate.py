@@ -7,17 +7,72 @@ reasoning; the goal checker grades the conversation), and the numbers of
 :func:`success_intervals` adds what a table of one training seed can say about its models:
 each model's success with a 95 % bootstrap interval over the goals, and each model against
 the one before it, paired on the same goal resamples.
+
+:class:`PirEvalParams` is what both read from their params section (params.yaml ``pir_eval``;
+a GPU profile's ``pir_eval``): one vocabulary, one set of checks.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from pipelines.config import OutputSpec, positive_int
+from pipelines.errors import ConfigError
+from pipelines.evaluation.config import StatsSpec
 from pipelines.pir.metrics import play_and_score
+from pipelines.simulators.agenda import SimulatorSpec
 from pipelines.stats import interval, resample_indices
+from pipelines.training.rollout import RolloutConfig
+
+
+#: What each reader of :class:`PirEvalParams` does not take: a GPU profile's section plays the
+#: job's own models and writes the job's own reports; the DVC stage reports no intervals.
+NOT_IN_GPU_SECTION: tuple[str, ...] = ("models", "output", "threads")
+NOT_IN_STAGE: tuple[str, ...] = ("stats",)
+
+
+@dataclass(frozen=True)
+class PirEvalParams:
+    """PIR's evaluation settings: params.yaml ``pir_eval`` (read without ``stats``) and a GPU
+    profile's ``pir_eval`` section (read without ``models``, ``output``, ``threads``).
+
+    What is played: the first ``max_goals`` goals of ``source``'s ``split`` (those that need the
+    tools; the database from ``db_dir`` where it is not beside the dialogues), one greedy
+    conversation each (``rollout``, temperature 0) against the agenda user (``simulator``),
+    seeded by ``seed``. The stage's ``models``: name -> model directory (or a list: one per
+    training seed); ``output``: ``{metrics, markdown}``; ``threads``: None takes the top-level
+    params.yaml ``threads``. The job's ``stats``: :func:`success_intervals`' resamples and seed."""
+
+    source: str
+    db_dir: str | None = None
+    split: str = "test"
+    max_goals: int = 20
+    seed: int = 0
+    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    models: Any = None
+    output: OutputSpec | None = None
+    threads: int | None = None
+    stats: StatsSpec = field(default_factory=StatsSpec)
+
+    def __post_init__(self) -> None:
+        if self.simulator.kind != "agenda":
+            raise ConfigError(f"simulator.kind: PIR's evaluation plays the agenda user simulator, got {self.simulator.kind!r}")
+        if self.rollout.temperature != 0:
+            raise ConfigError(f"rollout.temperature: PIR's evaluation is greedy (0), got {self.rollout.temperature}")
+        positive_int(self.max_goals, "max_goals")
+        positive_int(self.threads, "threads", optional=True)
+
+    def checked(self, where: str) -> "PirEvalParams":
+        """These settings, once their ``source`` is there (a ConfigError naming ``where`` if not)."""
+        if not Path(self.source).exists():
+            raise ConfigError(f"{where}.source: {self.source} does not exist")
+        return self
 
 
 def play_model(path: str, label: str, database: Any, dialogues: Sequence[Any], simulator: Any, rollout_config: Any,
@@ -28,13 +83,15 @@ def play_model(path: str, label: str, database: Any, dialogues: Sequence[Any], s
     composite reward scored them), the rollouts and the seconds the playing took (loading
     the model left out). ``label`` is the episodes' agent name."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from pipelines.rewards.pir import PIRReward, RulesHelpfulness
     from pipelines.simulators.agenda import AgendaSimulator
+    from pipelines.training.config import ModelSpec
+    from pipelines.training.modeling import load_tokenizer
     from pipelines.training.rollout import ConversationRollout
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(ModelSpec(path=path))  # as the model was trained
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     if torch.cuda.is_available():
         model.to("cuda")

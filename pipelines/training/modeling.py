@@ -8,16 +8,12 @@ every dataset here is conversational.
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import ConfigError
 from pipelines.training.config import LoraSpec, ModelSpec, QuantizationSpec
 from pipelines.training.config import DeviceSpec
-
-logger = logging.getLogger(__name__)
 
 
 def _source_kwargs(spec: ModelSpec) -> dict[str, Any]:
@@ -31,30 +27,14 @@ def _source_kwargs(spec: ModelSpec) -> dict[str, Any]:
     return kwargs
 
 
-def _tokenization(tokenizer_json: dict) -> dict:
-    return {part: tokenizer_json.get(part) for part in ("normalizer", "pre_tokenizer")}
-
-
 def load_tokenizer(spec: ModelSpec) -> Any:
-    """The model's tokenizer, exactly as its ``tokenizer.json`` defines it.
+    """The model's tokenizer, exactly as its ``tokenizer.json`` defines it
+    (:func:`pipelines.llm.tokenizer.faithful_tokenizer`: transformers 5's ``AutoTokenizer``
+    rebuilds a ``qwen2`` model's as Qwen's own), with a pad token (the eos where it has none);
+    a ConfigError if it has no chat template."""
+    from pipelines.llm.tokenizer import faithful_tokenizer
 
-    transformers 5's ``AutoTokenizer`` maps every ``qwen2`` model to ``Qwen2Tokenizer``,
-    which rebuilds the normalizer and pre-tokenizer of Qwen's own vocabulary: a tokenizer
-    trained with other rules (the embedded base model's) then splits text into tokens the
-    model never saw. A local directory whose ``tokenizer.json`` disagrees with what
-    ``AutoTokenizer`` built is loaded from that file as is, with a warning."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    tokenizer = AutoTokenizer.from_pretrained(spec.name_or_path, **_source_kwargs(spec))
-    saved = Path(spec.name_or_path) / "tokenizer.json" if spec.local else None
-    if saved is not None and saved.is_file():
-        expected = _tokenization(json.loads(saved.read_text(encoding="utf-8")))
-        if _tokenization(json.loads(tokenizer.backend_tokenizer.to_str())) != expected:
-            logger.warning(
-                "%s: AutoTokenizer built a %s that tokenizes differently from tokenizer.json; using tokenizer.json as is",
-                spec.name_or_path, type(tokenizer).__name__,
-            )
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(spec.name_or_path, **_source_kwargs(spec))
+    tokenizer = faithful_tokenizer(spec.name_or_path, **_source_kwargs(spec))
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"model {spec.name_or_path}: the tokenizer has no chat template; the training data is conversational")
     if tokenizer.pad_token is None:

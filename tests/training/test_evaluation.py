@@ -121,6 +121,20 @@ def test_the_tokenizer_is_loaded_as_its_tokenizer_json_defines_it(tiny_model_dir
     assert AutoTokenizer.from_pretrained(tiny_model_dir)(text, add_special_tokens=False)["input_ids"] != saved
 
 
+def test_the_hf_backend_prompts_a_model_with_the_tokens_it_was_trained_on(tiny_model_dir):
+    # JOSH's harvester M and PIR's teacher load through HFBackend.from_config: AutoTokenizer
+    # alone would split a qwen2 model's text with Qwen's rules, not the model's own.
+    from tokenizers import Tokenizer
+
+    from pipelines.llm.config import HFConfig
+    from pipelines.llm.hf import HFBackend
+
+    text = "Book a table for two people on Friday at 18:30, please."
+    saved = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json")).encode(text).ids
+    backend = HFBackend.from_config(HFConfig(str(tiny_model_dir), "cpu"))
+    assert backend.tokenizer(text, add_special_tokens=False)["input_ids"] == saved
+
+
 def test_only_transient_errors_are_retried():
     from flows.train import retry_on_transient
     from pipelines.errors import ConfigError, DataError
