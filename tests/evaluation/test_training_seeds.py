@@ -184,9 +184,17 @@ def test_the_readme_figures_are_the_committed_seeds_tables():
     assert [m["ttr"] for m in pir["pir_grpo"]["per_training_seed"].values()] == [m["ttr"] for m in sft_seeds]
 
     clarifier = json.loads((tables / "clarifier_eval_seeds.json").read_text())["runs"]
-    for row in ("sft", "dpo", "grpo"):
-        assert clarifier[row]["retail"]["passed_by_training_seed"] == [clarifier["none"]["retail"]["passed"]] * 3
-        assert clarifier[row]["airline"]["passed_by_training_seed"] == [clarifier["none"]["airline"]["passed"]] * 3
-    assert f"retail {'/'.join([str(clarifier['none']['retail']['passed'])] * 3)}, airline {'/'.join([str(clarifier['none']['airline']['passed'])] * 3)}" in text
-    for row, name in (("sft", "SFT's questions per retail episode are"), ("dpo", "DPO's")):
+    none = {domain: clarifier["none"][domain]["passed"] for domain in ("retail", "airline")}
+    same = [row for row in ("sft", "dpo", "grpo")
+            if all(clarifier[row][domain]["passed_by_training_seed"] == [none[domain]] * 3 for domain in none)]
+    assert f"retail {'/'.join([str(none['retail'])] * 3)}, airline {'/'.join([str(none['airline'])] * 3)}" in text
+    named = {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO"}
+    assert f"the {' and '.join(named[row] for row in same)} Clarifiers pass the same tasks under every seed" in text
+    for row in sorted(set(named) - set(same)):  # a row whose success moved with the seed: each such seed quoted
+        for domain in none:
+            for k, passed in enumerate(clarifier[row][domain]["passed_by_training_seed"]):
+                if passed != none[domain]:
+                    assert f"{named[row]}'s seed {k} Clarifier" in text
+                    assert f"({passed} of {clarifier[row][domain]['n_tasks'] * clarifier[row][domain]['seeds']} episodes passed against {none[domain]}" in text
+    for row, name in (("sft", "SFT's questions per retail episode are"), ("dpo", "DPO's"), ("grpo", "GRPO's")):
         assert f"{name} {_listed(clarifier[row]['retail']['avg_clarify_by_training_seed'])}" in text
