@@ -50,18 +50,21 @@ Prompts must be built with `pipelines.policy.prompts.compact_messages` (the comp
 prompt and the last N messages; the model was trained on windows of {metrics['data']['max_length']} tokens):
 
 ```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from pipelines.policy.prompts import compact_messages
 
-tokenizer = AutoTokenizer.from_pretrained("{params['output']}")
+# Its own tokenizer.json as is: transformers 5's AutoTokenizer builds Qwen2Tokenizer for any
+# qwen2-architecture model, which splits text into other tokens than this model was trained on.
+tokenizer = PreTrainedTokenizerFast.from_pretrained("{params['output']}")
 model = AutoModelForCausalLM.from_pretrained("{params['output']}")
 messages = compact_messages([{{"role": "user", "content": "I need a cheap hotel in the north."}}], 6)
 inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
 reply = model.generate(**inputs, max_new_tokens=96, do_sample=False)
 ```
 
-Serve it with `transformers serve {params['output']}` (OpenAI-compatible). The generation config
-samples by default; request temperature 0 for greedy replies.
+The generation config samples by default; pass temperature 0 (`do_sample=False`) for greedy
+replies. `transformers serve` loads the tokenizer with `AutoTokenizer` (above): it would prompt
+this model with tokens it was not trained on; askflow's `hf` backend loads `tokenizer.json` as is.
 
 ## Data
 

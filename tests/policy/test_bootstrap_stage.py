@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from tokenizers import Tokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from pipelines.errors import ConfigError
 from pipelines.policy.bootstrap import score_generations
@@ -58,6 +59,11 @@ def test_the_stage_writes_a_loadable_model_its_card_and_metrics(stage, small_cor
     assert len(tokenizer) == metrics["vocab_size"] == model.config.vocab_size
     card = (Path(params["output"]) / "README.md").read_text(encoding="utf-8")
     assert metrics["data_version"]["sha256"] in card
+    # the card's way to load the tokenizer gives the tokens the model was trained on
+    assert f'tokenizer = PreTrainedTokenizerFast.from_pretrained("{params["output"]}")' in card
+    text = "Book a table for two people on Friday at 18:30, please."
+    saved = Tokenizer.from_file(str(Path(params["output"]) / "tokenizer.json")).encode(text).ids
+    assert PreTrainedTokenizerFast.from_pretrained(params["output"])(text, add_special_tokens=False)["input_ids"] == saved
     assert f"| held-out loss, nats per assistant token (8 val windows) | {metrics['held_out_loss']} |" in card
     assert yaml.safe_load(card.split("```yaml\n")[1].split("```")[0]) == params
 
