@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -133,6 +134,24 @@ def test_the_hf_backend_prompts_a_model_with_the_tokens_it_was_trained_on(tiny_m
     saved = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json")).encode(text).ids
     backend = HFBackend.from_config(HFConfig(str(tiny_model_dir), "cpu"))
     assert backend.tokenizer(text, add_special_tokens=False)["input_ids"] == saved
+
+
+def test_no_code_path_builds_a_model_tokenizer_with_autotokenizer_alone():
+    # One loader (pipelines/llm/tokenizer.py) for every model askflow prompts; a GGUF file
+    # (SmolLM2's, llama architecture) has no tokenizer.json to disagree with.
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    allowed = {"pipelines/llm/tokenizer.py", "pipelines/llm/gguf.py"}
+    found = []
+    for layer in ("pipelines", "flows", "catalog", "stages"):
+        for path in sorted((root / layer).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "from_pretrained"
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "AutoTokenizer" and rel not in allowed):
+                    found.append(f"{rel}:{node.lineno}")
+    assert not found, f"AutoTokenizer.from_pretrained outside pipelines/llm/tokenizer.py (use faithful_tokenizer / load_tokenizer): {found}"
 
 
 def test_only_transient_errors_are_retried():
