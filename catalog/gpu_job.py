@@ -402,13 +402,21 @@ README_END = "<!-- gpu-results:end -->"
 
 
 #: The evaluation reports a run's table comes from, best first: the whole evaluation, else the
-#: one of the zero-shot and SFT models made before GRPO (SpeakRL's chain, then PIR's).
-EVALUATION_REPORTS = ("evaluate.json", "evaluate_sft.json", "pir_eval.json", "pir_eval_sft.json")
+#: one of the zero-shot and SFT models made before GRPO (SpeakRL's chain, then PIR's, then Learn-to-Ask's).
+EVALUATION_REPORTS = ("evaluate.json", "evaluate_sft.json", "pir_eval.json", "pir_eval_sft.json", "l2a_eval.json", "l2a_eval_sft.json")
 
 
 def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[str, str, str]:
-    """A run's evaluation as (table, dialogues/s per model, what was played)."""
-    speeds = ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" for name, speed in evaluation.get("speed", {}).items())
+    """A run's evaluation as (table, speed per model with its unit, what was played)."""
+    if report_name.startswith("l2a_eval"):
+        from pipelines.learn_to_ask.metrics import markdown_table as l2a_table
+
+        speeds = ", ".join(f"{name} {speed['samples_per_s']:.1f}" for name, speed in evaluation["speed"].items())
+        rows = {**evaluation["models"], **{f"ref: {name}": row for name, row in evaluation["references"].items()}}
+        played = (f"Learn-to-Ask's Table 1 proxies, {evaluation['samples'] - evaluation['dropped_too_long']} {evaluation['split']} samples, "
+                  "greedy, 95 % intervals over the samples; `ref: expert` is the logged turn, an oracle's decisions")
+        return l2a_table(rows), f"samples/s: {speeds}", played
+    speeds = "dialogues/s: " + ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" for name, speed in evaluation.get("speed", {}).items())
     setup = evaluation["setup"]
     if report_name.startswith("pir_eval"):
         from pipelines.pir.metrics import markdown_table as pir_table
@@ -448,7 +456,7 @@ def results_markdown(root: Path) -> str:
         blocks.append("\n".join([
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
-            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation dialogues/s: {speeds}. "
+            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation {speeds}. "
             f"{played}; one training seed (`{folder.relative_to(root)}/`).",
             "",
             table,

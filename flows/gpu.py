@@ -29,6 +29,16 @@ A profile with a ``pir_eval`` section is PIR's chain, the same shape (:class:`Ch
     pir_eval  the same for the US-GRPO model, then all three, with each model's success and
               each against the one before it with 95 % intervals over the goals
 
+A profile with an ``l2a_eval`` section is Learn-to-Ask's chain, the same shape::
+
+    sft       the paper's SFT baseline on ``l2a_train`` (the expert's next turn, ``<stop />``
+              where the hindsight target says stop), its val dialogues held out
+    l2a_eval_sft  Table 1's proxies (as stage ``l2a_eval``) of zero-shot and SFT: greedy
+              answers on the held-out test samples, scored against their hindsight targets
+    grpo      GRPO from the SFT model with eq. 5 (``l2a_questions``) on the same rows
+    l2a_eval  the same for the GRPO model, then all three with the reference rows, bootstrap
+              intervals over the samples and each model against the one before it
+
 A profile with a ``harvest`` section is JOSH's self-improvement round instead (issue 27)::
 
     convert   the starting model M, as above
@@ -71,20 +81,21 @@ from typing import Any, Callable, Mapping, Sequence
 
 from catalog.io import read_params
 from pipelines.config import from_params
-from pipelines.errors import AskflowError, ConfigError
+from pipelines.errors import AskflowError, ConfigError, DataError
 from pipelines.episodes.decoding import decode_stats
 from pipelines.evaluation.speed import decode_summary, stats_since
 from pipelines.gpu.bootstrap import FILES, read_manifest, sha256_file
+from pipelines.learn_to_ask.config import NOT_IN_GPU_SECTION as L2A_EVAL_NOT_IN_GPU_SECTION, L2aEvalParams
 from pipelines.pir.evaluate import NOT_IN_GPU_SECTION as PIR_EVAL_NOT_IN_GPU_SECTION, PirEvalParams
 from pipelines.training.config import (NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec, ModelSpec, OutputSpec, TrainConfig, TrainSectionConfig,
                                        config_dict)
 from pipelines.training.rollout import ConversationEnv
 
-#: A profile's sections by its kind: SpeakRL's chain, JOSH's round or PIR's chain.
+#: A profile's sections by its kind: SpeakRL's chain, JOSH's round, PIR's or Learn-to-Ask's chain.
 PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz"),
-                                                "pir": ("sft", "grpo", "pir_eval")}
+                                                "pir": ("sft", "grpo", "pir_eval"), "l2a": ("sft", "grpo", "l2a_eval")}
 #: The section that makes a profile another kind than SpeakRL's chain.
-KIND_SECTIONS = {"harvest": "josh", "pir_eval": "pir"}
+KIND_SECTIONS = {"harvest": "josh", "pir_eval": "pir", "l2a_eval": "l2a"}
 
 log = logging.getLogger("askflow.gpu")
 
@@ -123,11 +134,14 @@ def profile_params(gpu: Mapping[str, Any], name: str | None, smoke: bool) -> tup
 
 def profile_kind(sections: Mapping[str, Any]) -> str:
     """``josh`` for a profile with a ``harvest`` section (JOSH's round), ``pir`` for one with
-    a ``pir_eval`` section (PIR's chain), else ``speakrl`` (a profile with both is refused by
+    a ``pir_eval`` section (PIR's chain), ``l2a`` for one with an ``l2a_eval`` section
+    (Learn-to-Ask's chain), else ``speakrl`` (a profile with two of them is refused by
     :func:`profile_params`: the other's section is unknown to its kind).
 
     >>> profile_kind({"sft": {}, "grpo": {}, "pir_eval": {}}), profile_kind({"sft": {}, "evaluate": {}})
     ('pir', 'speakrl')
+    >>> profile_kind({"sft": {}, "grpo": {}, "l2a_eval": {}})
+    'l2a'
     """
     return next((KIND_SECTIONS[name] for name in sections if name in KIND_SECTIONS), "speakrl")
 
@@ -224,6 +238,8 @@ def check_profile_inputs(root: Path) -> list[str]:
     files checked."""
     import contextlib
 
+    from catalog.io import read_artifact
+    from pipelines.learn_to_ask.tables import L2A_SAMPLES
     from pipelines.preflight.inputs import check_inputs
 
     gpu = read_params("gpu", root / "params.yaml")
@@ -240,6 +256,18 @@ def check_profile_inputs(root: Path) -> list[str]:
                     continue
                 if kind == "pir":
                     pir_eval_section(with_limit(sections["pir_eval"], 1), f"params.yaml gpu.profiles.{name}.pir_eval")
+                if kind == "l2a":
+                    where = f"params.yaml gpu.profiles.{name}.l2a_eval"
+                    samples = str(l2a_eval_section(sections["l2a_eval"], where)["samples"])
+                    if samples not in (gpu.get("inputs") or ()):
+                        raise ConfigError(f"{where}.samples: {samples} is not among params.yaml gpu.inputs, so the job would not carry it")
+                    prompts = (read_params("hindsight", root / "params.yaml", required=False) or {}).get("prompts")
+                    if prompts and prompts not in (gpu.get("inputs") or ()):
+                        raise ConfigError(f"params.yaml hindsight.prompts: {prompts} (the policy prompt {where} answers under) "
+                                          "is not among params.yaml gpu.inputs, so the job would not carry it")
+                    if samples not in checked:
+                        read_artifact(samples, L2A_SAMPLES)  # whatever its name; the node has no Great Expectations to check it
+                        checked.append(samples)
                 for method in ("sft", "grpo"):
                     where = f"params.yaml gpu.profiles.{name}.{method}"
                     section = parse_section(with_limit(sections[method], 1), where)
@@ -686,6 +714,64 @@ def evaluate_pir(section: Mapping[str, Any], models: Mapping[str, str], out: Pat
             "markdown": markdown}
 
 
+def l2a_eval_section(section: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A Learn-to-Ask profile's ``l2a_eval`` section: stage ``l2a_eval``'s settings without its
+    models, comparisons, model grader and outputs (the job's are its own); checked."""
+    return from_params(L2aEvalParams, section, where, without=L2A_EVAL_NOT_IN_GPU_SECTION).settings(where)
+
+
+def evaluate_l2a(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
+                 prefix: str = "") -> dict[str, Any]:
+    """Learn-to-Ask's Table 1 proxies of every model of ``models``, as stage ``l2a_eval``
+    computes them: greedy answers to the profile's held-out samples (the policy prompt the
+    training rows carry: params.yaml ``hindsight.prompts``' ROLLOUT prompt, else the paper's),
+    scored against their hindsight targets by the rules grader, with the reference rows (the
+    expert's own turn, whose decisions are an oracle's, and the catch-all question), bootstrap
+    intervals over the samples and each model against the one before it, paired; plus
+    ``samples_per_s`` per model and the scored answers as ``out/<prefix>answers.parquet``.
+    ``played_before`` (name -> (answers, speed)): as :func:`evaluate`'s."""
+    import pyarrow.parquet as pq
+
+    from catalog.learn_to_ask import policy_prompt
+    from pipelines.evaluation.learn_to_ask import GRADER_RULE, answer, held_out_samples, markdown, policy_prompts, rounded, score_answers
+    from pipelines.learn_to_ask.metrics import QuestionGrader
+    from pipelines.learn_to_ask.tables import eval_table
+    from pipelines.rewards.learn_to_ask import RulesGrader
+
+    where = "params.yaml gpu l2a_eval"
+    settings = l2a_eval_section(section, where)
+    samples = held_out_samples(pq.read_table(settings["samples"]).to_pylist(), settings["split"], settings["max_samples"])
+    if not samples:
+        raise DataError(str(settings["samples"]), f"no usable sample in split {settings['split']!r}")
+    prompts = policy_prompts(samples, policy_prompt((read_params("hindsight", required=False) or {}).get("prompts")).render())
+    played_before = {} if played_before is None else played_before
+    for name, path in models.items():
+        if name in played_before:
+            continue
+        started = time.perf_counter()
+        texts, too_long = answer(Path(path), prompts, settings)
+        wall_s = time.perf_counter() - started  # loading the model included: one load per model
+        played_before[name] = (texts, {"samples": len(prompts), "too_long": too_long, "wall_s": round(wall_s, 2),
+                                       "samples_per_s": round(len(prompts) / wall_s, 3) if wall_s else None})
+        log.info("l2a_eval: %s: %d samples in %.1f s (%.1f samples/s)", name, len(prompts), wall_s, len(prompts) / wall_s if wall_s else 0.0)
+    names = list(models)
+    scores = score_answers(samples, prompts, {name: [played_before[name][0]] for name in names}, {name: [Path(models[name])] for name in names},
+                           QuestionGrader(RulesGrader()), beta=settings["beta"], stats=settings["stats"], compare=list(zip(names[1:], names)))
+    temporary = out / f".{prefix}answers.parquet.tmp"
+    pq.write_table(eval_table(scores.rows(samples)), temporary, compression="zstd")
+    temporary.replace(out / f"{prefix}answers.parquet")
+    report = rounded({
+        "setup": {"samples_file": str(settings["samples"]), "split": settings["split"], "max_samples": settings["max_samples"]},
+        "split": settings["split"], "samples": len(samples), "dropped_too_long": len(samples) - len(scores.kept),
+        "grader": QuestionGrader(RulesGrader()).name, "grader_rule": GRADER_RULE, "beta": settings["beta"],
+        "decoding": {"greedy": True, "max_new_tokens": settings["max_new_tokens"], "max_prompt_tokens": settings["max_prompt_tokens"]},
+        "stats": settings["stats"], "models": scores.results, "references": scores.reference_results, "compare": scores.comparisons,
+        "speed": {name: played_before[name][1] for name in names},
+    })
+    speeds = ", ".join(f"{name} {report['speed'][name]['samples_per_s']}" for name in names)
+    return {**report, "markdown": markdown(report).replace("# Learn-to-Ask", "## Learn-to-Ask", 1) + f"\nSamples/s: {speeds}.\n"}
+
+
 def _write_episode_tables(tables: Mapping[str, Any], out: Path, prefix: str) -> None:
     import pyarrow.parquet as pq
 
@@ -990,10 +1076,12 @@ class Chain:
     evaluate: Callable[..., dict[str, Any]]
 
 
-#: The chains by profile kind: SpeakRL's (issue 25) and PIR's (cold-start SFT, US-GRPO, PIR's metrics).
+#: The chains by profile kind: SpeakRL's (issue 25), PIR's (cold-start SFT, US-GRPO, PIR's
+#: metrics) and Learn-to-Ask's (SFT on the expert's turns, GRPO with eq. 5, Table 1's proxies).
 CHAINS = {
     "speakrl": Chain((("zero_shot", "convert", None), ("sft", "sft", "sft"), ("grpo", "grpo", "grpo")), "evaluate", evaluate),
     "pir": Chain((("zero_shot", "convert", None), ("pir_sft", "sft", "pir_sft"), ("pir_grpo", "grpo", "pir_grpo")), "pir_eval", evaluate_pir),
+    "l2a": Chain((("zero_shot", "convert", None), ("l2a_sft", "sft", "l2a_sft"), ("l2a_grpo", "grpo", "l2a_grpo")), "l2a_eval", evaluate_l2a),
 }
 
 

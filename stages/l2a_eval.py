@@ -56,41 +56,30 @@ from catalog import datasets
 
 
 def check_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    config = from_params(L2aEvalParams, params, "params.yaml l2a.eval")
+    where = "params.yaml l2a.eval"
+    config = from_params(L2aEvalParams, params, where)
     models = config.models
     if not isinstance(models, Mapping) or not models:
-        raise ConfigError("params.yaml l2a.eval.models: expected a mapping of name -> model directory")
+        raise ConfigError(f"{where}.models: expected a mapping of name -> model directory")
     for name, dirs in models.items():
         # a list: the same policy trained under several seeds (train --seed), one directory each
         if isinstance(dirs, list) and (not dirs or len(set(map(str, dirs))) != len(dirs) or not all(isinstance(d, str) for d in dirs)):
-            raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of distinct ones (one per training seed), got {dirs!r}")
+            raise ConfigError(f"{where}.models.{name}: expected a model directory or a list of distinct ones (one per training seed), got {dirs!r}")
         if not isinstance(dirs, (str, list)):
-            raise ConfigError(f"params.yaml l2a.eval.models.{name}: expected a model directory or a list of them, got {dirs!r}")
-    output = config.output.check("params.yaml l2a.eval.output", ("generations", "metrics", "markdown"))
+            raise ConfigError(f"{where}.models.{name}: expected a model directory or a list of them, got {dirs!r}")
+    if config.output is None:
+        raise ConfigError(f"{where}: missing required key(s) ['output']")
+    output = config.output.check(f"{where}.output", ("generations", "metrics", "markdown"))
     for pair in config.compare or ():
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(p in models for p in pair)):
-            raise ConfigError(f"params.yaml l2a.eval.compare: {pair!r} is not a [model, baseline] pair of l2a.eval.models")
-    generation = dict(config.generation or {})
-    unknown = sorted(set(generation) - {"max_new_tokens", "batch_size"})
-    if unknown:
-        raise ConfigError(f"params.yaml l2a.eval.generation: unknown key(s) {unknown}")
-    stats = {"resamples": 1000, "alpha": 0.05, "seed": 0, **(config.stats or {})}
-    if sorted(stats) != ["alpha", "resamples", "seed"]:
-        raise ConfigError("params.yaml l2a.eval.stats: expected {resamples, alpha, seed}")
+            raise ConfigError(f"{where}.compare: {pair!r} is not a [model, baseline] pair of l2a.eval.models")
     for name in models:
         if name in REFERENCES:
-            raise ConfigError(f"params.yaml l2a.eval.models: {name!r} is a reference row's name; rename the model")
+            raise ConfigError(f"{where}.models: {name!r} is a reference row's name; rename the model")
     return {
+        **config.settings(where),
         "model_grader": _model_grader(config.model_grader),
-        "samples": Path(config.samples),
-        "split": config.split,
-        "max_samples": positive_int(config.max_samples, "params.yaml l2a.eval.max_samples", optional=True),
         "models": {str(k): [Path(d) for d in (v if isinstance(v, list) else [v])] for k, v in models.items()},
-        "max_prompt_tokens": positive_int(config.max_prompt_tokens, "params.yaml l2a.eval.max_prompt_tokens"),
-        "max_new_tokens": positive_int(generation.get("max_new_tokens", 48), "params.yaml l2a.eval.generation.max_new_tokens"),
-        "batch_size": positive_int(generation.get("batch_size", 16), "params.yaml l2a.eval.generation.batch_size"),
-        "beta": config.beta,
-        "stats": stats,
         "compare": [tuple(p) for p in config.compare or ()],
         "output": {k: Path(getattr(output, k)) for k in ("generations", "metrics", "markdown")},
     }

@@ -46,7 +46,9 @@ def policy_prompts(samples: list[dict[str, Any]], system_prompt: str) -> list[li
 
 
 def answer(model_dir: Path, prompts: list[list[dict[str, str]]], settings: Mapping[str, Any]) -> tuple[list[str | None], int]:
-    """Greedy answers of one model (None where the prompt cannot fit), and how many did not fit."""
+    """Greedy answers of one model (None where the prompt cannot fit), and how many did not fit;
+    float32, on the accelerator where there is one (the GPU job's ``l2a_eval``)."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     from pipelines.training.config import ModelSpec
@@ -57,7 +59,9 @@ def answer(model_dir: Path, prompts: list[list[dict[str, str]]], settings: Mappi
     if not model_dir.is_dir():
         raise ConfigError(f"params.yaml l2a.eval.models: {model_dir} does not exist (run its training stage first)")
     tokenizer = load_tokenizer(ModelSpec(path=str(model_dir)))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    if torch.cuda.is_available():
+        model.to("cuda")
     count = TokenCounter(tokenizer)
     fitted = [fit_prompt(p, [], count, settings["max_prompt_tokens"], reserve=settings["max_new_tokens"]) for p in prompts]
     kept = [i for i, p in enumerate(fitted) if p is not None]

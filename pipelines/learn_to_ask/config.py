@@ -5,9 +5,11 @@ params.yaml ``calibrate`` (Auto-Prompt), ``hindsight`` (the hindsight targets) a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from pipelines.config import MAX_LLM_FAILURE_RATE, OutputSpec
+from pipelines.config import MAX_LLM_FAILURE_RATE, OutputSpec, positive_int
+from pipelines.errors import ConfigError
 from pipelines.rewards.learn_to_ask import BETA
 
 
@@ -64,17 +66,25 @@ class HindsightParams:
     max_llm_failure_rate: float = MAX_LLM_FAILURE_RATE
 
 
+#: What each reader of :class:`L2aEvalParams` does not take: a GPU profile's ``l2a_eval``
+#: answers with the job's own models, each compared with the one before it, writes the job's
+#: reports and has no model grader (the node holds no second model).
+NOT_IN_GPU_SECTION: tuple[str, ...] = ("models", "output", "model_grader", "compare")
+
+
 @dataclass(frozen=True)
 class L2aEvalParams:
-    """params.yaml ``l2a.eval``: ``models`` (name -> model directory, or a list of them: one
-    per training seed), ``generation`` (``{max_new_tokens, batch_size}``), ``stats``
-    (``{resamples, alpha, seed}``), ``compare`` ([model, baseline] pairs), ``model_grader``
-    (null or ``{samples, backend, ...}``), ``output`` (``{generations, metrics, markdown}``);
-    checked further by :func:`check_params`."""
+    """Learn-to-Ask's evaluation settings: params.yaml ``l2a.eval`` and a GPU profile's
+    ``l2a_eval`` section (read without :data:`NOT_IN_GPU_SECTION`). ``models`` (name -> model
+    directory, or a list of them: one per training seed), ``generation`` (``{max_new_tokens,
+    batch_size}``), ``stats`` (``{resamples, alpha, seed}``), ``compare`` ([model, baseline]
+    pairs), ``model_grader`` (null or ``{samples, backend, ...}``), ``output``
+    (``{generations, metrics, markdown}``); what both readers take is checked by
+    :meth:`settings`, the rest by stage ``l2a_eval``."""
 
     samples: str
-    models: Any
-    output: OutputSpec
+    models: Any = None
+    output: OutputSpec | None = None
     split: str = "test"
     max_samples: int | None = None
     max_prompt_tokens: int = 512
@@ -83,3 +93,33 @@ class L2aEvalParams:
     stats: Any = None
     compare: Any = None
     model_grader: Any = None
+
+    def settings(self, where: str) -> dict[str, Any]:
+        """What both readers take, checked: ``samples`` (a path), ``split``, ``max_samples``,
+        ``max_prompt_tokens``, ``max_new_tokens`` and ``batch_size`` (from ``generation``),
+        ``beta``, ``stats`` (defaults filled in).
+
+        >>> L2aEvalParams(samples="s.parquet", generation={"batch_size": 4}).settings("w")["batch_size"]
+        4
+        >>> L2aEvalParams(samples="s.parquet", generation={"top_k": 4}).settings("w")
+        Traceback (most recent call last):
+        ...
+        pipelines.errors.ConfigError: w.generation: unknown key(s) ['top_k']
+        """
+        generation = dict(self.generation or {})
+        unknown = sorted(set(generation) - {"max_new_tokens", "batch_size"})
+        if unknown:
+            raise ConfigError(f"{where}.generation: unknown key(s) {unknown}")
+        stats = {"resamples": 1000, "alpha": 0.05, "seed": 0, **(self.stats or {})}
+        if sorted(stats) != ["alpha", "resamples", "seed"]:
+            raise ConfigError(f"{where}.stats: expected {{resamples, alpha, seed}}")
+        return {
+            "samples": Path(self.samples),
+            "split": self.split,
+            "max_samples": positive_int(self.max_samples, f"{where}.max_samples", optional=True),
+            "max_prompt_tokens": positive_int(self.max_prompt_tokens, f"{where}.max_prompt_tokens"),
+            "max_new_tokens": positive_int(generation.get("max_new_tokens", 48), f"{where}.generation.max_new_tokens"),
+            "batch_size": positive_int(generation.get("batch_size", 16), f"{where}.generation.batch_size"),
+            "beta": self.beta,
+            "stats": stats,
+        }

@@ -59,9 +59,10 @@ def _blocker(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, tiny_model_dir) -> Path:
-    """The working tree as a commit of its own, with a small corpus, SpeakER tables and PIR
-    traces made by the real stages (the inputs a job carries; the traces' entropies from a
-    tiny teacher, as the job carries only the traces)."""
+    """The working tree as a commit of its own, with a small corpus, SpeakER tables, PIR
+    traces and Learn-to-Ask's hindsight samples made by the real stages (the inputs a job
+    carries; the traces' entropies from a tiny teacher, as the job carries only the traces;
+    the paper's policy prompt, as calibrating one needs SmolLM2)."""
     root = tmp_path_factory.mktemp("gpu") / "project"
     listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
                             check=True, capture_output=True).stdout.decode().split("\0")
@@ -73,9 +74,11 @@ def project(tmp_path_factory, tiny_model_dir) -> Path:
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["corpus"]["n_dialogues"] = 120
     params["pir"].update(max_traces=12, teacher={"backend": "hf", "model_path": str(tiny_model_dir), "batch_size": 4})
+    params["hindsight"]["prompts"] = None
+    params["gpu"]["inputs"].remove("data/processed/l2a/prompts.json")
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.lock").unlink()  # the lock's outputs are the full corpus's, not this one's
-    for stage in ("corpus", "speaker", "pir_augment"):
+    for stage in ("corpus", "speaker", "pir_augment", "hindsight"):
         result = _python("-m", f"stages.{stage}", cwd=root)
         assert result.returncode == 0, result.stderr[-2000:]
     _git(root, "init", "-q")
@@ -314,6 +317,54 @@ def test_the_pir_chain_smoke_runs_offline_and_reports_pirs_metrics(packed, proje
         table = results_markdown(project)
         assert "| model | conversations | success | TTR | tokens | questions | help. | reward |" in table
         assert "| pir_grpo | 2 |" in table and "PIR's metrics, 2 test goals" in table and "profile `pir`" in table
+    finally:
+        shutil.rmtree(dest)
+
+
+def test_the_l2a_chain_smoke_runs_offline_and_reports_table_1(packed, project, tmp_path):
+    """Learn-to-Ask's chain on the same job: the SFT baseline on l2a_train, GRPO with eq. 5,
+    then stage l2a_eval's proxies of zero-shot, SFT and GRPO on the same held-out samples with
+    the reference rows and each model against the one before it; an imported L2A run's block
+    in the results table is Table 1."""
+    job = _copy_job(packed, tmp_path / "l2a" / "job")
+    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
+    result = _python(str(job / "run.py"), "--smoke", "--profile", "l2a", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = job / "results"
+    summary = json.loads((results / "job.json").read_text())
+    assert list(summary["stages"]) == ["convert", "sft", "l2a_eval_sft", "grpo", "l2a_eval"]
+    assert {stage["status"] for stage in summary["stages"].values()} == {"ok"}
+    sft = json.loads((results / "sft.json").read_text())
+    assert set(sft["data"]["sources"]) == {"l2a_train"} and sft["train"]["steps"] == 2
+    grpo = json.loads((results / "grpo.json").read_text())
+    assert dict(grpo["objective"]["rewards"]) == {"l2a_questions": 1.0}
+    assert "rewards_l2a_questions_mean" in (results / "grpo_curve.csv").read_text().splitlines()[0].split(",")
+    evaluation = json.loads((results / "l2a_eval.json").read_text())
+    models = ["zero_shot", "l2a_sft", "l2a_grpo"]
+    assert list(evaluation["models"]) == list(evaluation["speed"]) == models
+    assert list(evaluation["references"]) == ["expert", "catch_all"] and list(evaluation["compare"]) == ["l2a_sft - zero_shot", "l2a_grpo - l2a_sft"]
+    assert evaluation["samples"] == 6 and evaluation["split"] == "test" and evaluation["stats"]["resamples"] == 100
+    for name in models:
+        row = evaluation["models"][name]
+        assert row["counts"] and set(row["metrics"]) >= {"WA", "WA-GH", "WC", "WS"} and evaluation["speed"][name]["samples_per_s"] > 0
+    # zero-shot and SFT answered once, before GRPO; the last table scores the same answers
+    before = json.loads((results / "l2a_eval_sft.json").read_text())
+    assert list(before["models"]) == models[:2] and {m: evaluation["models"][m] for m in models[:2]} == before["models"]
+    answers = pq.read_table(results / "l2a_eval_answers.parquet").to_pylist()
+    assert {row["model"] for row in answers} == {*models, "expert", "catch_all"}
+    assert "| l2a_grpo |" in (results / "l2a_eval.md").read_text()
+
+    dest = project / "reports" / "gpu" / "l2a_run"
+    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke", "--dest", str(dest), cwd=project)
+    assert imported.returncode == 0, imported.stderr
+    from catalog.gpu_job import results_markdown
+
+    try:
+        summary["smoke"] = False  # the table leaves smoke runs out
+        (dest / "job.json").write_text(json.dumps(summary))
+        table = results_markdown(project)
+        assert "| l2a_grpo |" in table and "| ref: expert |" in table and "profile `l2a`" in table
+        assert "Learn-to-Ask's Table 1 proxies, 6 test samples" in table and "evaluation samples/s: zero_shot" in table
     finally:
         shutil.rmtree(dest)
 
@@ -603,6 +654,33 @@ def test_a_pir_profile_is_checked_where_the_job_is_packed(tmp_path):
         pir_eval_section({"source": str(tmp_path / "missing"), "rollout": {"temperature": 0}}, "w")
     with pytest.raises(ConfigError, match=r"w.simulator.kind|w: simulator.kind"):
         pir_eval_section({"source": str(tmp_path), "simulator": {"kind": "llm"}, "rollout": {"temperature": 0}}, "w")
+
+
+def test_an_l2a_profile_is_checked_where_the_job_is_packed(tmp_path):
+    """A Learn-to-Ask profile's evaluation takes stage l2a_eval's settings but not the job's
+    own (models, comparisons, outputs, a model grader); its samples and the policy prompt file
+    must travel with the job."""
+    import contextlib
+
+    from flows.gpu import check_profile_inputs, l2a_eval_section, profile_kind
+    from pipelines.errors import ConfigError
+
+    assert profile_kind({"sft": {}, "grpo": {}, "l2a_eval": {}}) == "l2a"
+    settings = l2a_eval_section({"samples": "s.parquet", "generation": {"batch_size": 128}}, "w")
+    assert settings["batch_size"] == 128 and settings["max_new_tokens"] == 48 and settings["stats"]["resamples"] == 1000
+    for key in ("models", "compare", "model_grader", "output"):
+        with pytest.raises(ConfigError, match=rf"w: unknown key\(s\) \['{key}'\]"):
+            l2a_eval_section({"samples": "s.parquet", key: {}}, "w")
+    with pytest.raises(ConfigError, match=r"w.stats: expected \{resamples, alpha, seed\}"):
+        l2a_eval_section({"samples": "s.parquet", "stats": {"n": 1}}, "w")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    profile = params["gpu"]["profiles"]["l2a"]
+    for missing, match in (("data/processed/l2a/l2a_samples.parquet", r"l2a_eval.samples: .* not among params.yaml gpu.inputs"),
+                           ("data/processed/l2a/prompts.json", r"hindsight.prompts: .* not among params.yaml gpu.inputs")):
+        gpu = {**params["gpu"], "profiles": {"l2a": profile}, "inputs": [i for i in params["gpu"]["inputs"] if i != missing]}
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump({"gpu": gpu, "hindsight": params["hindsight"]}))
+        with contextlib.chdir(tmp_path), pytest.raises(ConfigError, match=match):
+            check_profile_inputs(tmp_path)
 
 
 def test_a_resumed_run_keeps_the_finished_prefix_whose_models_are_still_there(tmp_path):
