@@ -431,6 +431,14 @@ def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[
     return markdown_table(evaluation["models"]), speeds, f"{setup['goals']} test goals x {len(setup['seeds'])} seed(s), greedy"
 
 
+def _training_seeds(evaluation: Path) -> str:
+    """How many training seeds a run's evaluated models pool (a Learn-to-Ask chain with
+    ``seeds``), in words."""
+    rows = json.loads(evaluation.read_text(encoding="utf-8")).get("models") or {}
+    seeds = max((row.get("seeds", 1) for row in rows.values() if isinstance(row, Mapping)), default=1)
+    return "one training seed" if seeds == 1 else f"{seeds} training seeds per trained model, pooled"
+
+
 def results_markdown(root: Path) -> str:
     """The GPU results table of every imported non-smoke run under ``reports/gpu/``, newest
     first: the device, date, commit, wall time and speeds, then the evaluation table."""
@@ -457,7 +465,7 @@ def results_markdown(root: Path) -> str:
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
             f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation {speeds}. "
-            f"{played}; one training seed (`{folder.relative_to(root)}/`).",
+            f"{played}; {_training_seeds(evaluation)} (`{folder.relative_to(root)}/`).",
             "",
             table,
         ]))

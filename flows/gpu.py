@@ -39,6 +39,10 @@ A profile with an ``l2a_eval`` section is Learn-to-Ask's chain, the same shape::
     l2a_eval  the same for the GRPO model, then all three with the reference rows, bootstrap
               intervals over the samples and each model against the one before it
 
+With ``seeds`` (that chain's profile), SFT and GRPO run once per training seed
+(``sft``, ``sft_s1``, ..., each GRPO from its seed's SFT model) and the evaluations pool each
+trained model's seeds, as stage ``l2a_eval`` pools ``l2a.train.more_seeds``.
+
 A profile with a ``harvest`` section is JOSH's self-improvement round instead (issue 27)::
 
     convert   the starting model M, as above
@@ -91,9 +95,10 @@ from pipelines.training.config import (NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec,
                                        config_dict)
 from pipelines.training.rollout import ConversationEnv
 
-#: A profile's sections by its kind: SpeakRL's chain, JOSH's round, PIR's or Learn-to-Ask's chain.
+#: A profile's sections by its kind: SpeakRL's chain, JOSH's round, PIR's or Learn-to-Ask's chain
+#: (whose ``seeds`` trains each model under several seeds and pools them, :func:`training_seeds`).
 PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz"),
-                                                "pir": ("sft", "grpo", "pir_eval"), "l2a": ("sft", "grpo", "l2a_eval")}
+                                                "pir": ("sft", "grpo", "pir_eval"), "l2a": ("sft", "grpo", "l2a_eval", "seeds")}
 #: The section that makes a profile another kind than SpeakRL's chain.
 KIND_SECTIONS = {"harvest": "josh", "pir_eval": "pir", "l2a_eval": "l2a"}
 
@@ -254,6 +259,7 @@ def check_profile_inputs(root: Path) -> list[str]:
                     josh_config(sections["harvest"], Path("models") / "smollm2", Path("work"), f"params.yaml gpu.profiles.{name}.harvest",
                                 read_params("josh", root / "params.yaml"))
                     continue
+                training_seeds(sections, f"params.yaml gpu.profiles.{name}")
                 if kind == "pir":
                     pir_eval_section(with_limit(sections["pir_eval"], 1), f"params.yaml gpu.profiles.{name}.pir_eval")
                 if kind == "l2a":
@@ -489,7 +495,7 @@ def train(config: Any, *, epochs: float | None = None, sampler: str | None = Non
             report["reward_branches"] = branches
         report["optim"] = {"max_steps": config.optim.max_steps, "batch_size": config.optim.batch_size,
                            "learning_rate": config.optim.learning_rate, "max_length": config.optim.max_length,
-                           "epochs_asked": epochs, "sampler": sampler or "random"}
+                           "seed": config.optim.seed, "epochs_asked": epochs, "sampler": sampler or "random"}
         examples = {s.name: [(r["prompt"][-1]["content"][-300:], t) for r, t in zip(s.heldout, generations.get(s.name, [])[:3])]
                     for s in prepared}
         merge = config.model.lora is not None and config.model.lora.merge
@@ -720,16 +726,18 @@ def l2a_eval_section(section: Mapping[str, Any], where: str) -> dict[str, Any]:
     return from_params(L2aEvalParams, section, where, without=L2A_EVAL_NOT_IN_GPU_SECTION).settings(where)
 
 
-def evaluate_l2a(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
-                 prefix: str = "") -> dict[str, Any]:
-    """Learn-to-Ask's Table 1 proxies of every model of ``models``, as stage ``l2a_eval``
-    computes them: greedy answers to the profile's held-out samples (the policy prompt the
-    training rows carry: params.yaml ``hindsight.prompts``' ROLLOUT prompt, else the paper's),
-    scored against their hindsight targets by the rules grader, with the reference rows (the
-    expert's own turn, whose decisions are an oracle's, and the catch-all question), bootstrap
-    intervals over the samples and each model against the one before it, paired; plus
-    ``samples_per_s`` per model and the scored answers as ``out/<prefix>answers.parquet``.
-    ``played_before`` (name -> (answers, speed)): as :func:`evaluate`'s."""
+def evaluate_l2a(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str]], out: Path,
+                 played_before: dict[str, Any] | None = None, prefix: str = "") -> dict[str, Any]:
+    """Learn-to-Ask's Table 1 proxies of every model of ``models`` (name -> directory, or the
+    directories of one model trained under several seeds: pooled, intervals resampling seeds
+    then samples), as stage ``l2a_eval`` computes them: greedy answers to the profile's
+    held-out samples (the policy prompt the training rows carry: params.yaml
+    ``hindsight.prompts``' ROLLOUT prompt, else the paper's), scored against their hindsight
+    targets by the rules grader, with the reference rows (the expert's own turn, whose
+    decisions are an oracle's, and the catch-all question), bootstrap intervals over the
+    samples and each model against the one before it, paired; plus ``samples_per_s`` per
+    model and the scored answers as ``out/<prefix>answers.parquet``. ``played_before``
+    (name -> (answers per seed, speed)): as :func:`evaluate`'s."""
     import pyarrow.parquet as pq
 
     from catalog.learn_to_ask import policy_prompt
@@ -744,19 +752,27 @@ def evaluate_l2a(section: Mapping[str, Any], models: Mapping[str, str], out: Pat
     if not samples:
         raise DataError(str(settings["samples"]), f"no usable sample in split {settings['split']!r}")
     prompts = policy_prompts(samples, policy_prompt((read_params("hindsight", required=False) or {}).get("prompts")).render())
+    paths = {name: [dirs] if isinstance(dirs, str) else list(dirs) for name, dirs in models.items()}
     played_before = {} if played_before is None else played_before
-    for name, path in models.items():
+    for name, dirs in paths.items():
         if name in played_before:
             continue
         started = time.perf_counter()
-        texts, too_long = answer(Path(path), prompts, settings)
-        wall_s = time.perf_counter() - started  # loading the model included: one load per model
-        played_before[name] = (texts, {"samples": len(prompts), "too_long": too_long, "wall_s": round(wall_s, 2),
-                                       "samples_per_s": round(len(prompts) / wall_s, 3) if wall_s else None})
-        log.info("l2a_eval: %s: %d samples in %.1f s (%.1f samples/s)", name, len(prompts), wall_s, len(prompts) / wall_s if wall_s else 0.0)
+        per_seed, too_long = [], 0
+        for directory in dirs:
+            texts, dropped = answer(Path(directory), prompts, settings)
+            per_seed.append(texts)
+            too_long += dropped
+        wall_s = time.perf_counter() - started  # loading the models included: one load per seed
+        answered = len(prompts) * len(dirs)
+        played_before[name] = (per_seed, {"samples": len(prompts), "seeds": len(dirs), "too_long": too_long, "wall_s": round(wall_s, 2),
+                                          "samples_per_s": round(answered / wall_s, 3) if wall_s else None})
+        log.info("l2a_eval: %s: %d samples x %d seed(s) in %.1f s (%.1f samples/s)", name, len(prompts), len(dirs), wall_s,
+                 answered / wall_s if wall_s else 0.0)
     names = list(models)
-    scores = score_answers(samples, prompts, {name: [played_before[name][0]] for name in names}, {name: [Path(models[name])] for name in names},
-                           QuestionGrader(RulesGrader()), beta=settings["beta"], stats=settings["stats"], compare=list(zip(names[1:], names)))
+    scores = score_answers(samples, prompts, {name: played_before[name][0] for name in names},
+                           {name: [Path(d) for d in paths[name]] for name in names}, QuestionGrader(RulesGrader()),
+                           beta=settings["beta"], stats=settings["stats"], compare=list(zip(names[1:], names)))
     temporary = out / f".{prefix}answers.parquet.tmp"
     pq.write_table(eval_table(scores.rows(samples)), temporary, compression="zstd")
     temporary.replace(out / f"{prefix}answers.parquet")
@@ -1085,6 +1101,27 @@ CHAINS = {
 }
 
 
+def training_seeds(sections: Mapping[str, Any], where: str) -> list[int | None]:
+    """A chain profile's ``seeds``: each trained model of the chain is trained once per seed
+    (``optim.seed``), and the evaluation pools them (Learn-to-Ask's chain); absent: one run
+    under the sections' own seed, ``[None]``.
+
+    >>> training_seeds({"seeds": [0, 1, 2]}, "w"), training_seeds({}, "w")
+    ([0, 1, 2], [None])
+    >>> training_seeds({"seeds": [1, 1]}, "w")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: w.seeds: expected a list of distinct integers >= 0, got [1, 1]
+    """
+    seeds = sections.get("seeds")
+    if seeds is None:
+        return [None]
+    if not (isinstance(seeds, list) and seeds and len(set(seeds)) == len(seeds)
+            and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in seeds)):
+        raise ConfigError(f"{where}.seeds: expected a list of distinct integers >= 0, got {seeds!r}")
+    return list(seeds)
+
+
 def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
               where: str, manifest: Mapping[str, Any], stage: StageRunner, info: dict[str, Any]) -> None:
     """sft -> <evaluation>_sft -> grpo -> <evaluation> after convert; the generation limit the
@@ -1092,25 +1129,34 @@ def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[st
     models are evaluated before GRPO starts, so a lease that ends during GRPO still leaves
     their table (the results are checkpointed after every stage); the last evaluation then
     plays the GRPO model only and reports all three (a resumed run that kept the first
-    evaluation takes what it played from the node)."""
-    dirs = {name: start_path if folder is None else models / folder / "model" for name, _, folder in chain.models}
-    made_by = {name: maker for name, maker, _ in chain.models}
-    trained_dir = {maker: dirs[name] for name, maker, _ in chain.models if maker != "convert"}
+    evaluation takes what it played from the node). With ``seeds`` (:func:`training_seeds`),
+    SFT and GRPO run once per seed (the first seed's stages and models keep the plain names,
+    the others' end in ``_s<seed>``; GRPO of a seed starts from the SFT model of that seed) and
+    the evaluations get each trained model as its list of seed directories."""
+    seeds = training_seeds(sections, where)
+    runs = [(seed, "" if i == 0 else f"_s{seed}") for i, seed in enumerate(seeds)]
+    folder_of = {maker: folder for _, maker, folder in chain.models if folder is not None}
+    trained_dir = {f"{maker}{suffix}": models / f"{folder}{suffix}" / "model" for maker, folder in folder_of.items() for _, suffix in runs}
+    # each model of the table: the stages that make it and where (one per seed)
+    made = {name: [("convert", start_path)] if folder is None else [(f"{maker}{suffix}", trained_dir[f"{maker}{suffix}"]) for _, suffix in runs]
+            for name, maker, folder in chain.models}
     before_grpo = f"{chain.evaluation}_sft"
-    stages.update({"sft": StageResult("sft", needs=("convert",), makes=(trained_dir["sft"],)),
-                   before_grpo: StageResult(before_grpo),
-                   "grpo": StageResult("grpo", needs=("sft",), makes=(trained_dir["grpo"],)), chain.evaluation: StageResult(chain.evaluation)})
+    stages.update({f"sft{suffix}": StageResult(f"sft{suffix}", needs=("convert",), makes=(trained_dir[f"sft{suffix}"],)) for _, suffix in runs})
+    stages[before_grpo] = StageResult(before_grpo)
+    stages.update({f"grpo{suffix}": StageResult(f"grpo{suffix}", needs=(f"sft{suffix}",), makes=(trained_dir[f"grpo{suffix}"],))
+                   for _, suffix in runs})
+    stages[chain.evaluation] = StageResult(chain.evaluation)
 
-    def trained(method: str, start: Path) -> Callable[[], dict[str, Any]]:
+    def trained(method: str, seed: int | None, suffix: str, start: Path) -> Callable[[], dict[str, Any]]:
         def body() -> dict[str, Any]:
-            section = sections[method]
-            stage_dir = trained_dir[method].parent
+            section = sections[method] if seed is None else deep_merge(sections[method], {"optim": {"seed": seed}})
+            stage_dir = trained_dir[f"{method}{suffix}"].parent
             stage_dir.mkdir(parents=True, exist_ok=True)
             params = parse_section(section, f"{where}.{method}")
             config = train_config(method, params, model_path=str(start), output_dir=stage_dir, where=f"{where}.{method}")
             env = conversation_env(params, method, f"{where}.{method}", config.resolved_objective())
             report = train(config, epochs=params.epochs, sampler=params.sampler, env=env)
-            shutil.copyfile(config.output.curve, out / f"{method}_curve.csv")
+            shutil.copyfile(config.output.curve, out / f"{method}{suffix}_curve.csv")
             return report
         return body
 
@@ -1125,7 +1171,12 @@ def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[st
     stages[before_grpo].makes = (cache,)
 
     def evaluation(name: str) -> None:
-        playable = {model: str(dirs[model]) for model, _, _ in chain.models if stages[made_by[model]].status == "ok"}
+        playable: dict[str, Any] = {}
+        for model, makers in made.items():
+            paths = [str(path) for maker, path in makers if stages[maker].status == "ok"]
+            if paths:
+                # trained under several seeds: the evaluation pools each trained model's seed directories
+                playable[model] = paths if seeds != [None] and makers[0][0] != "convert" else paths[0]
         if playable:
             prefix = "" if name == "evaluate" else f"{name}_"
 
@@ -1141,11 +1192,13 @@ def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[st
             stages[name].needs = ("convert",)
             stage(name, dict)
 
-    stage("sft", trained("sft", start_path))
+    for seed, suffix in runs:
+        stage(f"sft{suffix}", trained("sft", seed, suffix, start_path))
     evaluation(before_grpo)
     if stages[before_grpo].kept:
         played.update(pickle.loads(cache.read_bytes()))
-    stage("grpo", trained("grpo", trained_dir["sft"]))
+    for seed, suffix in runs:
+        stage(f"grpo{suffix}", trained("grpo", seed, suffix, trained_dir[f"sft{suffix}"]))
     evaluation(chain.evaluation)
 
 

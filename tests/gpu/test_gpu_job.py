@@ -322,20 +322,23 @@ def test_the_pir_chain_smoke_runs_offline_and_reports_pirs_metrics(packed, proje
 
 
 def test_the_l2a_chain_smoke_runs_offline_and_reports_table_1(packed, project, tmp_path):
-    """Learn-to-Ask's chain on the same job: the SFT baseline on l2a_train, GRPO with eq. 5,
-    then stage l2a_eval's proxies of zero-shot, SFT and GRPO on the same held-out samples with
-    the reference rows and each model against the one before it; an imported L2A run's block
-    in the results table is Table 1."""
+    """Learn-to-Ask's chain on the same job, under two training seeds: the SFT baseline on
+    l2a_train, GRPO with eq. 5 from each seed's SFT model, then stage l2a_eval's proxies of
+    zero-shot, SFT and GRPO (each trained model's seeds pooled) on the same held-out samples
+    with the reference rows and each model against the one before it; an imported L2A run's
+    block in the results table is Table 1."""
     job = _copy_job(packed, tmp_path / "l2a" / "job")
     env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
     result = _python(str(job / "run.py"), "--smoke", "--profile", "l2a", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = job / "results"
     summary = json.loads((results / "job.json").read_text())
-    assert list(summary["stages"]) == ["convert", "sft", "l2a_eval_sft", "grpo", "l2a_eval"]
+    assert list(summary["stages"]) == ["convert", "sft", "sft_s1", "l2a_eval_sft", "grpo", "grpo_s1", "l2a_eval"]
     assert {stage["status"] for stage in summary["stages"].values()} == {"ok"}
     sft = json.loads((results / "sft.json").read_text())
     assert set(sft["data"]["sources"]) == {"l2a_train"} and sft["train"]["steps"] == 2
+    assert json.loads((results / "sft_s1.json").read_text())["optim"]["seed"] == 1 and sft["optim"]["seed"] == 0
+    assert (results / "sft_s1_curve.csv").is_file() and (results / "grpo_s1_curve.csv").is_file()
     grpo = json.loads((results / "grpo.json").read_text())
     assert dict(grpo["objective"]["rewards"]) == {"l2a_questions": 1.0}
     assert "rewards_l2a_questions_mean" in (results / "grpo_curve.csv").read_text().splitlines()[0].split(",")
@@ -347,11 +350,15 @@ def test_the_l2a_chain_smoke_runs_offline_and_reports_table_1(packed, project, t
     for name in models:
         row = evaluation["models"][name]
         assert row["counts"] and set(row["metrics"]) >= {"WA", "WA-GH", "WC", "WS"} and evaluation["speed"][name]["samples_per_s"] > 0
+    # the trained models pool their two seeds (12 answers each), zero-shot is one model
+    assert [evaluation["models"][m].get("seeds") for m in models] == [None, 2, 2]
+    assert [evaluation["models"][m]["counts"]["samples"] for m in models] == [6, 12, 12]
+    assert [len(evaluation["models"][m]["per_seed"]) for m in models[1:]] == [2, 2]
     # zero-shot and SFT answered once, before GRPO; the last table scores the same answers
     before = json.loads((results / "l2a_eval_sft.json").read_text())
     assert list(before["models"]) == models[:2] and {m: evaluation["models"][m] for m in models[:2]} == before["models"]
     answers = pq.read_table(results / "l2a_eval_answers.parquet").to_pylist()
-    assert {row["model"] for row in answers} == {*models, "expert", "catch_all"}
+    assert {row["model"] for row in answers} == {*models, "l2a_sft@1", "l2a_grpo@1", "expert", "catch_all"}
     assert "| l2a_grpo |" in (results / "l2a_eval.md").read_text()
 
     dest = project / "reports" / "gpu" / "l2a_run"
@@ -365,6 +372,7 @@ def test_the_l2a_chain_smoke_runs_offline_and_reports_table_1(packed, project, t
         table = results_markdown(project)
         assert "| l2a_grpo |" in table and "| ref: expert |" in table and "profile `l2a`" in table
         assert "Learn-to-Ask's Table 1 proxies, 6 test samples" in table and "evaluation samples/s: zero_shot" in table
+        assert "2 training seeds per trained model, pooled" in table
     finally:
         shutil.rmtree(dest)
 
@@ -662,10 +670,13 @@ def test_an_l2a_profile_is_checked_where_the_job_is_packed(tmp_path):
     must travel with the job."""
     import contextlib
 
-    from flows.gpu import check_profile_inputs, l2a_eval_section, profile_kind
+    from flows.gpu import check_profile_inputs, l2a_eval_section, profile_kind, profile_params
     from pipelines.errors import ConfigError
 
     assert profile_kind({"sft": {}, "grpo": {}, "l2a_eval": {}}) == "l2a"
+    # only Learn-to-Ask's evaluation pools training seeds: another chain's profile refuses them
+    with pytest.raises(ConfigError, match=r"gpu.profiles.p: unknown section\(s\) \['seeds'\]"):
+        profile_params({"profiles": {"p": {"sft": {}, "grpo": {}, "pir_eval": {}, "seeds": [0, 1]}}}, "p", False)
     settings = l2a_eval_section({"samples": "s.parquet", "generation": {"batch_size": 128}}, "w")
     assert settings["batch_size"] == 128 and settings["max_new_tokens"] == 48 and settings["stats"]["resamples"] == 1000
     for key in ("models", "compare", "model_grader", "output"):
