@@ -431,10 +431,10 @@ def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[
     return markdown_table(evaluation["models"]), speeds, f"{setup['goals']} test goals x {len(setup['seeds'])} seed(s), greedy"
 
 
-def _training_seeds(evaluation: Path) -> str:
+def _training_seeds(evaluation: Mapping[str, Any]) -> str:
     """How many training seeds a run's evaluated models pool (a Learn-to-Ask chain with
     ``seeds``), in words."""
-    rows = json.loads(evaluation.read_text(encoding="utf-8")).get("models") or {}
+    rows = evaluation.get("models") or {}
     seeds = max((row.get("seeds", 1) for row in rows.values() if isinstance(row, Mapping)), default=1)
     return "one training seed" if seeds == 1 else f"{seeds} training seeds per trained model, pooled"
 
@@ -457,7 +457,8 @@ def results_markdown(root: Path) -> str:
         machine = summary["machine"]
         sft = json.loads((folder / "sft.json").read_text(encoding="utf-8")) if (folder / "sft.json").is_file() else {}
         throughput = sft.get("throughput") or {}
-        table, speeds, played = _evaluation_table(evaluation.name, json.loads(evaluation.read_text(encoding="utf-8")))
+        report = json.loads(evaluation.read_text(encoding="utf-8"))
+        table, speeds, played = _evaluation_table(evaluation.name, report)
         pending = [stage for stage, entry in summary.get("stages", {}).items() if entry.get("status") == "pending"]
         whole = (f"stopped from outside after {summary['wall_s'] / 60:.1f} min, before {', '.join(pending) or 'its end'} (partial)"
                  if summary.get("finished") is False else f"whole job {summary['wall_s'] / 60:.1f} min")
@@ -465,7 +466,7 @@ def results_markdown(root: Path) -> str:
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
             f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation {speeds}. "
-            f"{played}; {_training_seeds(evaluation)} (`{folder.relative_to(root)}/`).",
+            f"{played}; {_training_seeds(report)} (`{folder.relative_to(root)}/`).",
             "",
             table,
         ]))
