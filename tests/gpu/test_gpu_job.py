@@ -305,18 +305,23 @@ def test_the_pir_chain_smoke_runs_offline_and_reports_pirs_metrics(packed, proje
     assert sorted({row["episode_id"].split("/")[0] for row in episodes}) == sorted(models) and len(episodes) == 6
     assert "| pir_grpo |" in (results / "pir_eval.md").read_text()
 
-    # Imported (smoke allowed), a PIR run's block in the results table is PIR's table.
-    dest = project / "reports" / "gpu" / "pir_run"
-    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke", "--dest", str(dest), cwd=project)
-    assert imported.returncode == 0, imported.stderr
+    # Imported, a PIR run's block in the results table is PIR's table.
+    table = _results_table_of(results, summary, project)
+    assert "| model | conversations | success | TTR | tokens | questions | help. | reward |" in table
+    assert "| pir_grpo | 2 |" in table and "PIR's metrics, 2 test goals" in table and "profile `pir`" in table
+
+
+def _results_table_of(results: Path, summary: dict, project: Path) -> str:
+    """The README's GPU results table with this smoke run imported (smoke allowed) and
+    marked a real one (the table leaves smoke runs out); the import is removed after."""
     from catalog.gpu_job import results_markdown
 
+    dest = project / "reports" / "gpu" / "imported_run"
+    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke", "--dest", str(dest), cwd=project)
+    assert imported.returncode == 0, imported.stderr
     try:
-        summary["smoke"] = False  # the table leaves smoke runs out
-        (dest / "job.json").write_text(json.dumps(summary))
-        table = results_markdown(project)
-        assert "| model | conversations | success | TTR | tokens | questions | help. | reward |" in table
-        assert "| pir_grpo | 2 |" in table and "PIR's metrics, 2 test goals" in table and "profile `pir`" in table
+        (dest / "job.json").write_text(json.dumps({**summary, "smoke": False}))
+        return results_markdown(project)
     finally:
         shutil.rmtree(dest)
 
@@ -361,20 +366,10 @@ def test_the_l2a_chain_smoke_runs_offline_and_reports_table_1(packed, project, t
     assert {row["model"] for row in answers} == {*models, "l2a_sft@1", "l2a_grpo@1", "expert", "catch_all"}
     assert "| l2a_grpo |" in (results / "l2a_eval.md").read_text()
 
-    dest = project / "reports" / "gpu" / "l2a_run"
-    imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke", "--dest", str(dest), cwd=project)
-    assert imported.returncode == 0, imported.stderr
-    from catalog.gpu_job import results_markdown
-
-    try:
-        summary["smoke"] = False  # the table leaves smoke runs out
-        (dest / "job.json").write_text(json.dumps(summary))
-        table = results_markdown(project)
-        assert "| l2a_grpo |" in table and "| ref: expert |" in table and "profile `l2a`" in table
-        assert "Learn-to-Ask's Table 1 proxies, 6 test samples" in table and "evaluation samples/s: zero_shot" in table
-        assert "2 training seeds per trained model, pooled" in table
-    finally:
-        shutil.rmtree(dest)
+    table = _results_table_of(results, summary, project)
+    assert "| l2a_grpo |" in table and "| ref: expert |" in table and "profile `l2a`" in table
+    assert "Learn-to-Ask's Table 1 proxies, 6 test samples" in table and "evaluation samples/s: zero_shot" in table
+    assert "2 training seeds per trained model, pooled" in table
 
 
 def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_stages(packed, project, tmp_path):
