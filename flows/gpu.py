@@ -243,8 +243,7 @@ def check_profile_inputs(root: Path) -> list[str]:
     files checked."""
     import contextlib
 
-    from catalog.io import read_artifact
-    from pipelines.learn_to_ask.tables import L2A_SAMPLES
+    from catalog import datasets
     from pipelines.preflight.inputs import check_inputs
 
     gpu = read_params("gpu", root / "params.yaml")
@@ -272,7 +271,8 @@ def check_profile_inputs(root: Path) -> list[str]:
                         raise ConfigError(f"params.yaml hindsight.prompts: {prompts} (the policy prompt {where} answers under) "
                                           "is not among params.yaml gpu.inputs, so the job would not carry it")
                     if samples not in checked:
-                        read_artifact(samples, L2A_SAMPLES)  # whatever its name; the node has no Great Expectations to check it
+                        # whatever its name, by the catalog's entry for l2a_eval's samples: the node has no Great Expectations
+                        datasets.load("l2a_eval.samples", {"samples": samples})
                         checked.append(samples)
                 for method in ("sft", "grpo"):
                     where = f"params.yaml gpu.profiles.{name}.{method}"
