@@ -109,6 +109,16 @@ def _copy_job(packed: Path, target: Path) -> Path:
     return target
 
 
+def _smoke_run(packed: Path, tmp_path: Path, profile: str) -> tuple[Path, dict]:
+    """Profile ``profile`` smoke-run from a copy of the job in a fresh folder, with the
+    orchestration packages blocked; its results folder and job summary."""
+    job = _copy_job(packed, tmp_path / profile / "job")
+    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
+    result = _python(str(job / "run.py"), "--smoke", "--profile", profile, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return job / "results", json.loads((job / "results" / "job.json").read_text())
+
+
 def test_pack_writes_parts_under_the_limit_and_a_manifest_of_hashes(packed, project):
     manifest = json.loads((packed / "manifest.json").read_text())
     assert manifest["commit"] == _git(project, "rev-parse", "HEAD").strip()
@@ -240,12 +250,8 @@ def test_the_josh_round_smoke_runs_offline_with_smollm2_as_m(packed, tmp_path):
     """JOSH's round (issue 27) on the same job: SmolLM2 (from the GGUF) harvests its own trees,
     the round trains M' only on what it harvested, and M (and any M') plays the ToolWOZ test
     goals; the round's table names every row, a "not trained" M' with its reason."""
-    job = _copy_job(packed, tmp_path / "josh" / "job")
-    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
-    result = _python(str(job / "run.py"), "--smoke", "--profile", "josh", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = job / "results"
-    stages = json.loads((results / "job.json").read_text())["stages"]
+    results, summary = _smoke_run(packed, tmp_path, "josh")
+    stages = summary["stages"]
     assert list(stages) == ["convert", "harvest", "sft", "kto", "toolwoz"]
     assert stages["convert"]["status"] == stages["harvest"]["status"] == stages["toolwoz"]["status"] == "ok"
     harvest = json.loads((results / "harvest.json").read_text())
@@ -269,12 +275,7 @@ def test_the_pir_chain_smoke_runs_offline_and_reports_pirs_metrics(packed, proje
     simulated user's answers masked), US-GRPO whose rollouts carry what the composite reward
     reads, then stage pir_eval's metrics of zero-shot, SFT and US-GRPO with success intervals
     over the goals; the results table of an imported PIR run is PIR's table."""
-    job = _copy_job(packed, tmp_path / "pir" / "job")
-    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
-    result = _python(str(job / "run.py"), "--smoke", "--profile", "pir", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = job / "results"
-    summary = json.loads((results / "job.json").read_text())
+    results, summary = _smoke_run(packed, tmp_path, "pir")
     assert {name: stage["status"] for name, stage in summary["stages"].items()} == dict.fromkeys(
         ("convert", "sft", "pir_eval_sft", "grpo", "pir_eval"), "ok")
     assert list(summary["stages"]) == ["convert", "sft", "pir_eval_sft", "grpo", "pir_eval"]
@@ -332,12 +333,7 @@ def test_the_l2a_chain_smoke_runs_offline_and_reports_table_1(packed, project, t
     zero-shot, SFT and GRPO (each trained model's seeds pooled) on the same held-out samples
     with the reference rows and each model against the one before it; an imported L2A run's
     block in the results table is Table 1."""
-    job = _copy_job(packed, tmp_path / "l2a" / "job")
-    env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocker"))}
-    result = _python(str(job / "run.py"), "--smoke", "--profile", "l2a", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = job / "results"
-    summary = json.loads((results / "job.json").read_text())
+    results, summary = _smoke_run(packed, tmp_path, "l2a")
     assert list(summary["stages"]) == ["convert", "sft", "sft_s1", "l2a_eval_sft", "grpo", "grpo_s1", "l2a_eval"]
     assert {stage["status"] for stage in summary["stages"].values()} == {"ok"}
     sft = json.loads((results / "sft.json").read_text())
