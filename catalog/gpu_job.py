@@ -357,9 +357,28 @@ def check_results(root: Path, results: Path) -> tuple[dict[str, Any], dict[str, 
     return summary, manifest
 
 
+#: What the node's command (:func:`run_command`) brings back: the results folder and the run's
+#: output, ``results/`` and ``job.log`` in one archive.
+RESULTS_ARCHIVE = "results.tar.gz"
+RUN_LOG = "job.log"
+
+
 def import_results(root: Path, results: Path, *, dest: Path | None = None, allow_smoke: bool = False,
                    log: Any = print) -> Path:
-    """Checked results copied to ``reports/gpu/<date>_<device>_<profile>/`` (or ``dest``)."""
+    """Checked results copied to ``reports/gpu/<date>_<device>_<profile>/`` (or ``dest``).
+    ``results``: the results folder, or the node command's ``results.tar.gz`` (unpacked into a
+    temporary folder first). The run's ``job.log``, where it lies beside the folder, goes with
+    them (it is no checked result: the manifest does not list it)."""
+    if results.is_file():
+        with tempfile.TemporaryDirectory(prefix="askflow-gpu-import-") as unpacked:
+            try:
+                with tarfile.open(results, "r:gz") as archive:
+                    archive.extractall(unpacked, filter="data")
+            except (tarfile.TarError, OSError, EOFError) as error:
+                raise ConfigError(f"{results}: not a readable results archive ({error})") from error
+            if not (Path(unpacked) / "results").is_dir():
+                raise ConfigError(f"{results}: the archive holds no results/ folder")
+            return import_results(root, Path(unpacked) / "results", dest=dest, allow_smoke=allow_smoke, log=log)
     root, results = root.resolve(), results.resolve()
     summary, manifest = check_results(root, results)
     if summary.get("smoke") and not allow_smoke:
@@ -382,6 +401,9 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(results / name, target)
+        run_log = results.parent / RUN_LOG
+        if run_log.is_file():
+            shutil.copyfile(run_log, staging / RUN_LOG)
         ordinary_permissions(staging)
         replace_directory(staging, dest)
     except BaseException:
@@ -435,7 +457,8 @@ def _training_seeds(evaluation: Mapping[str, Any]) -> str:
     """How many training seeds a run's evaluated models pool (a Learn-to-Ask chain with
     ``seeds``), in words."""
     rows = evaluation.get("models") or {}
-    seeds = max((row.get("seeds", 1) for row in rows.values() if isinstance(row, Mapping)), default=1)
+    # A pooled row counts its training seeds; a SpeakRL row's ``seeds`` lists its evaluation seeds.
+    seeds = max((row["seeds"] for row in rows.values() if isinstance(row, Mapping) and isinstance(row.get("seeds"), int)), default=1)
     return "one training seed" if seeds == 1 else f"{seeds} training seeds per trained model, pooled"
 
 
@@ -462,6 +485,10 @@ def results_markdown(root: Path) -> str:
         pending = [stage for stage, entry in summary.get("stages", {}).items() if entry.get("status") == "pending"]
         whole = (f"stopped from outside after {summary['wall_s'] / 60:.1f} min, before {', '.join(pending) or 'its end'} (partial)"
                  if summary.get("finished") is False else f"whole job {summary['wall_s'] / 60:.1f} min")
+        # A stage that failed is named with its error: the table then lacks its model.
+        failed = [f"{stage} failed ({(entry.get('error') or 'no error recorded')[:160]})"
+                  for stage, entry in summary.get("stages", {}).items() if entry.get("status") == "failed"]
+        whole = "; ".join([whole, *failed])
         blocks.append("\n".join([
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
@@ -542,7 +569,7 @@ def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = 
     >>> load_calls([{"files": ["run.py"], "runs": False}], "my job", "/tmp/a b")[0]["command"]
     "mkdir -p '/tmp/a b' && cd 'my job' && cp --parents run.py '/tmp/a b'/"
     >>> calls[1]["command"]
-    'mkdir -p /tmp/job && cd build/job && cp --parents run.py manifest.json /tmp/job/ && timeout 540 python3 /tmp/job/run.py --out /tmp/job/results; cp -r /tmp/job/results "$OUT"/'
+    'mkdir -p /tmp/job && cd build/job && cp --parents run.py manifest.json /tmp/job/ && timeout 540 python3 /tmp/job/run.py --out /tmp/job/results 2>&1 | tee -a /tmp/job/job.log; tar czf "$OUT"/results.tar.gz -C /tmp/job results job.log'
     """
     job = job.rstrip("/")
     if not job or job.startswith(("/", "..")):
@@ -560,10 +587,13 @@ def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = 
 
 def run_command(node_folder: str, timeout_s: int, profile: str | None = None, resume: bool = False) -> str:
     """The node's command that runs (or, ``resume``, finishes) the job unpacked in
-    ``node_folder`` and copies its results under ``$OUT``."""
+    ``node_folder``, its output logged to ``job.log`` beside the results, and packs both into
+    ``$OUT/results.tar.gz``: a channel that brings back at most 8 files (the device tool's)
+    would drop most of a results folder's 18 or more (``askflow gpu import`` takes the archive)."""
     options = (f" --profile {shlex.quote(profile)}" if profile else "") + (" --resume" if resume else "")
-    run_py, results = shlex.quote(f"{node_folder}/run.py"), shlex.quote(f"{node_folder}/results")
-    return f"timeout {positive_int(timeout_s, '--timeout-s')} python3 {run_py} --out {results}{options}; cp -r {results} \"$OUT\"/"
+    run_py, results, log = (shlex.quote(f"{node_folder}/{name}") for name in ("run.py", "results", RUN_LOG))
+    return (f"timeout {positive_int(timeout_s, '--timeout-s')} python3 {run_py} --out {results}{options} 2>&1 | tee -a {log}; "
+            f"tar czf \"$OUT\"/{RESULTS_ARCHIVE} -C {shlex.quote(node_folder)} results {RUN_LOG}")
 
 
 def checkout_mib(root: Path) -> float:

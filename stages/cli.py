@@ -112,7 +112,7 @@ def _gpu_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                      "keep the stages it finished, run the rest")
     run.set_defaults(run=_gpu_run)
     take = actions.add_parser("import", parents=[common], help="check a job's results and put them under reports/gpu/")
-    take.add_argument("results", type=Path, help="the results directory the job wrote")
+    take.add_argument("results", type=Path, help="the results directory the job wrote, or the results.tar.gz the node command packs")
     take.add_argument("--dest", type=Path, default=None, help="where to put them (default: reports/gpu/<date>_<device>_<profile>)")
     take.add_argument("--allow-smoke", action="store_true", help="import smoke-run results too")
     take.set_defaults(run=_gpu_import)

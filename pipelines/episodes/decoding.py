@@ -532,8 +532,10 @@ def _kv_buffer_class() -> type:
 
         def update(self, key_states: "torch.Tensor", value_states: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
             if self.static_column is not None:
-                self.key_buffer.index_copy_(2, self.static_column, key_states)
-                self.value_buffer.index_copy_(2, self.static_column, value_states)
+                # Under autocast keys (rotated: float32) and values (bf16) differ in dtype; the
+                # buffers hold the prefill's, as the growing path's slice assignment casts to.
+                self.key_buffer.index_copy_(2, self.static_column, key_states.to(self.key_buffer.dtype))
+                self.value_buffer.index_copy_(2, self.static_column, value_states.to(self.value_buffer.dtype))
                 return self.key_buffer, self.value_buffer
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)

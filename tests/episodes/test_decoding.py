@@ -334,3 +334,18 @@ def test_each_row_can_have_its_own_stop(model):
     assert limited == [free[0], free[1][:4], free[2][:7]]
     with pytest.raises(ValueError, match="one per row"):
         decode(model, rows, spec, pad_id=0, stop_text=[None])
+
+
+def test_static_steps_run_under_autocast_where_keys_and_values_differ_in_dtype(model):
+    """GRPO's rollouts decode a float32 model under bf16 autocast: the projections give bf16
+    values, rotary embeddings float32 keys. The static steps write both into the buffers the
+    prefill allocated, as the growing cache does (the H200 run of 2026-11-30 failed here:
+    index_copy_ of BFloat16 values into a Float buffer)."""
+    import torch
+
+    rows = rows_with_prefix(4, seed=5)
+    stops = frozenset(range(0, 400, 10))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        growing = decode(model, rows, DecodeSpec(10, stops, compact_share=0.01), pad_id=0)
+        static = decode(model, rows, DecodeSpec(10, stops, cuda_graphs=True), pad_id=0)
+    assert static == growing

@@ -165,8 +165,10 @@ def test_loads_for_a_channel_with_a_size_limit_carry_every_file_once_and_the_run
     assert sorted(p for carry in carries for p in carry) == sorted(f"job/{name}" for name in files)
     assert all(c.startswith("mkdir -p /tmp/node-job && cd job && cp --parents ") for c in commands)
     assert "run.py" not in " ".join(commands[:-1])
-    assert commands[-1].endswith('timeout 500 python3 /tmp/node-job/run.py --out /tmp/node-job/results; cp -r /tmp/node-job/results "$OUT"/')
-    assert "run.py --out /tmp/node-job/results --resume;" in result.stdout.splitlines()[-1]
+    # The results come back as one archive with the run's log: the channel brings back 8 files.
+    assert commands[-1].endswith('timeout 500 python3 /tmp/node-job/run.py --out /tmp/node-job/results 2>&1 | tee -a /tmp/node-job/job.log; '
+                                 'tar czf "$OUT"/results.tar.gz -C /tmp/node-job results job.log')
+    assert "run.py --out /tmp/node-job/results --resume 2>&1 |" in result.stdout.splitlines()[-1]
     result = _python("-m", "stages.cli", "gpu", "loads", str(packed), "--limit-mib", "64", "--node-folder", "/tmp/node-job",
                      "--root", str(project), cwd=project)
     assert result.returncode != 0 and "must lie inside the checkout" in result.stderr
@@ -238,6 +240,21 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
                        "--dest", str(dest), cwd=project)
     assert imported.returncode == 0, imported.stderr
     assert json.loads((dest / "job.json").read_text()) == summary
+
+    # The node's command brings them back as one archive with the run's log (the device
+    # channel returns 8 files): imported from it, the log beside them; a broken archive refused.
+    (job / "job.log").write_text(result.stdout)
+    archive = tmp_path / "results.tar.gz"
+    subprocess.run(["tar", "czf", str(archive), "-C", str(job), "results", "job.log"], check=True)
+    imported = _python("-m", "stages.cli", "gpu", "import", str(archive), "--root", str(project), "--allow-smoke",
+                       "--dest", str(tmp_path / "from_archive"), cwd=project)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads((tmp_path / "from_archive" / "job.json").read_text()) == summary
+    assert (tmp_path / "from_archive" / "job.log").read_text() == result.stdout
+    (tmp_path / "broken.tar.gz").write_bytes(archive.read_bytes()[:200])
+    refused = _python("-m", "stages.cli", "gpu", "import", str(tmp_path / "broken.tar.gz"), "--root", str(project), "--allow-smoke",
+                      "--dest", str(tmp_path / "broken"), cwd=project)
+    assert refused.returncode == 1 and "broken.tar.gz" in refused.stderr and not (tmp_path / "broken").exists()
 
     # Tampered results are refused, naming the file.
     (results / "sft.md").write_text("better numbers\n")
@@ -577,7 +594,7 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
         score = {"mean": 0.25, "std": 0.0, "ci95_low": 0.17, "ci95_high": 0.34}
         (folder / "evaluate.json").write_text(json.dumps({
             "setup": {"goals": 100, "seeds": [0]}, "speed": {"sft": {"dialogues_per_s": 6.1}},
-            "models": {"sft": {"success": score, "turns": score}}}))
+            "models": {"sft": {"runs": 1, "seeds": [0], "success": score, "turns": score}}}))
         (folder / "sft.json").write_text(json.dumps({"throughput": {"tokens_per_s": 123456.0, "mfu": 0.1}}))
 
     assert "No GPU run" in results_markdown(tmp_path)
@@ -601,6 +618,14 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     assert "**NVIDIA H200** (139.8 GiB), 2026-12-02" in table
     assert "stopped from outside after 8.5 min, before grpo, evaluate (partial)" in table
     assert table.index("NVIDIA H200") < table.index("NVIDIA H100")  # newest first
+    assert "one training seed" in table and "[0] training seeds" not in table  # evaluation seeds are not training seeds
+
+    # A stage that failed is named with its error beside the wall time.
+    summary.update(finished=True, stages={"sft": {"status": "ok"}, "evaluate_sft": {"status": "ok"},
+                                          "grpo": {"status": "failed", "error": "RuntimeError: index_copy_(): dtype"},
+                                          "evaluate": {"status": "ok"}})
+    (folder / "job.json").write_text(json.dumps(summary))
+    assert "whole job 8.5 min; grpo failed (RuntimeError: index_copy_(): dtype)" in results_markdown(tmp_path)
 
 
 def test_the_readme_figures_of_the_partial_h100_run_are_its_reports():
