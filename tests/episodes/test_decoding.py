@@ -349,3 +349,33 @@ def test_static_steps_run_under_autocast_where_keys_and_values_differ_in_dtype(m
         growing = decode(model, rows, DecodeSpec(10, stops, compact_share=0.01), pad_id=0)
         static = decode(model, rows, DecodeSpec(10, stops, cuda_graphs=True), pad_id=0)
     assert static == growing
+
+
+def test_packed_grouped_query_attention_computes_what_repeated_keys_compute():
+    """A static step's attention (one query token, 9 heads over 3 key/value heads, a boolean
+    mask over the buffer) equals transformers' SDPA path, which repeats the keys and values."""
+    import types
+
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(0)
+    module = types.SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
+    query, key, value = torch.randn(4, 9, 1, 16), torch.randn(4, 3, 40, 16), torch.randn(4, 3, 40, 16)
+    mask = torch.rand(4, 1, 1, 40) > 0.3
+    mask[:, :, :, -1] = True
+    packed, _ = decoding.packed_gqa_sdpa(module, query, key, value, mask, scaling=0.25)
+    repeated, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    assert packed.shape == repeated.shape == (4, 1, 9, 16)
+    assert torch.allclose(packed, repeated, atol=1e-5)
+
+
+def test_static_steps_attend_packed_and_leave_the_models_attention_as_it_was(llama):
+    rows = rows_with_prefix(3, seed=7)
+    stops = frozenset(range(0, 400, 10))
+    assert llama.config._attn_implementation == "sdpa"
+    assert decode(llama, rows, DecodeSpec(6, stops, cuda_graphs=True), pad_id=0) == decode(llama, rows, DecodeSpec(6, stops), pad_id=0)
+    assert llama.config._attn_implementation == "sdpa"
+    from transformers import AttentionInterface
+
+    assert AttentionInterface._global_mapping[decoding.PACKED_SDPA] is decoding.packed_gqa_sdpa

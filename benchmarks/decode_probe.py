@@ -1,0 +1,152 @@
+"""Where an evaluation's time goes on the accelerator: the decode step by dtype and attention,
+and a profiled evaluation (issue 25's 5 dialogues/s; the H200 run of 2026-11-30 decoded at
+26.9 ms per step zero-shot and 36.2 ms after SFT, with every step replayed as a CUDA graph).
+
+    python benchmarks/decode_probe.py --model models/smollm2 [--rows 128] [--prompt 1500] [--steps 64] [--goals 30] [--out probe.json]
+
+1. The decode step: ``--rows`` rows of about ``--prompt`` random prompt tokens, no stop token,
+   ``--steps`` new tokens, static steps (``cuda_graphs``), for float32 and bfloat16 weights and
+   two attentions: the static steps' packed grouped-query SDPA (``decoding.packed_gqa_sdpa``)
+   and transformers' SDPA (keys and values repeated per query head). Per step: the wall time of
+   the call less that of a one-token call (its prefill), over the steps; with CUDA synchronised.
+2. An evaluation of ``--goals`` test goals with the GPU profile's settings (``load_policy`` as
+   the job loads it), the agent's turns run in the calling thread so that cProfile sees them:
+   dialogues/s, the decode summary, and the functions that took the time.
+
+Without CUDA it runs the same on the CPU (use small counts) and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list[dict]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pipelines.episodes import decoding
+    from pipelines.episodes.decoding import DecodeSpec, decode
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rnd = random.Random(0)
+    batch = [[rnd.randrange(100, 40000) for _ in range(rnd.randrange(int(prompt * 0.9), prompt + 1))] for _ in range(rows)]
+
+    def timed(model, new: int, graphs: bool) -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        decode(model, batch, DecodeSpec(new, frozenset(), cuda_graphs=graphs, compact_share=None), pad_id=0)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+    packed = decoding._packed_attention
+    figures = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+        for attention, graphs in (("packed", True), ("repeated", True), ("packed", False)):
+            # "repeated": the static steps run under transformers' own SDPA attention
+            decoding._packed_attention = packed if attention == "packed" else (lambda: "sdpa")
+            try:
+                timed(model, 2, graphs)  # warm-up: kernels chosen, allocator filled
+                prefill = min(timed(model, 1, graphs) for _ in range(2))
+                whole = timed(model, steps + 1, graphs)
+            finally:
+                decoding._packed_attention = packed
+            row = {"dtype": str(dtype).replace("torch.", ""), "attention": attention, "cuda_graphs": graphs and device == "cuda",
+                   "static": graphs, "rows": rows, "prompt_tokens": prompt, "steps": steps,
+                   "prefill_ms": round(prefill * 1000, 2), "ms_per_step": round((whole - prefill) / steps * 1000, 3)}
+            log(row)
+            figures.append(row)
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return figures
+
+
+def profiled_evaluation(model_path: str, goals_n: int, log) -> dict:
+    from catalog.io import read_params
+    from catalog.multiwoz_dir import load_multiwoz
+    from flows.gpu import data_generation_limit, deep_merge, play_timed, profile_params, with_limit
+    from pipelines.config import from_params
+    from pipelines.env.tools import Database
+    from pipelines.episodes import get_format
+    from pipelines.evaluation.config import EvalConfig
+    from pipelines.evaluation.play import held_out_goals
+    from pipelines.evaluation.policy import load_policy
+    from pipelines.evaluation.speed import decode_summary
+    from pipelines.simulators.factory import simulator_from_config
+
+    _, sections = profile_params(read_params("gpu"), None, smoke=False)
+    limit = data_generation_limit(sections, Path(model_path))["tokens"]
+    section = with_limit(deep_merge(sections["evaluate"], {"max_goals": goals_n, "seeds": [0]}), limit)
+    config = from_params(EvalConfig, {**section, "models": {"model": {"path": model_path}}}, "decode_probe evaluate")
+    corpus = load_multiwoz(Path(config.source), config.db_dir)
+    goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
+    database = Database(corpus.entities, corpus.taxi_options)
+    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
+    agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
+
+    async def here(function, *args, **kwargs):  # the agent's turns in this thread, where cProfile looks
+        return function(*args, **kwargs)
+
+    threaded, asyncio.to_thread = asyncio.to_thread, here
+    profile = cProfile.Profile()
+    try:
+        profile.enable()
+        played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan())
+        profile.disable()
+    finally:
+        asyncio.to_thread = threaded
+    text = io.StringIO()
+    view = pstats.Stats(profile, stream=text)
+    view.sort_stats("cumulative").print_stats(r"pipelines|flows|decoding|agents|tokeniz|to\(|tolist|replay|synchronize", 40)
+    view.sort_stats("tottime").print_stats(20)
+    result = {"goals": len(goals), "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(played) / wall_s, 3),
+              "events": sum(len(e.events) for e in played), "decode": decode_summary([stats], wall_s, config.generation.cuda_graphs)}
+    log(result)
+    print(text.getvalue())
+    return {**result, "profile": text.getvalue()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="models/smollm2")
+    parser.add_argument("--rows", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--goals", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    import torch
+
+    from pipelines.gpu.hardware import describe
+
+    machine = describe()
+    print(f"decode_probe: {machine['device']} ({'GPU' if torch.cuda.is_available() else 'CPU figures: no CUDA device here'})", flush=True)
+
+    def log(row: dict) -> None:
+        print(json.dumps(row), flush=True)
+
+    report = {"machine": machine, "steps": step_times(args.model, args.rows, args.prompt, args.steps, log)}
+    if args.goals:
+        report["evaluation"] = profiled_evaluation(args.model, args.goals, log)
+    if args.out is not None:
+        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
