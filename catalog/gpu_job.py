@@ -44,6 +44,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -374,7 +375,7 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
             try:
                 with tarfile.open(results, "r:gz") as archive:
                     archive.extractall(unpacked, filter="data")
-            except (tarfile.TarError, OSError, EOFError) as error:
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
                 raise ConfigError(f"{results}: not a readable results archive ({error})") from error
             if not (Path(unpacked) / "results").is_dir():
                 raise ConfigError(f"{results}: the archive holds no results/ folder")
