@@ -78,26 +78,11 @@ def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list
 
 def profiled_evaluation(model_path: str, goals_n: int, log) -> dict:
     from catalog.io import read_params
-    from catalog.multiwoz_dir import load_multiwoz
-    from flows.gpu import data_generation_limit, deep_merge, play_timed, profile_params, with_limit
-    from pipelines.config import from_params
-    from pipelines.env.tools import Database
-    from pipelines.episodes import get_format
-    from pipelines.evaluation.config import EvalConfig
-    from pipelines.evaluation.play import held_out_goals
-    from pipelines.evaluation.policy import load_policy
+    from flows.gpu import play_timed, profile_evaluation
     from pipelines.evaluation.speed import decode_summary
-    from pipelines.simulators.factory import simulator_from_config
 
-    _, sections = profile_params(read_params("gpu"), None, smoke=False)
-    limit = data_generation_limit(sections, Path(model_path))["tokens"]
-    section = with_limit(deep_merge(sections["evaluate"], {"max_goals": goals_n, "seeds": [0]}), limit)
-    config = from_params(EvalConfig, {**section, "models": {"model": {"path": model_path}}}, "decode_probe evaluate")
-    corpus = load_multiwoz(Path(config.source), config.db_dir)
-    goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
-    database = Database(corpus.entities, corpus.taxi_options)
-    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
-    agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
+    setting = profile_evaluation(read_params("gpu"), model_path, None, {"max_goals": goals_n, "seeds": [0]}, "decode_probe evaluate")
+    config, goals, simulator, database, agent = setting.config, setting.goals, setting.simulator, setting.database, setting.agent
 
     async def here(function, *args, **kwargs):  # the agent's turns in this thread, where cProfile looks
         return function(*args, **kwargs)

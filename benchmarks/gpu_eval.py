@@ -40,33 +40,21 @@ def main() -> None:
     import torch
 
     from catalog.io import read_params
-    from pipelines.config import from_params
-    from catalog.multiwoz_dir import load_multiwoz
-    from flows.gpu import _shard_pool, data_generation_limit, deep_merge, play_sharded, play_timed, profile_params, with_limit
-    from pipelines.evaluation.speed import decode_summary
-    from pipelines.env.tools import Database
+    from flows.gpu import _shard_pool, play_sharded, play_timed, profile_evaluation
     from pipelines.episodes import get_format
-    from pipelines.evaluation.config import EvalConfig
-    from pipelines.evaluation.play import held_out_goals, play_policy
+    from pipelines.evaluation.play import play_policy
     from pipelines.evaluation.policy import load_policy
+    from pipelines.evaluation.speed import decode_summary
     from pipelines.gpu.hardware import describe
-    from pipelines.simulators.factory import simulator_from_config
 
     gpu = torch.cuda.is_available()
     machine = describe()
     print(f"gpu_eval: {machine['device']} ({'GPU' if gpu else 'CPU figures: no CUDA device here'})")
-    _, sections = profile_params(read_params("gpu"), args.profile, smoke=not gpu)
-    limit = data_generation_limit(sections, Path(args.model))["tokens"]
     overrides = {"max_goals": args.goals or (100 if gpu else 4), "seeds": [0]}
     if args.workers is not None:
         overrides["workers"] = args.workers
-    section = with_limit(deep_merge(sections["evaluate"], overrides), limit)
-    config = from_params(EvalConfig, {**section, "models": {"model": {"path": args.model}}}, "benchmark evaluate")
-    corpus = load_multiwoz(Path(config.source), config.db_dir)
-    goals = held_out_goals(corpus.dialogues, config.split, config.max_goals)
-    database = Database(corpus.entities, corpus.taxi_options)
-    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
-    agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
+    setting = profile_evaluation(read_params("gpu"), args.model, args.profile, overrides, "benchmark evaluate", smoke=not gpu)
+    config, goals, simulator, database, agent = setting.config, setting.goals, setting.simulator, setting.database, setting.agent
     plan = config.plan()
 
     def timed(agent: object, generation: object) -> tuple[list, float, dict]:

@@ -493,12 +493,27 @@ def results_markdown(root: Path) -> str:
         blocks.append("\n".join([
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
-            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation {speeds}. "
-            f"{played}; {_training_seeds(report)} (`{folder.relative_to(root)}/`).",
+            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation {speeds}"
+            f"{_unbatched_agreement(folder)}. {played}; {_training_seeds(report)} (`{folder.relative_to(root)}/`).",
             "",
             table,
         ]))
     return "\n\n".join(blocks)
+
+
+def _unbatched_agreement(folder: Path) -> str:
+    """``; greedy transcripts one at a time = batched: sft 4/4 in bfloat16`` from a run's
+    ``unbatched_check`` report; empty where the run made none or it did not finish."""
+    path = folder / "unbatched_check.json"
+    report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if report.get("status") != "ok":
+        return ""
+    rows = [(name, dtype, row) for name, by_dtype in report.get("models", {}).items() for dtype, row in by_dtype.items()]
+    counts = ", ".join(f"{name} {row['identical']}/{row['dialogues']} in {dtype}" for name, dtype, row in rows)
+    # a dtype the evaluation did not decode in: the check played its goals batched, speed and success beside
+    others = ", ".join(f"{dtype} batched: {row['batched']['dialogues_per_s']} dialogues/s, success {100 * row['batched']['success']:.1f} %"
+                       for name, dtype, row in rows if dtype != report.get("dtype") and row.get("batched", {}).get("success") is not None)
+    return f"; greedy transcripts one at a time = batched: {counts}" + (f" ({others})" if others else "")
 
 
 def readme_with_results(text: str, table: str) -> str:

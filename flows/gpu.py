@@ -97,7 +97,7 @@ from pipelines.training.rollout import ConversationEnv
 
 #: A profile's sections by its kind: SpeakRL's chain, JOSH's round, PIR's or Learn-to-Ask's chain
 #: (whose ``seeds`` trains each model under several seeds and pools them, :func:`training_seeds`).
-PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate"), "josh": ("harvest", "sft", "kto", "toolwoz"),
+PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate", "unbatched_check"), "josh": ("harvest", "sft", "kto", "toolwoz"),
                                                 "pir": ("sft", "grpo", "pir_eval"), "l2a": ("sft", "grpo", "l2a_eval", "seeds")}
 #: The section that makes a profile another kind than SpeakRL's chain.
 KIND_SECTIONS = {"harvest": "josh", "pir_eval": "pir", "l2a_eval": "l2a"}
@@ -586,6 +586,148 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     _write_episode_tables(episode_tables(episodes), out, prefix)
     markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSetting:
+    """A profile's evaluation, ready to play one model: what the benchmarks time and compare."""
+
+    config: Any
+    goals: list[Any]
+    database: Any
+    simulator: Any
+    agent: Any
+
+
+def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: str | None, overrides: Mapping[str, Any],
+                       where: str, smoke: bool = False) -> EvalSetting:
+    """The ``evaluate`` section of profile ``profile`` of ``gpu`` (``params.yaml``'s ``gpu``; the
+    default profile when None), ``overrides`` merged in and ``from_data`` resolved for
+    ``model_path``, with that model loaded as the agent: the set-up :func:`evaluate` plays, for
+    one model (the benchmarks time and compare it)."""
+    from catalog.multiwoz_dir import held_out_world
+    from pipelines.episodes import get_format
+    from pipelines.evaluation.config import EvalConfig
+    from pipelines.evaluation.policy import load_policy
+    from pipelines.simulators.factory import simulator_from_config
+
+    _, sections = profile_params(gpu, profile, smoke=smoke)
+    limit = data_generation_limit(sections, Path(model_path))["tokens"]
+    section = with_limit(deep_merge(sections["evaluate"], overrides), limit)
+    config = from_params(EvalConfig, {**section, "models": {"model": {"path": str(model_path)}}}, where)
+    database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, where)
+    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
+    agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
+    return EvalSetting(config, goals, database, simulator, agent)
+
+
+def unbatched_check_params(value: Any, models: Sequence[str], where: str) -> tuple[int, tuple[str, ...], tuple[str, ...] | None]:
+    """A chain profile's ``unbatched_check``: ``{goals: n >= 1, models: [names of the table],
+    dtypes: [generation dtypes]}`` (``models`` default ``[sft]``; ``dtypes`` default None: the
+    evaluation's own).
+
+    >>> unbatched_check_params({"goals": 8, "models": ["sft"]}, ["zero_shot", "sft", "grpo"], "w")
+    (8, ('sft',), None)
+    >>> unbatched_check_params({"goals": 4, "dtypes": ["bfloat16", "float32"]}, ["sft"], "w")
+    (4, ('sft',), ('bfloat16', 'float32'))
+    >>> unbatched_check_params({"goals": 8, "models": ["dpo"]}, ["zero_shot", "sft"], "w")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: w.unbatched_check.models: expected a non-empty list of ['zero_shot', 'sft'], got ['dpo']
+    """
+    from pipelines.evaluation.policy import GENERATION_DTYPES
+
+    where = f"{where}.unbatched_check"
+    if not isinstance(value, Mapping) or set(value) - {"goals", "models", "dtypes"}:
+        raise ConfigError(f"{where}: expected {{goals: n, models: [names], dtypes: [dtypes]}}, got {value!r}")
+    goals, names, dtypes = value.get("goals"), value.get("models", ["sft"]), value.get("dtypes")
+    if not (isinstance(goals, int) and not isinstance(goals, bool) and goals >= 1):
+        raise ConfigError(f"{where}.goals: expected an integer >= 1, got {goals!r}")
+    if not (isinstance(names, list) and names and all(name in models for name in names) and len(set(names)) == len(names)):
+        raise ConfigError(f"{where}.models: expected a non-empty list of {list(models)}, got {names!r}")
+    if dtypes is not None and not (isinstance(dtypes, list) and dtypes and all(d in GENERATION_DTYPES for d in dtypes)
+                                   and len(set(dtypes)) == len(dtypes)):
+        raise ConfigError(f"{where}.dtypes: expected a non-empty list of {sorted(GENERATION_DTYPES)}, got {dtypes!r}")
+    return goals, tuple(names), None if dtypes is None else tuple(dtypes)
+
+
+def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[str, str], played: Mapping[str, Any],
+                    dtypes: Sequence[str] | None = None) -> dict[str, Any]:
+    """The first ``goals_n`` test goals played again one dialogue at a time by each model of
+    ``models`` (name -> directory), under the evaluation's settings, and their transcripts
+    compared with the batched ones (greedy decoding must give the same dialogues either way;
+    issue 25): for the evaluation's own ``generation.dtype``, what the evaluation played
+    (``played``: name -> (episodes, scores, speed), as :func:`evaluate` fills it); for each
+    other dtype of ``dtypes``, the evaluation's goals played batched in that dtype here, so that
+    its speed and success stand beside the evaluation's. A difference is the batch's arithmetic
+    (kernels chosen by shape, bf16 rounding) or a batching fault; the second dtype tells them
+    apart. Each is shown with the first utterance that differs."""
+    from catalog.multiwoz_dir import held_out_world
+    from pipelines.episodes import get_format
+    from pipelines.evaluation.config import EvalConfig
+    from pipelines.evaluation.policy import load_policy
+    from pipelines.simulators.factory import simulator_from_config
+
+    where = "params.yaml gpu unbatched_check"
+    missing = sorted(set(models) - set(played))
+    if missing:
+        raise ConfigError(f"{where}: {missing} not played by this run's evaluation; nothing to compare with")
+    own = section.get("generation", {}).get("dtype", "float32")
+    base = from_params(EvalConfig, {**section, "models": {name: {"path": path} for name, path in models.items()}}, where)
+    if base.generation.temperature != 0.0:
+        raise ConfigError(f"{where}: the evaluation samples (temperature {base.generation.temperature}); only greedy transcripts must agree")
+    database, goals = held_out_world(base.source, base.db_dir, base.split, base.max_goals, where)
+    if goals_n > len(goals):
+        raise ConfigError(f"{where}.goals: {goals_n} goals to play one at a time, but the evaluation played {len(goals)}")
+    simulator = simulator_from_config("agenda", database=database, client=None, spec=base.simulator)
+    rows: dict[str, dict[str, Any]] = {}
+    changed_between: dict[str, int] = {}
+    markdown = ["| model | dtype | batched by | batched dialogues/s | success | one at a time | identical transcripts |",
+                "|---|---|---|---:|---:|---:|---:|"]
+    notes = []
+    for name, path in models.items():
+        rows[name] = {}
+        for dtype in dtypes or [own]:
+            config = from_params(EvalConfig, {**deep_merge(section, {"generation": {"dtype": dtype}}), "models": {name: {"path": path}}}, where)
+            agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
+            if dtype == own:
+                reference, speed = played[name][0], played[name][2]["dialogues_per_s"]
+            else:
+                reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan())
+                speed = round(len(reference) / wall_s, 3) if wall_s else None
+            batched = {episode.episode_id: episode for episode in reference}
+            single, wall_s, _ = play_timed(agent, goals[:goals_n], simulator, database, dataclasses.replace(config.plan(), batched=False))
+            del agent
+            differences = []
+            for episode in single:
+                theirs, ours = batched[episode.episode_id].transcript(), episode.transcript()
+                if theirs != ours:
+                    turn = next((i for i, pair in enumerate(zip(theirs, ours)) if pair[0] != pair[1]), min(len(theirs), len(ours)))
+                    differences.append({"episode_id": episode.episode_id, "turn": turn,
+                                        "batched": " ".join(theirs[turn][1].split())[:200] if turn < len(theirs) else None,
+                                        "one_at_a_time": " ".join(ours[turn][1].split())[:200] if turn < len(ours) else None})
+            same = len(single) - len(differences)
+            success = sum(e.success for e in reference) / len(reference) if reference else None
+            rows[name][dtype] = {
+                "batched": {"by": "the evaluation" if dtype == own else "this check", "episodes": len(reference),
+                            "dialogues_per_s": speed, "success": success,
+                            "successes": {e.episode_id: bool(e.success) for e in reference}},
+                "dialogues": len(single), "identical": same, "wall_s": round(wall_s, 2), "differences": differences}
+            log.info("unbatched_check: %s in %s: %d of %d transcripts identical one at a time", name, dtype, same, len(single))
+            markdown.append(f"| {name} | {dtype} | {rows[name][dtype]['batched']['by']} | {speed} | "
+                            f"{'-' if success is None else f'{100 * success:.1f} %'} | {len(single)} in {wall_s:.1f} s | {same} |")
+            notes += [f"- `{name}` in {dtype}, {d['episode_id']}, utterance {d['turn']}: batched \"{d['batched']}\", "
+                      f"one at a time \"{d['one_at_a_time']}\"" for d in differences[:3]]
+        if len(rows[name]) > 1:
+            # the same goals batched in each dtype: on how many does the verdict change?
+            verdicts = [row["batched"]["successes"] for row in rows[name].values()]
+            changed = sum(len({v[k] for v in verdicts}) > 1 for k in verdicts[0] if all(k in v for v in verdicts))
+            changed_between[name] = changed
+            notes.append(f"- `{name}`: the success verdict differs between the dtypes on {changed} of {len(verdicts[0])} goals.")
+    return {"goals": goals_n, "dtype": own, "models": rows, "success_changed_between_dtypes": changed_between,
+            "markdown": "\n".join(["Greedy transcripts of the first test goals played one dialogue at a time against the batched "
+                                    f"ones (they must be identical; {own} is the evaluation's own dtype).", "", *markdown,
+                                    *(["", *notes] if notes else [])])}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1146,6 +1288,11 @@ def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[st
     stages.update({f"grpo{suffix}": StageResult(f"grpo{suffix}", needs=(f"sft{suffix}",), makes=(trained_dir[f"grpo{suffix}"],))
                    for _, suffix in runs})
     stages[chain.evaluation] = StageResult(chain.evaluation)
+    check = sections.get("unbatched_check")
+    if check is not None:
+        check_goals, check_models, check_dtypes = unbatched_check_params(check, [name for name, _, _ in chain.models], where)
+        makers = tuple(dict.fromkeys(made[name][0][0] for name in check_models))
+        stages["unbatched_check"] = StageResult("unbatched_check", needs=(chain.evaluation, *makers))
 
     def trained(method: str, seed: int | None, suffix: str, start: Path) -> Callable[[], dict[str, Any]]:
         def body() -> dict[str, Any]:
@@ -1200,6 +1347,10 @@ def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[st
     for seed, suffix in runs:
         stage(f"grpo{suffix}", trained("grpo", seed, suffix, trained_dir[f"sft{suffix}"]))
     evaluation(chain.evaluation)
+    if check is not None:
+        # Last: a lease cut short loses only this check, never a model or the table.
+        models_of = {name: str(made[name][0][1]) for name in check_models}
+        stage("unbatched_check", lambda: unbatched_check(sections[chain.evaluation], check_goals, models_of, played, check_dtypes))
 
 
 def run_josh_round(stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,

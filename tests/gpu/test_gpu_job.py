@@ -202,7 +202,7 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     results = job / "results"
     summary = json.loads((results / "job.json").read_text())
     assert {name: stage["status"] for name, stage in summary["stages"].items()} == dict.fromkeys(
-        ("convert", "sft", "evaluate_sft", "grpo", "evaluate"), "ok")
+        ("convert", "sft", "evaluate_sft", "grpo", "evaluate", "unbatched_check"), "ok")
     assert summary["smoke"] and summary["finished"] and summary["machine"]["versions"]["trl"]
     assert summary["generation_limit"]["tokens"] >= summary["generation_limit"]["longest"] > 0
     sft = json.loads((results / "sft.json").read_text())
@@ -231,6 +231,14 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert {name: evaluation["models"][name] for name in before_grpo["models"]} == before_grpo["models"]
     assert {name: evaluation["speed"][name] for name in before_grpo["speed"]} == before_grpo["speed"]
     assert "comparisons" in evaluation["statistics"] and (results / "episodes.parquet").is_file()
+    # Last: the SFT model's first goal again, one dialogue at a time, against the batched play.
+    check = json.loads((results / "unbatched_check.json").read_text())
+    assert check["goals"] == 1 and list(check["models"]) == ["sft"] and check["dtype"] == "bfloat16"
+    assert list(check["models"]["sft"]) == ["bfloat16", "float32"]
+    for dtype, row in check["models"]["sft"].items():
+        assert row["dialogues"] == 1 and row["identical"] + len(row["differences"]) == 1 and row["wall_s"] > 0
+        assert row["batched"]["episodes"] == 2 and f"| sft | {dtype} |" in (results / "unbatched_check.md").read_text()
+    assert check["models"]["sft"]["bfloat16"]["batched"]["dialogues_per_s"] == evaluation["speed"]["sft"]["dialogues_per_s"]
 
     # Import: checked against the results' manifest and the commit's code, then copied.
     imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), cwd=project)
@@ -408,7 +416,7 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     assert summary["finished"] is False
     assert summary["generation_limit"]["tokens"] > 0  # checkpointed as soon as known, not only at the end
     assert {name: stage["status"] for name, stage in summary["stages"].items()} == {
-        "convert": "ok", "sft": "ok", "evaluate_sft": "ok", "grpo": "pending", "evaluate": "pending"}
+        "convert": "ok", "sft": "ok", "evaluate_sft": "ok", "grpo": "pending", "evaluate": "pending", "unbatched_check": "pending"}
     assert not (results / "evaluate.json").exists()
     (results / "grpo_curve.csv").write_text("step,loss\n1,0.5")  # what a stage cut short leaves: no checkpoint lists it
     dest = tmp_path / "imported"
@@ -431,7 +439,8 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     assert after["finished"] is True and [run.get("stopped", False) for run in after["runs"]] == [True, False]
     assert after["wall_s"] == pytest.approx(sum(run["wall_s"] for run in after["runs"]), abs=0.02)
     assert {name: (stage["status"], stage.get("kept", False)) for name, stage in after["stages"].items()} == {
-        "convert": ("ok", True), "sft": ("ok", True), "evaluate_sft": ("ok", True), "grpo": ("ok", False), "evaluate": ("ok", False)}
+        "convert": ("ok", True), "sft": ("ok", True), "evaluate_sft": ("ok", True), "grpo": ("ok", False), "evaluate": ("ok", False),
+        "unbatched_check": ("ok", False)}
     assert (results / "sft.json").read_bytes() == kept_sft and not (results / "grpo_left_behind.csv").exists()
     assert list(json.loads((results / "evaluate.json").read_text())["models"]) == ["zero_shot", "sft", "grpo"]
     imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), "--allow-smoke",
@@ -626,6 +635,17 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
                                           "evaluate": {"status": "ok"}})
     (folder / "job.json").write_text(json.dumps(summary))
     assert "whole job 8.5 min; grpo failed (RuntimeError: index_copy_(): dtype)" in results_markdown(tmp_path)
+    assert "one at a time" not in results_markdown(tmp_path)
+
+    # The unbatched check, where the run made one: its counts beside the speeds.
+    check = {"status": "ok", "goals": 4, "dtype": "bfloat16", "models": {"sft": {
+        "bfloat16": {"dialogues": 4, "identical": 3, "differences": [{}], "batched": {"dialogues_per_s": 6.1, "success": 0.25}},
+        "float32": {"dialogues": 4, "identical": 4, "differences": [], "batched": {"dialogues_per_s": 3.2, "success": 0.27}}}}}
+    (folder / "unbatched_check.json").write_text(json.dumps(check))
+    assert ("; greedy transcripts one at a time = batched: sft 3/4 in bfloat16, sft 4/4 in float32 "
+            "(float32 batched: 3.2 dialogues/s, success 27.0 %)." in results_markdown(tmp_path))
+    (folder / "unbatched_check.json").write_text(json.dumps({**check, "status": "failed"}))
+    assert "one at a time" not in results_markdown(tmp_path)
 
 
 def test_the_readme_figures_of_the_partial_h100_run_are_its_reports():
