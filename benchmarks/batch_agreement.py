@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def agreement(model: str, dtype: str, path: str, goals: int, exchanges: int, max_new_tokens: int) -> dict:
     """One run: the goals batched, then one at a time; the transcripts compared."""
     from catalog.io import read_params
-    from flows.gpu import play_timed, profile_evaluation
+    from flows.gpu import play_timed, profile_evaluation, transcript_differences
 
     overrides = {"max_goals": goals, "seeds": [0], "max_exchanges": exchanges, "workers": 1,
                  "generation": {"max_new_tokens": max_new_tokens, "batch_size": goals, "dtype": dtype, "cuda_graphs": path == "static"}}
@@ -39,15 +39,7 @@ def agreement(model: str, dtype: str, path: str, goals: int, exchanges: int, max
     batched, batched_s, _ = play_timed(setting.agent, setting.goals, setting.simulator, setting.database, plan)
     single, single_s, _ = play_timed(setting.agent, setting.goals, setting.simulator, setting.database,
                                      dataclasses.replace(plan, batched=False))
-    by_id = {episode.episode_id: episode for episode in batched}
-    differences = []
-    for episode in single:
-        theirs, ours = by_id[episode.episode_id].transcript(), episode.transcript()
-        if theirs != ours:
-            turn = next((i for i, pair in enumerate(zip(theirs, ours)) if pair[0] != pair[1]), min(len(theirs), len(ours)))
-            differences.append({"episode_id": episode.episode_id, "utterance": turn,
-                                "batched": theirs[turn][1][:240] if turn < len(theirs) else None,
-                                "one_at_a_time": ours[turn][1][:240] if turn < len(ours) else None})
+    differences = transcript_differences(batched, single)
     return {"dtype": dtype, "path": path, "goals": len(single), "identical": len(single) - len(differences),
             "differences": differences, "seconds": {"batched": round(batched_s, 1), "one_at_a_time": round(single_s, 1)}}
 

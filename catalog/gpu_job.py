@@ -511,7 +511,7 @@ def _unbatched_agreement(folder: Path) -> str:
     rows = [(name, dtype, row) for name, by_dtype in report.get("models", {}).items() for dtype, row in by_dtype.items()]
     counts = ", ".join(f"{name} {row['identical']}/{row['dialogues']} in {dtype}" for name, dtype, row in rows)
     # a dtype the evaluation did not decode in: the check played its goals batched, speed and success beside
-    others = ", ".join(f"{dtype} batched: {row['batched']['dialogues_per_s']} dialogues/s, success {100 * row['batched']['success']:.1f} %"
+    others = ", ".join(f"{name} in {dtype} batched: {row['batched']['dialogues_per_s']} dialogues/s, success {100 * row['batched']['success']:.1f} %"
                        for name, dtype, row in rows if dtype != report.get("dtype") and row.get("batched", {}).get("success") is not None)
     return f"; greedy transcripts one at a time = batched: {counts}" + (f" ({others})" if others else "")
 

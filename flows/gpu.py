@@ -651,6 +651,22 @@ def unbatched_check_params(value: Any, models: Sequence[str], where: str) -> tup
     return goals, tuple(names), None if dtypes is None else tuple(dtypes)
 
 
+def transcript_differences(batched: Sequence[Any], single: Sequence[Any], width: int = 240) -> list[dict[str, Any]]:
+    """Each episode of ``single`` whose transcript is not its namesake's in ``batched``: its id,
+    the first utterance that differs (its index among the utterances) and both texts there
+    (cut to ``width``; None where one transcript ended before the other)."""
+    by_id = {episode.episode_id: episode for episode in batched}
+    differences = []
+    for episode in single:
+        theirs, ours = by_id[episode.episode_id].transcript(), episode.transcript()
+        if theirs != ours:
+            turn = next((i for i, pair in enumerate(zip(theirs, ours)) if pair[0] != pair[1]), min(len(theirs), len(ours)))
+            differences.append({"episode_id": episode.episode_id, "utterance": turn,
+                                "batched": theirs[turn][1][:width] if turn < len(theirs) else None,
+                                "one_at_a_time": ours[turn][1][:width] if turn < len(ours) else None})
+    return differences
+
+
 def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[str, str], played: Mapping[str, Any],
                     dtypes: Sequence[str] | None = None) -> dict[str, Any]:
     """The first ``goals_n`` test goals played again one dialogue at a time by each model of
@@ -695,17 +711,9 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             else:
                 reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan())
                 speed = round(len(reference) / wall_s, 3) if wall_s else None
-            batched = {episode.episode_id: episode for episode in reference}
             single, wall_s, _ = play_timed(agent, goals[:goals_n], simulator, database, dataclasses.replace(config.plan(), batched=False))
             del agent
-            differences = []
-            for episode in single:
-                theirs, ours = batched[episode.episode_id].transcript(), episode.transcript()
-                if theirs != ours:
-                    turn = next((i for i, pair in enumerate(zip(theirs, ours)) if pair[0] != pair[1]), min(len(theirs), len(ours)))
-                    differences.append({"episode_id": episode.episode_id, "turn": turn,
-                                        "batched": " ".join(theirs[turn][1].split())[:200] if turn < len(theirs) else None,
-                                        "one_at_a_time": " ".join(ours[turn][1].split())[:200] if turn < len(ours) else None})
+            differences = transcript_differences(reference, single)
             same = len(single) - len(differences)
             success = sum(e.success for e in reference) / len(reference) if reference else None
             rows[name][dtype] = {
@@ -716,8 +724,8 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             log.info("unbatched_check: %s in %s: %d of %d transcripts identical one at a time", name, dtype, same, len(single))
             markdown.append(f"| {name} | {dtype} | {rows[name][dtype]['batched']['by']} | {speed} | "
                             f"{'-' if success is None else f'{100 * success:.1f} %'} | {len(single)} in {wall_s:.1f} s | {same} |")
-            notes += [f"- `{name}` in {dtype}, {d['episode_id']}, utterance {d['turn']}: batched \"{d['batched']}\", "
-                      f"one at a time \"{d['one_at_a_time']}\"" for d in differences[:3]]
+            notes += [f"- `{name}` in {dtype}, {d['episode_id']}, utterance {d['utterance']}: batched \"{' '.join((d['batched'] or '').split())}\", "
+                      f"one at a time \"{' '.join((d['one_at_a_time'] or '').split())}\"" for d in differences[:3]]
         if len(rows[name]) > 1:
             # the same goals batched in each dtype: on how many does the verdict change?
             verdicts = [row["batched"]["successes"] for row in rows[name].values()]

@@ -643,7 +643,7 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
         "float32": {"dialogues": 4, "identical": 4, "differences": [], "batched": {"dialogues_per_s": 3.2, "success": 0.27}}}}}
     (folder / "unbatched_check.json").write_text(json.dumps(check))
     assert ("; greedy transcripts one at a time = batched: sft 3/4 in bfloat16, sft 4/4 in float32 "
-            "(float32 batched: 3.2 dialogues/s, success 27.0 %)." in results_markdown(tmp_path))
+            "(sft in float32 batched: 3.2 dialogues/s, success 27.0 %)." in results_markdown(tmp_path))
     (folder / "unbatched_check.json").write_text(json.dumps({**check, "status": "failed"}))
     assert "one at a time" not in results_markdown(tmp_path)
 

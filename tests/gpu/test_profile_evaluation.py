@@ -107,8 +107,8 @@ def test_the_unbatched_check_compares_greedy_transcripts_and_names_the_first_dif
     assert row["identical"] == 1 and len(row["differences"]) == 1
     difference = row["differences"][0]
     utterances = [i for i, event in enumerate(first.events) if event.is_utterance]
-    assert difference["episode_id"] == first.episode_id and difference["turn"] == utterances.index(spoken[0])
-    assert difference["batched"] == "something else" and difference["one_at_a_time"] == " ".join(first.events[spoken[0]].text.split())[:200]
+    assert difference["episode_id"] == first.episode_id and difference["utterance"] == utterances.index(spoken[0])
+    assert difference["batched"] == "something else" and difference["one_at_a_time"] == first.events[spoken[0]].text[:240]
     assert "something else" in report["markdown"]
 
 
