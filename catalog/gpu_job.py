@@ -569,7 +569,7 @@ def plan_loads(job: Path, limit_mib: float, *, reserve_mib: float = 0.0, max_pat
     return [*loads[1:], loads[0]]
 
 
-def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = "/tmp/job", timeout_s: int = 540,
+def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = "/tmp/job", timeout_s: int = 570,
                profile: str | None = None) -> list[dict[str, Any]]:
     """One device call per load, for a channel that copies the checkout and the carried paths
     into the node's working copy (``job``: the job's folder relative to the checkout) and
@@ -585,7 +585,7 @@ def load_calls(loads: Sequence[Mapping[str, Any]], job: str, node_folder: str = 
     >>> load_calls([{"files": ["run.py"], "runs": False}], "my job", "/tmp/a b")[0]["command"]
     "mkdir -p '/tmp/a b' && cd 'my job' && cp --parents run.py '/tmp/a b'/"
     >>> calls[1]["command"]
-    'mkdir -p /tmp/job && cd build/job && cp --parents run.py manifest.json /tmp/job/ && timeout 540 python3 /tmp/job/run.py --out /tmp/job/results 2>&1 | tee -a /tmp/job/job.log; tar czf "$OUT"/results.tar.gz -C /tmp/job results job.log'
+    'mkdir -p /tmp/job && cd build/job && cp --parents run.py manifest.json /tmp/job/ && timeout 570 python3 /tmp/job/run.py --out /tmp/job/results 2>&1 | tee -a /tmp/job/job.log; tar czf "$OUT"/results.tar.gz -C /tmp/job results job.log'
     """
     job = job.rstrip("/")
     if not job or job.startswith(("/", "..")):

@@ -100,7 +100,7 @@ def _gpu_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     loads.add_argument("--node-folder", default=None,
                        help="also print each call: the paths to carry and the node's command, which copies the load into this "
                             "folder (kept while the node is warm); the last runs the job there (e.g. /tmp/job)")
-    loads.add_argument("--timeout-s", type=int, default=540, help="with --node-folder: the job's time limit in the last call")
+    loads.add_argument("--timeout-s", type=int, default=570, help="with --node-folder: the job's time limit in the last call (the device call allows 600 s: the rest packs the results)")
     loads.add_argument("--profile", default=None, help="with --node-folder: the profile the last call runs (default: the packed one)")
     loads.set_defaults(run=_gpu_loads)
     run = actions.add_parser("run", help="check, unpack and run a job (on the node; offline)")
