@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from catalog.io import read_params
-from pipelines.config import from_params
+from pipelines.config import from_params, positive_int
 from pipelines.errors import AskflowError, ConfigError, DataError
 from pipelines.episodes.decoding import decode_stats
 from pipelines.evaluation.speed import decode_summary, stats_since
@@ -528,6 +528,16 @@ def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, 
     return played, time.perf_counter() - started, stats_since(before)
 
 
+def agenda_world(config: Any, where: str) -> tuple[Any, list[Any], Any]:
+    """The database, held-out goals and agenda user an evaluation config plays with
+    (:func:`evaluate`, :func:`profile_evaluation`, :func:`unbatched_check`)."""
+    from catalog.multiwoz_dir import held_out_world
+    from pipelines.simulators.factory import simulator_from_config
+
+    database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, where)
+    return database, goals, simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
+
+
 def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
              prefix: str = "") -> dict[str, Any]:
     """Every model of ``models`` (name -> directory) plays the profile's held-out goals;
@@ -535,20 +545,17 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     and the episode tables as ``out/<prefix>episodes.parquet`` (and events).
     ``played_before`` (name -> (episodes, scores, speed)): models already played with these
     settings are not played again, and what this call plays is added to it."""
-    from catalog.multiwoz_dir import held_out_world
     from pipelines.episodes import episode_tables, get_format
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.metrics import bootstrap_summary, score_episode
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
-    from pipelines.simulators.factory import simulator_from_config
 
     params = {**section, "models": {name: {"path": path} for name, path in models.items()}}
     config = from_params(EvalConfig, params, "params.yaml gpu evaluate")
     if config.simulator.kind != "agenda":
         raise ConfigError("gpu evaluate: the job runs offline; simulator.kind must be agenda")
-    database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, "gpu evaluate")
-    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
+    database, goals, simulator = agenda_world(config, "gpu evaluate")
     by_id = {d.dialogue_id: d.goal for d in goals}
     played_before = {} if played_before is None else played_before
     to_play = [policy for policy in config.policy_specs() if policy.name not in played_before]
@@ -605,18 +612,15 @@ def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: 
     default profile when None), ``overrides`` merged in and ``from_data`` resolved for
     ``model_path``, with that model loaded as the agent: the set-up :func:`evaluate` plays, for
     one model (the benchmarks time and compare it)."""
-    from catalog.multiwoz_dir import held_out_world
     from pipelines.episodes import get_format
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.policy import load_policy
-    from pipelines.simulators.factory import simulator_from_config
 
     _, sections = profile_params(gpu, profile, smoke=smoke)
     limit = data_generation_limit(sections, Path(model_path))["tokens"]
     section = with_limit(deep_merge(sections["evaluate"], overrides), limit)
     config = from_params(EvalConfig, {**section, "models": {"model": {"path": str(model_path)}}}, where)
-    database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, where)
-    simulator = simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
+    database, goals, simulator = agenda_world(config, where)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
     return EvalSetting(config, goals, database, simulator, agent)
 
@@ -641,8 +645,7 @@ def unbatched_check_params(value: Any, models: Sequence[str], where: str) -> tup
     if not isinstance(value, Mapping) or set(value) - {"goals", "models", "dtypes"}:
         raise ConfigError(f"{where}: expected {{goals: n, models: [names], dtypes: [dtypes]}}, got {value!r}")
     goals, names, dtypes = value.get("goals"), value.get("models", ["sft"]), value.get("dtypes")
-    if not (isinstance(goals, int) and not isinstance(goals, bool) and goals >= 1):
-        raise ConfigError(f"{where}.goals: expected an integer >= 1, got {goals!r}")
+    positive_int(goals, f"{where}.goals")
     if not (isinstance(names, list) and names and all(name in models for name in names) and len(set(names)) == len(names)):
         raise ConfigError(f"{where}.models: expected a non-empty list of {list(models)}, got {names!r}")
     if dtypes is not None and not (isinstance(dtypes, list) and dtypes and all(d in GENERATION_DTYPES for d in dtypes)
@@ -678,11 +681,9 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
     its speed and success stand beside the evaluation's. A difference is the batch's arithmetic
     (kernels chosen by shape, bf16 rounding) or a batching fault; the second dtype tells them
     apart. Each is shown with the first utterance that differs."""
-    from catalog.multiwoz_dir import held_out_world
     from pipelines.episodes import get_format
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.policy import load_policy
-    from pipelines.simulators.factory import simulator_from_config
 
     where = "params.yaml gpu unbatched_check"
     missing = sorted(set(models) - set(played))
@@ -692,10 +693,9 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
     base = from_params(EvalConfig, {**section, "models": {name: {"path": path} for name, path in models.items()}}, where)
     if base.generation.temperature != 0.0:
         raise ConfigError(f"{where}: the evaluation samples (temperature {base.generation.temperature}); only greedy transcripts must agree")
-    database, goals = held_out_world(base.source, base.db_dir, base.split, base.max_goals, where)
+    database, goals, simulator = agenda_world(base, where)
     if goals_n > len(goals):
         raise ConfigError(f"{where}.goals: {goals_n} goals to play one at a time, but the evaluation played {len(goals)}")
-    simulator = simulator_from_config("agenda", database=database, client=None, spec=base.simulator)
     rows: dict[str, dict[str, Any]] = {}
     changed_between: dict[str, int] = {}
     markdown = ["| model | dtype | batched by | batched dialogues/s | success | one at a time | identical transcripts |",
