@@ -388,8 +388,11 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
     if dest is None:
         name = f"{summary['started'][:10]}_{_slug(str(machine.get('device', 'unknown')))}_{summary['profile']}"
         # A job stopped from outside (its lease ended) checkpointed the stages it finished.
-        dest = root / "reports" / "gpu" / (name + ("_smoke" if summary.get("smoke") else "")
-                                           + ("_partial" if summary.get("finished") is False else ""))
+        name += ("_smoke" if summary.get("smoke") else "") + ("_partial" if summary.get("finished") is False else "")
+        dest = root / "reports" / "gpu" / name
+        # Another run of the same day, device and profile: its start time tells the two apart.
+        if dest.exists() and _started(dest) not in (None, summary["started"]):
+            dest = dest.with_name(f"{dest.name}_{summary['started'][11:19].replace(':', '')}")
     if dest.exists():
         raise ConfigError(f"{dest}: exists already; remove it or give --dest")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -461,6 +464,12 @@ def _training_seeds(evaluation: Mapping[str, Any]) -> str:
     # A pooled row counts its training seeds; a SpeakRL row's ``seeds`` lists its evaluation seeds.
     seeds = max((row["seeds"] for row in rows.values() if isinstance(row, Mapping) and isinstance(row.get("seeds"), int)), default=1)
     return "one training seed" if seeds == 1 else f"{seeds} training seeds per trained model, pooled"
+
+
+def _started(folder: Path) -> str | None:
+    """When the run imported into ``folder`` started (its ``job.json``); None without one."""
+    summary = folder / "job.json"
+    return json.loads(summary.read_text(encoding="utf-8")).get("started") if summary.is_file() else None
 
 
 def results_markdown(root: Path) -> str:
