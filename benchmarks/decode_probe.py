@@ -2,14 +2,19 @@
 and a profiled evaluation (issue 25's 5 dialogues/s; the H200 run of 2026-11-30 decoded at
 26.9 ms per step zero-shot and 36.2 ms after SFT, with every step replayed as a CUDA graph).
 
-    python benchmarks/decode_probe.py --model models/smollm2 [--rows 128] [--prompt 1500] [--steps 64] [--goals 30] [--out probe.json]
+    python benchmarks/decode_probe.py --model models/smollm2 [--rows 128] [--prompt 1500] [--steps 64] [--goals 30]
+        [--kernels 16] [--skip-steps] [--out probe.json]
 
 1. The decode step: ``--rows`` rows of about ``--prompt`` random prompt tokens, no stop token,
    ``--steps`` new tokens, static steps (``cuda_graphs``), for float32 and bfloat16 weights and
    two attentions: the static steps' packed grouped-query SDPA (``decoding.packed_gqa_sdpa``)
    and transformers' SDPA (keys and values repeated per query head). Per step: the wall time of
    the call less that of a one-token call (its prefill), over the steps; with CUDA synchronised.
-2. An evaluation of ``--goals`` test goals with the GPU profile's settings (``load_policy`` as
+2. ``--kernels N``: N static steps of the same batch in each dtype under ``torch.profiler``,
+   run eagerly (no capture: the graph replays the same kernels, but the profiler then sees
+   one launch), and the kernels that took a step's device time, most first: what a float32
+   step spends in attention, matrix products and the rest.
+3. An evaluation of ``--goals`` test goals with the GPU profile's settings (``load_policy`` as
    the job loads it), the agent's turns run in the calling thread so that cProfile sees them:
    dialogues/s, the decode summary, and the functions that took the time.
 
@@ -76,6 +81,60 @@ def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list
     return figures
 
 
+def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: int = 15) -> list[dict]:
+    """Per dtype: the device time of ``steps`` eager static steps by kernel (self time, the
+    ``top`` largest), per step, and their share of all kernels' time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipelines.episodes import decoding
+    from pipelines.episodes.decoding import DecodeSpec, decode
+
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    rnd = random.Random(0)
+    vocabulary = AutoConfig.from_pretrained(model_path).vocab_size
+    low, high = min(100, vocabulary // 2), min(40000, vocabulary)  # ordinary tokens, within any model's vocabulary
+    batch = [[rnd.randrange(low, high) for _ in range(rnd.randrange(int(prompt * 0.9), prompt + 1))] for _ in range(rows)]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    figures = []
+    capture = decoding._can_capture
+    decoding._can_capture = lambda device: False  # eager static steps: the profiler sees each kernel
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+
+            def profiled(model, new: int) -> dict[str, tuple[int, float]]:
+                """kernel -> (calls, microseconds of self time on the device, the CPU without one)."""
+                spec = DecodeSpec(new, frozenset(), cuda_graphs=True, compact_share=None)
+                with profile(activities=activities) as prof:
+                    decode(model, batch, spec, pad_id=0)
+                    if cuda:
+                        torch.cuda.synchronize()
+                return {e.key: (e.count, (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
+                                if cuda else e.self_cpu_time_total) for e in prof.key_averages()}
+
+            decode(model, batch, DecodeSpec(2, frozenset(), cuda_graphs=True, compact_share=None), pad_id=0)  # warm-up
+            # The steps alone: a decode of steps + 1 tokens less one of 1 (the prefill and the first pick).
+            whole, prefill = profiled(model, steps + 1), profiled(model, 1)
+            spent = {key: (calls - prefill.get(key, (0, 0.0))[0], time - prefill.get(key, (0, 0.0))[1]) for key, (calls, time) in whole.items()}
+            total = sum(max(time, 0.0) for _, time in spent.values()) or 1.0
+            ranked = sorted(spent.items(), key=lambda item: item[1][1], reverse=True)[:top]
+            row = {"dtype": str(dtype).replace("torch.", ""), "rows": rows, "prompt_tokens": prompt, "steps": steps,
+                   "device_time": "cuda" if cuda else "cpu (no CUDA device)", "ms_per_step": round(total / 1000 / steps, 3),
+                   "kernels": [{"name": key[:120], "calls_per_step": round(calls / steps, 2), "ms_per_step": round(time / 1000 / steps, 3),
+                                "share": round(time / total, 3)} for key, (calls, time) in ranked]}
+            log(row)
+            figures.append(row)
+            del model
+            if cuda:
+                torch.cuda.empty_cache()
+    finally:
+        decoding._can_capture = capture
+    return figures
+
+
 def profiled_evaluation(model_path: str, goals_n: int, log) -> dict:
     from catalog.io import read_params
     from flows.gpu import play_timed, profile_evaluation
@@ -113,6 +172,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=1500)
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--goals", type=int, default=30)
+    parser.add_argument("--kernels", type=int, default=0, help="profile this many static steps per dtype (0: none)")
+    parser.add_argument("--skip-steps", action="store_true", help="leave out part 1 (the step times)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -126,7 +187,11 @@ def main() -> None:
     def log(row: dict) -> None:
         print(json.dumps(row), flush=True)
 
-    report = {"machine": machine, "steps": step_times(args.model, args.rows, args.prompt, args.steps, log)}
+    report = {"machine": machine}
+    if not args.skip_steps:
+        report["steps"] = step_times(args.model, args.rows, args.prompt, args.steps, log)
+    if args.kernels:
+        report["kernels"] = kernel_times(args.model, args.rows, args.prompt, args.kernels, log)
     if args.goals:
         report["evaluation"] = profiled_evaluation(args.model, args.goals, log)
     if args.out is not None:

@@ -386,13 +386,7 @@ def import_results(root: Path, results: Path, *, dest: Path | None = None, allow
         raise ConfigError(f"{results}: smoke-run results (tiny counts) are not GPU results; --allow-smoke imports them anyway")
     machine = summary.get("machine") or {}
     if dest is None:
-        name = f"{summary['started'][:10]}_{_slug(str(machine.get('device', 'unknown')))}_{summary['profile']}"
-        # A job stopped from outside (its lease ended) checkpointed the stages it finished.
-        name += ("_smoke" if summary.get("smoke") else "") + ("_partial" if summary.get("finished") is False else "")
-        dest = root / "reports" / "gpu" / name
-        # Another run of the same day, device and profile: its start time tells the two apart.
-        if dest.exists() and _started(dest) not in (None, summary["started"]):
-            dest = dest.with_name(f"{dest.name}_{summary['started'][11:19].replace(':', '')}")
+        dest = default_destination(root, summary)
     if dest.exists():
         raise ConfigError(f"{dest}: exists already; remove it or give --dest")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -466,10 +460,19 @@ def _training_seeds(evaluation: Mapping[str, Any]) -> str:
     return "one training seed" if seeds == 1 else f"{seeds} training seeds per trained model, pooled"
 
 
-def _started(folder: Path) -> str | None:
-    """When the run imported into ``folder`` started (its ``job.json``); None without one."""
-    summary = folder / "job.json"
-    return json.loads(summary.read_text(encoding="utf-8")).get("started") if summary.is_file() else None
+def default_destination(root: Path, summary: Mapping[str, Any]) -> Path:
+    """``reports/gpu/<date>_<device>_<profile>[_smoke][_partial]`` for a run's ``job.json``
+    ``summary``; where another run of that day, device and profile is there already, the name
+    ends with this run's start time (``_HHMMSS``, UTC as ``started`` gives it)."""
+    machine = summary.get("machine") or {}
+    name = f"{summary['started'][:10]}_{_slug(str(machine.get('device', 'unknown')))}_{summary['profile']}"
+    # A job stopped from outside (its lease ended) checkpointed the stages it finished.
+    name += ("_smoke" if summary.get("smoke") else "") + ("_partial" if summary.get("finished") is False else "")
+    dest = root / "reports" / "gpu" / name
+    there = dest / "job.json"
+    if there.is_file() and json.loads(there.read_text(encoding="utf-8")).get("started") != summary["started"]:
+        dest = dest.with_name(f"{name}_{summary['started'][11:19].replace(':', '')}")
+    return dest
 
 
 def results_markdown(root: Path) -> str:
@@ -502,12 +505,22 @@ def results_markdown(root: Path) -> str:
         blocks.append("\n".join([
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
-            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation {speeds}"
+            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation{_decoded_in(report, folder)} {speeds}"
             f"{_unbatched_agreement(folder)}. {played}; {_training_seeds(report)} (`{folder.relative_to(root)}/`).",
             "",
             table,
         ]))
     return "\n\n".join(blocks)
+
+
+def _decoded_in(evaluation: Mapping[str, Any], folder: Path) -> str:
+    """`` in float32``: the dtype the run's evaluation decoded in (its setup's; a run from
+    before the setup recorded it: its ``unbatched_check``'s); empty where neither says."""
+    dtype = evaluation.get("setup", {}).get("dtype")
+    check = folder / "unbatched_check.json"
+    if dtype is None and check.is_file():
+        dtype = json.loads(check.read_text(encoding="utf-8")).get("dtype")
+    return f" in {dtype}" if dtype else ""
 
 
 def _unbatched_agreement(folder: Path) -> str:
@@ -538,12 +551,25 @@ def readme_with_results(text: str, table: str) -> str:
 RUNNER_FILES = ("run.py", MANIFEST, "README.txt")
 
 
+def transfer_bytes(size: int) -> int:
+    """What a file of ``size`` bytes takes of a transfer's limit: a tar member's (a 512-byte
+    header, the content in 512-byte blocks). The device channel counts so: on 2026-11-30 a call
+    of 56.6 MiB of files and a 7.1 MiB checkout (63.8 MiB of bytes, 64.2 as tar members) was
+    refused as over 64 MiB, one of 63.4 (63.9) went.
+
+    >>> transfer_bytes(0), transfer_bytes(1), transfer_bytes(512), transfer_bytes(513)
+    (512, 1024, 1024, 1536)
+    """
+    return 512 + -(-size // 512) * 512
+
+
 def plan_loads(job: Path, limit_mib: float, *, reserve_mib: float = 0.0, max_paths: int | None = None) -> list[dict[str, Any]]:
     """The job's files (``run.py``, the manifest, ``files/``: parts where split) grouped into
     loads for a channel that takes at most ``limit_mib`` per transfer, ``reserve_mib`` of it
     taken by what travels with every load (a checkout), at most ``max_paths`` files a load:
     largest first into the first load with room; the load with the runner files goes last.
-    Each load is ``{"files": [relative paths], "bytes": n, "runs": bool}``.
+    Each load is ``{"files": [relative paths], "bytes": n, "runs": bool}``, ``bytes`` counted
+    as the channel counts them (:func:`transfer_bytes`).
 
     A file that fits no load is refused, naming it and the ``--split-mib`` that would fit."""
     if not (job / MANIFEST).is_file():
@@ -553,7 +579,7 @@ def plan_loads(job: Path, limit_mib: float, *, reserve_mib: float = 0.0, max_pat
         raise ConfigError(f"--limit-mib {limit_mib:g}: nothing left for the job after {reserve_mib:.1f} MiB reserved")
     if max_paths is not None:
         positive_int(max_paths, "--max-paths")
-    sizes = {path.relative_to(job).as_posix(): path.stat().st_size
+    sizes = {path.relative_to(job).as_posix(): transfer_bytes(path.stat().st_size)
              for path in sorted(job.rglob("*")) if path.is_file() and path.relative_to(job).parts[0] not in ("work", "results")}
     missing = [name for name in RUNNER_FILES if name not in sizes and name != "README.txt"]
     if missing:
@@ -623,9 +649,13 @@ def run_command(node_folder: str, timeout_s: int, profile: str | None = None, re
 
 def checkout_mib(root: Path) -> float:
     """The size of what a checkout of ``root`` carries: the files git tracks and the untracked
-    ones it does not ignore, as they are in the working tree."""
-    listed = git(root, "ls-files", "-co", "--exclude-standard", "-z", binary=True).decode().split("\0")
-    return sum((root / name).stat().st_size for name in listed if name and (root / name).is_file()) / 2**20
+    ones it does not ignore, as they are in the working tree, counted as a transfer counts them
+    (:func:`transfer_bytes`)."""
+    listed = [name for name in git(root, "ls-files", "-co", "--exclude-standard", "-z", binary=True).decode().split("\0")
+              if name and (root / name).is_file()]
+    folders = {parent for name in listed for parent in Path(name).parents if parent != Path(".")}
+    # a folder is a tar member too: a header, no content
+    return (sum(transfer_bytes((root / name).stat().st_size) for name in listed) + 512 * len(folders)) / 2**20
 
 
 def run_job(job: Path, arguments: Sequence[str]) -> int:
@@ -636,5 +666,5 @@ def run_job(job: Path, arguments: Sequence[str]) -> int:
     return subprocess.call([sys.executable, str(script), "--job", str(job.resolve()), *arguments])
 
 
-__all__ = ["check_inputs", "check_results", "checkout_mib", "clean_commit", "import_results", "load_calls", "pack", "plan_loads",
-           "readme_with_results", "results_markdown", "run_command", "run_job"]
+__all__ = ["check_inputs", "check_results", "checkout_mib", "clean_commit", "default_destination", "import_results", "load_calls", "pack", "plan_loads",
+           "readme_with_results", "results_markdown", "run_command", "run_job", "transfer_bytes"]

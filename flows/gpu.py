@@ -589,7 +589,9 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
-             "batched": config.batched, "workers": config.workers}
+             "batched": config.batched, "workers": config.workers,
+             # the decoding's numbers: bf16 transcripts batched differ from one at a time (unbatched_check)
+             "dtype": config.generation.dtype, "cuda_graphs": config.generation.cuda_graphs}
     _write_episode_tables(episode_tables(episodes), out, prefix)
     markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}

@@ -132,9 +132,10 @@ def test_pack_writes_parts_under_the_limit_and_a_manifest_of_hashes(packed, proj
 
 
 def test_loads_for_a_channel_with_a_size_limit_carry_every_file_once_and_the_runner_last(packed, project):
-    from catalog.gpu_job import plan_loads
+    from catalog.gpu_job import plan_loads, transfer_bytes
 
-    files = {p.relative_to(packed).as_posix(): p.stat().st_size for p in packed.rglob("*")
+    # counted as tar members, as the device channel counts them
+    files = {p.relative_to(packed).as_posix(): transfer_bytes(p.stat().st_size) for p in packed.rglob("*")
              if p.is_file() and p.relative_to(packed).parts[0] not in ("work", "results")}
     loads = plan_loads(packed, 30, reserve_mib=2.5, max_paths=5)
     assert len(loads) >= 4  # ~104 MiB in loads of at most 27.5
@@ -233,12 +234,13 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert "comparisons" in evaluation["statistics"] and (results / "episodes.parquet").is_file()
     # Last: the SFT model's first goal again, one dialogue at a time, against the batched play.
     check = json.loads((results / "unbatched_check.json").read_text())
-    assert check["goals"] == 1 and list(check["models"]) == ["sft"] and check["dtype"] == "bfloat16"
-    assert list(check["models"]["sft"]) == ["bfloat16", "float32"]
+    assert check["goals"] == 1 and list(check["models"]) == ["sft"] and check["dtype"] == "float32"
+    assert list(check["models"]["sft"]) == ["float32", "bfloat16"]
     for dtype, row in check["models"]["sft"].items():
         assert row["dialogues"] == 1 and row["identical"] + len(row["differences"]) == 1 and row["wall_s"] > 0
         assert row["batched"]["episodes"] == 2 and f"| sft | {dtype} |" in (results / "unbatched_check.md").read_text()
-    assert check["models"]["sft"]["bfloat16"]["batched"]["dialogues_per_s"] == evaluation["speed"]["sft"]["dialogues_per_s"]
+    assert check["models"]["sft"]["float32"]["batched"]["dialogues_per_s"] == evaluation["speed"]["sft"]["dialogues_per_s"]
+    assert (evaluation["setup"]["dtype"], evaluation["setup"]["cuda_graphs"]) == ("float32", True)
 
     # Import: checked against the results' manifest and the commit's code, then copied.
     imported = _python("-m", "stages.cli", "gpu", "import", str(results), "--root", str(project), cwd=project)
@@ -644,8 +646,31 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     (folder / "unbatched_check.json").write_text(json.dumps(check))
     assert ("; greedy transcripts one at a time = batched: sft 3/4 in bfloat16, sft 4/4 in float32 "
             "(sft in float32 batched: 3.2 dialogues/s, success 27.0 %)." in results_markdown(tmp_path))
+    # The evaluation's dtype: its setup's where it records one, else the check's (runs before the setup had it).
+    assert "evaluation in bfloat16 dialogues/s: sft 6.10" in results_markdown(tmp_path)
+    evaluation = json.loads((folder / "evaluate_sft.json").read_text())
+    evaluation["setup"]["dtype"] = "float32"
+    (folder / "evaluate_sft.json").write_text(json.dumps(evaluation))
+    assert "evaluation in float32 dialogues/s: sft 6.10" in results_markdown(tmp_path)
     (folder / "unbatched_check.json").write_text(json.dumps({**check, "status": "failed"}))
     assert "one at a time" not in results_markdown(tmp_path)
+
+
+def test_a_second_run_of_a_day_gets_a_folder_of_its_own(tmp_path):
+    """Two leases of one day run the same profile on the same device: the second import goes
+    to a folder named with its start time, the same run again to the same folder (refused
+    there as existing)."""
+    from catalog.gpu_job import default_destination
+
+    first = {"started": "2026-11-30T15:25:04+00:00", "profile": "speakrl", "machine": {"device": "NVIDIA H200"}}
+    second = {**first, "started": "2026-11-30T22:25:27+00:00"}
+    gpu = tmp_path / "reports" / "gpu"
+    assert default_destination(tmp_path, first) == gpu / "2026-11-30_nvidia-h200_speakrl"
+    (gpu / "2026-11-30_nvidia-h200_speakrl").mkdir(parents=True)
+    (gpu / "2026-11-30_nvidia-h200_speakrl" / "job.json").write_text(json.dumps(first))
+    assert default_destination(tmp_path, first) == gpu / "2026-11-30_nvidia-h200_speakrl"
+    assert default_destination(tmp_path, second) == gpu / "2026-11-30_nvidia-h200_speakrl_222527"
+    assert default_destination(tmp_path, {**second, "finished": False}) == gpu / "2026-11-30_nvidia-h200_speakrl_partial"
 
 
 def test_the_readme_figures_of_the_partial_h100_run_are_its_reports():
