@@ -553,9 +553,9 @@ RUNNER_FILES = ("run.py", MANIFEST, "README.txt")
 
 def transfer_bytes(size: int) -> int:
     """What a file of ``size`` bytes takes of a transfer's limit: a tar member's (a 512-byte
-    header, the content in 512-byte blocks). The device channel counts so: on 2026-11-30 a call
-    of 56.6 MiB of files and a 7.1 MiB checkout (63.8 MiB of bytes, 64.2 as tar members) was
-    refused as over 64 MiB, one of 63.4 (63.9) went.
+    header, the content in 512-byte blocks). The device channel's 64 MiB limit fits this count,
+    not plain bytes: on 2026-11-30 a call of 56.6 MiB of files and a 7.1 MiB checkout (63.8 MiB
+    of bytes, 64.2 as tar members) was refused, one of 63.4 (63.9 as tar members) went.
 
     >>> transfer_bytes(0), transfer_bytes(1), transfer_bytes(512), transfer_bytes(513)
     (512, 1024, 1024, 1536)

@@ -8,6 +8,13 @@ import json
 from tests.benchmark_support import ROOT, flat
 
 
+def _quoting() -> tuple[str, str, str]:
+    """The README, params.yaml's comments and the benchmark's docstring, each on one line."""
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    params = flat(" ".join(line.strip().lstrip("#") for line in (ROOT / "params.yaml").read_text(encoding="utf-8").splitlines()))
+    return readme, params, flat((ROOT / "benchmarks" / "batch_agreement.py").read_text(encoding="utf-8"))
+
+
 def test_the_quoted_agreement_figures_are_the_committed_run():
     report = json.loads((ROOT / "reports" / "batch_agreement_cpu.json").read_text(encoding="utf-8"))
     runs = {(run["dtype"], run["path"]): run for run in report["runs"]}
@@ -15,14 +22,12 @@ def test_the_quoted_agreement_figures_are_the_committed_run():
     assert report["greedy"] and {run["goals"] for run in report["runs"]} == {report["goals"]}
     assert all(run["identical"] + len(run["differences"]) == run["goals"] for run in report["runs"])
     n = report["goals"]
-    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    readme, params, docstring = _quoting()
     assert (f"agreed for {eager['identical']} of {n} test goals in bf16 and {full['identical']} of {n} in float32 "
             f"({report['exchanges']} exchanges, {report['max_new_tokens']} tokens;") in readme
     assert f"{static['identical']} of {n} in bf16 through the static steps the GPU runs" in readme
-    params = flat(" ".join(line.strip().lstrip("#") for line in (ROOT / "params.yaml").read_text(encoding="utf-8").splitlines()))
     assert (f"{n} test goals, {report['exchanges']} exchanges, {report['max_new_tokens']} tokens) bf16 gave {eager['identical']} "
             f"of {n} identical ({static['identical']} of {n} through the static steps the GPU runs), float32 {full['identical']} of {n}") in params
-    docstring = flat((ROOT / "benchmarks" / "batch_agreement.py").read_text(encoding="utf-8"))
     assert (f"bf16 eager {eager['identical']}/{n} identical, bf16 static {static['identical']}/{n}, "
             f"float32 eager {full['identical']}/{n}") in docstring
 
@@ -38,13 +43,11 @@ def test_the_quoted_gpu_agreement_figures_are_the_committed_runs():
     n = report["goals"]
     assert report["device"] == "NVIDIA H200" and report["greedy"] and all(run["path"] == "static" for run in runs.values())
     assert exact["differences"] == bf16["differences"]  # the same goals, the same text: the setting changes nothing
-    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    readme, params, docstring = _quoting()
     assert (f"bf16 {bf16['identical']} of {n} identical, the same {n - bf16['identical']} goals with the same text when cuBLAS "
             f"must keep split-K sums in float32; float32 {full['identical']} of {n}; TF32 {tf32['identical']} of {n}.") in readme
-    params = flat(" ".join(line.strip().lstrip("#") for line in (ROOT / "params.yaml").read_text(encoding="utf-8").splitlines()))
     assert (f"bf16 {bf16['identical']} of {n} with or without bf16 split-K sums, float32 {full['identical']} of {n}, "
             f"TF32 {tf32['identical']} of {n}.") in params
-    docstring = flat((ROOT / "benchmarks" / "batch_agreement.py").read_text(encoding="utf-8"))
     assert (f"bf16 {bf16['identical']}/{n}, bf16 exact-reduction {exact['identical']}/{n}, float32 {full['identical']}/{n}, "
             f"float32 tf32 {tf32['identical']}/{n}.") in docstring
     own = flat((folder / "README.md").read_text(encoding="utf-8"))
