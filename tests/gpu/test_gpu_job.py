@@ -784,3 +784,14 @@ def test_a_resumed_run_keeps_the_finished_prefix_whose_models_are_still_there(tm
     assert ran == ["sft", "evaluate_sft", "grpo"] and [s.kept for s in stages.values()] == [True, False, False, False]
     ran, _, _ = play(None)  # not resuming: every stage runs
     assert ran == ["convert", "sft", "evaluate_sft", "grpo"]
+
+
+def test_the_readme_figures_of_the_h200_grpo_steps_are_its_report():
+    """The README's words on the multi-turn GRPO steps the H200 ran quote the run's grpo.json."""
+    grpo = json.loads((REPO / "reports" / "gpu" / "2026-11-30_nvidia-h200_speakrl_222527" / "grpo.json").read_text())
+    throughput, varied = grpo["throughput"], grpo["conversations"]["groups_with_reward_variance_by_step"]
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    every = "every group of 8 with rewards that varied" if set(varied) == {1.0} else None
+    assert every and grpo["train"]["steps"] == len(varied) == 4
+    assert (f"the multi-turn steps ran: {len(varied)} in {throughput['train_s']:.1f} s, "
+            f"{100 * throughput['generate_share']:.0f} % of it playing the conversations, {every})") in readme
