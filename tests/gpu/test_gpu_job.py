@@ -786,11 +786,27 @@ def test_a_resumed_run_keeps_the_finished_prefix_whose_models_are_still_there(tm
     assert ran == ["convert", "sft", "evaluate_sft", "grpo"]
 
 
-def test_the_readme_figures_of_the_h200_grpo_steps_are_its_report():
-    """The README's words on the multi-turn GRPO steps the H200 ran quote the run's grpo.json."""
-    grpo = json.loads((REPO / "reports" / "gpu" / "2026-11-30_nvidia-h200_speakrl_222527" / "grpo.json").read_text())
+def test_the_readme_words_on_the_h200_run_of_c0e0160_are_its_reports():
+    """The README's prose on the H200 run of c0e0160 (whole job, SFT speed, success, GRPO's
+    steps) quotes the run's job.json, sft.json, evaluate.json and grpo.json."""
+    folder = REPO / "reports" / "gpu" / "2026-11-30_nvidia-h200_speakrl_222527"
+    job, sft = json.loads((folder / "job.json").read_text()), json.loads((folder / "sft.json").read_text())
+    evaluation = json.loads((folder / "evaluate.json").read_text())
+    grpo = json.loads((folder / "grpo.json").read_text())
     throughput, varied = grpo["throughput"], grpo["conversations"]["groups_with_reward_variance_by_step"]
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    success = {name: evaluation["models"][name]["success"] for name in ("zero_shot", "sft", "grpo")}
+
+    def interval(row) -> str:
+        return f"[{100 * row['ci95_low']:.0f}, {100 * row['ci95_high']:.0f}]"
+
+    assert job["commit"].startswith("c0e0160") and all(stage["status"] == "ok" for stage in job["stages"].values())
+    assert (f"ran every stage in **{job['wall_s'] / 60:.1f} minutes**: SFT at **{round(sft['throughput']['tokens_per_s'], -2):,.0f} "
+            f"tokens/s** (MFU {sft['throughput']['mfu']})") in readme
+    assert (f"**{100 * success['sft']['mean']:.0f} successes in 100** {interval(success['sft'])} after SFT, "
+            f"{100 * success['grpo']['mean']:.0f} {interval(success['grpo'])} after 4 GRPO steps") in readme
+    assert "zero-shot 0." in readme and success["zero_shot"]["mean"] == 0.0
+    assert f"{evaluation['speed']['sft']['dialogues_per_s']:.2f} dialogues/s after SFT" in readme
     every = "every group of 8 with rewards that varied" if set(varied) == {1.0} else None
     assert every and grpo["train"]["steps"] == len(varied) == 4
     assert (f"the multi-turn steps ran: {len(varied)} in {throughput['train_s']:.1f} s, "
