@@ -78,16 +78,6 @@ def agreement(model: str, dtype: str, path: str, goals: int, exchanges: int, max
             "seconds": {"batched": round(batched_s, 1), "one_at_a_time": round(single_s, 1)}}
 
 
-def converted(gguf: Path, folder: Path) -> str:
-    """``gguf`` converted and saved into ``folder`` (the job's ``convert`` stage's way)."""
-    from catalog.models import save_model
-    from pipelines.llm.gguf import convert
-
-    model, tokenizer = convert(gguf, "float32")
-    save_model(model, tokenizer, folder)
-    return str(folder)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/smollm2")
@@ -117,7 +107,12 @@ def main() -> None:
             parser.error(f"--runs: {entry!r}: the setting must be one of {', '.join(SETTINGS)}")
         plans.append((dtype, path, setting))
     with tempfile.TemporaryDirectory(prefix="batch-agreement-") as scratch:
-        model = converted(args.gguf, Path(scratch) / "model") if args.gguf else args.model
+        model = args.model
+        if args.gguf:  # converted as the job's convert stage does
+            from flows.gpu import gguf_checkpoint
+
+            model = str(Path(scratch) / "model")
+            gguf_checkpoint(args.gguf, Path(model))
         runs = []
         for dtype, path, setting in plans:
             started = time.perf_counter()

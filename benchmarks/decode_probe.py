@@ -37,6 +37,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def random_batch(model_path: str, rows: int, prompt: int) -> list[list[int]]:
+    """``rows`` rows of 90-100 % of ``prompt`` seeded random ordinary tokens (within the
+    model's vocabulary: ids 100-40,000 for SmolLM2)."""
+    from transformers import AutoConfig
+
+    vocabulary = AutoConfig.from_pretrained(model_path).vocab_size
+    low, high = min(100, vocabulary // 2), min(40000, vocabulary)
+    rnd = random.Random(0)
+    return [[rnd.randrange(low, high) for _ in range(rnd.randrange(int(prompt * 0.9), prompt + 1))] for _ in range(rows)]
+
+
 def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -45,8 +56,7 @@ def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list
     from pipelines.episodes.decoding import DecodeSpec, decode
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    rnd = random.Random(0)
-    batch = [[rnd.randrange(100, 40000) for _ in range(rnd.randrange(int(prompt * 0.9), prompt + 1))] for _ in range(rows)]
+    batch = random_batch(model_path, rows, prompt)
 
     def timed(model, new: int, graphs: bool) -> float:
         if device == "cuda":
@@ -81,43 +91,43 @@ def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list
     return figures
 
 
+def _kernel_self_times(model, batch: list[list[int]], new: int, cuda: bool) -> dict[str, tuple[int, float]]:
+    """One static-step decode of ``new`` tokens under torch.profiler: kernel -> (calls,
+    microseconds of self time on the device; on the CPU without one)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from pipelines.episodes.decoding import DecodeSpec, decode
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        decode(model, batch, DecodeSpec(new, frozenset(), cuda_graphs=True, compact_share=None), pad_id=0)
+        if cuda:
+            torch.cuda.synchronize()
+    return {e.key: (e.count, (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
+                    if cuda else e.self_cpu_time_total) for e in prof.key_averages()}
+
+
 def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: int = 15) -> list[dict]:
     """Per dtype: the device time of ``steps`` eager static steps by kernel (self time, the
     ``top`` largest), per step, and their share of all kernels' time."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from pipelines.episodes import decoding
-    from pipelines.episodes.decoding import DecodeSpec, decode
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    rnd = random.Random(0)
-    vocabulary = AutoConfig.from_pretrained(model_path).vocab_size
-    low, high = min(100, vocabulary // 2), min(40000, vocabulary)  # ordinary tokens, within any model's vocabulary
-    batch = [[rnd.randrange(low, high) for _ in range(rnd.randrange(int(prompt * 0.9), prompt + 1))] for _ in range(rows)]
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    batch = random_batch(model_path, rows, prompt)
     figures = []
     capture = decoding._can_capture
     decoding._can_capture = lambda device: False  # eager static steps: the profiler sees each kernel
     try:
         for dtype in (torch.float32, torch.bfloat16):
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
-
-            def profiled(model, new: int) -> dict[str, tuple[int, float]]:
-                """kernel -> (calls, microseconds of self time on the device, the CPU without one)."""
-                spec = DecodeSpec(new, frozenset(), cuda_graphs=True, compact_share=None)
-                with profile(activities=activities) as prof:
-                    decode(model, batch, spec, pad_id=0)
-                    if cuda:
-                        torch.cuda.synchronize()
-                return {e.key: (e.count, (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
-                                if cuda else e.self_cpu_time_total) for e in prof.key_averages()}
-
-            decode(model, batch, DecodeSpec(2, frozenset(), cuda_graphs=True, compact_share=None), pad_id=0)  # warm-up
+            _kernel_self_times(model, batch, 2, cuda)  # warm-up
             # The steps alone: a decode of steps + 1 tokens less one of 1 (the prefill and the first pick).
-            whole, prefill = profiled(model, steps + 1), profiled(model, 1)
+            whole, prefill = _kernel_self_times(model, batch, steps + 1, cuda), _kernel_self_times(model, batch, 1, cuda)
             spent = {key: (calls - prefill.get(key, (0, 0.0))[0], time - prefill.get(key, (0, 0.0))[1]) for key, (calls, time) in whole.items()}
             total = sum(max(time, 0.0) for _, time in spent.values()) or 1.0
             ranked = sorted(spent.items(), key=lambda item: item[1][1], reverse=True)[:top]

@@ -495,6 +495,8 @@ def results_markdown(root: Path) -> str:
         throughput = sft.get("throughput") or {}
         report = json.loads(evaluation.read_text(encoding="utf-8"))
         table, speeds, played = _evaluation_table(evaluation.name, report)
+        check_path = folder / "unbatched_check.json"
+        check = json.loads(check_path.read_text(encoding="utf-8")) if check_path.is_file() else {}
         pending = [stage for stage, entry in summary.get("stages", {}).items() if entry.get("status") == "pending"]
         whole = (f"stopped from outside after {summary['wall_s'] / 60:.1f} min, before {', '.join(pending) or 'its end'} (partial)"
                  if summary.get("finished") is False else f"whole job {summary['wall_s'] / 60:.1f} min")
@@ -505,29 +507,24 @@ def results_markdown(root: Path) -> str:
         blocks.append("\n".join([
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
-            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation{_decoded_in(report, folder)} {speeds}"
-            f"{_unbatched_agreement(folder)}. {played}; {_training_seeds(report)} (`{folder.relative_to(root)}/`).",
+            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation{_decoded_in(report, check)} {speeds}"
+            f"{_unbatched_agreement(check)}. {played}; {_training_seeds(report)} (`{folder.relative_to(root)}/`).",
             "",
             table,
         ]))
     return "\n\n".join(blocks)
 
 
-def _decoded_in(evaluation: Mapping[str, Any], folder: Path) -> str:
+def _decoded_in(evaluation: Mapping[str, Any], check: Mapping[str, Any]) -> str:
     """`` in float32``: the dtype the run's evaluation decoded in (its setup's; a run from
-    before the setup recorded it: its ``unbatched_check``'s); empty where neither says."""
-    dtype = evaluation.get("setup", {}).get("dtype")
-    check = folder / "unbatched_check.json"
-    if dtype is None and check.is_file():
-        dtype = json.loads(check.read_text(encoding="utf-8")).get("dtype")
+    before the setup recorded it: its ``unbatched_check`` report's); empty where neither says."""
+    dtype = evaluation.get("setup", {}).get("dtype") or check.get("dtype")
     return f" in {dtype}" if dtype else ""
 
 
-def _unbatched_agreement(folder: Path) -> str:
+def _unbatched_agreement(report: Mapping[str, Any]) -> str:
     """``; greedy transcripts one at a time = batched: sft 4/4 in bfloat16`` from a run's
-    ``unbatched_check`` report; empty where the run made none or it did not finish."""
-    path = folder / "unbatched_check.json"
-    report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    ``unbatched_check`` report ({} where it made none); empty where it did not finish."""
     if report.get("status") != "ok":
         return ""
     rows = [(name, dtype, row) for name, by_dtype in report.get("models", {}).items() for dtype, row in by_dtype.items()]

@@ -691,8 +691,8 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
     missing = sorted(set(models) - set(played))
     if missing:
         raise ConfigError(f"{where}: {missing} not played by this run's evaluation; nothing to compare with")
-    own = section.get("generation", {}).get("dtype", "float32")
     base = from_params(EvalConfig, {**section, "models": {name: {"path": path} for name, path in models.items()}}, where)
+    own = base.generation.dtype
     if base.generation.temperature != 0.0:
         raise ConfigError(f"{where}: the evaluation samples (temperature {base.generation.temperature}); only greedy transcripts must agree")
     database, goals, simulator = agenda_world(base, where)
@@ -1220,15 +1220,20 @@ def convert_model(job: Path, manifest: Mapping[str, Any], target: Path) -> dict[
 
         config = AutoConfig.from_pretrained(path)
         return {"model": str(path), "source": "models/base (packed)", "parameters": None, "architecture": config.model_type}
+    parameters = gguf_checkpoint(job / FILES / manifest["model"]["file"], target)
+    return {"model": str(target), "source": f"{manifest['model']['file']} (sha256 {manifest['files'][manifest['model']['file']]['sha256'][:16]})",
+            "parameters": parameters}
+
+
+def gguf_checkpoint(gguf: Path, target: Path) -> int:
+    """``gguf`` converted (float32) and saved as a Hugging Face checkpoint in ``target``; its
+    parameter count (``convert``'s way, and ``benchmarks/batch_agreement.py --gguf``'s)."""
     from pipelines.llm.gguf import convert
     from catalog.models import save_model
 
-    gguf = job / FILES / manifest["model"]["file"]
     model, tokenizer = convert(gguf, "float32")
-    parameters = sum(p.numel() for p in model.parameters())
     save_model(model, tokenizer, target)
-    return {"model": str(target), "source": f"{manifest['model']['file']} (sha256 {manifest['files'][manifest['model']['file']]['sha256'][:16]})",
-            "parameters": parameters}
+    return sum(p.numel() for p in model.parameters())
 
 
 @dataclasses.dataclass(frozen=True)
