@@ -3,7 +3,7 @@ and a profiled evaluation (issue 25's 5 dialogues/s; the H200 run of 2026-11-30 
 26.9 ms per step zero-shot and 36.2 ms after SFT, with every step replayed as a CUDA graph).
 
     python benchmarks/decode_probe.py --model models/smollm2 [--rows 128] [--prompt 1500] [--steps 64] [--goals 30]
-        [--kernels 16] [--skip-steps] [--out probe.json]
+        [--kernels 16] [--skip-steps] [--grid-rows 32 64 128 --grid-prompts 500 1000 1500] [--out probe.json]
 
 1. The decode step: ``--rows`` rows of about ``--prompt`` random prompt tokens, no stop token,
    ``--steps`` new tokens, static steps (``cuda_graphs``), for float32 and bfloat16 weights and
@@ -14,7 +14,12 @@ and a profiled evaluation (issue 25's 5 dialogues/s; the H200 run of 2026-11-30 
    run eagerly (no capture: the graph replays the same kernels, but the profiler then sees
    one launch), and the kernels that took a step's device time, most first: what a float32
    step spends in attention, matrix products and the rest.
-3. An evaluation of ``--goals`` test goals with the GPU profile's settings (``load_policy`` as
+3. ``--grid-rows`` x ``--grid-prompts``: the static step's time at each batch size and prompt
+   length, per dtype, and a least-squares split of it into a fixed part, a part per row and a
+   part per row and buffer position (:func:`step_cost_model`): whether fewer rows (stopped
+   rows leaving, continuous batching) or fewer positions (attention over each row's own
+   length, not the buffer's) would cut the step.
+4. An evaluation of ``--goals`` test goals with the GPU profile's settings (``load_policy`` as
    the job loads it), the agent's turns run in the calling thread so that cProfile sees them:
    dialogues/s, the decode summary, and the functions that took the time.
 
@@ -48,24 +53,39 @@ def random_batch(model_path: str, rows: int, prompt: int) -> list[list[int]]:
     return [[rnd.randrange(low, high) for _ in range(rnd.randrange(int(prompt * 0.9), prompt + 1))] for _ in range(rows)]
 
 
+def decode_seconds(model, batch: list[list[int]], new: int, graphs: bool) -> float:
+    """Wall seconds of one decode of ``new`` tokens per row (no stop), CUDA synchronised."""
+    import torch
+
+    from pipelines.episodes.decoding import DecodeSpec, decode
+
+    cuda = next(model.parameters()).device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    decode(model, batch, DecodeSpec(new, frozenset(), cuda_graphs=graphs, compact_share=None), pad_id=0)
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def per_step_ms(model, batch: list[list[int]], steps: int, graphs: bool) -> tuple[float, float]:
+    """(prefill ms, ms per step): a warm-up, the best of two one-token calls (the prefill and
+    the first pick), and a call of ``steps`` + 1 tokens less that, over ``steps``."""
+    decode_seconds(model, batch, 2, graphs)  # warm-up: kernels chosen, allocator filled
+    prefill = min(decode_seconds(model, batch, 1, graphs) for _ in range(2))
+    whole = decode_seconds(model, batch, steps + 1, graphs)
+    return prefill * 1000, (whole - prefill) / steps * 1000
+
+
 def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM
 
     from pipelines.episodes import decoding
-    from pipelines.episodes.decoding import DecodeSpec, decode
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     batch = random_batch(model_path, rows, prompt)
-
-    def timed(model, new: int, graphs: bool) -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        decode(model, batch, DecodeSpec(new, frozenset(), cuda_graphs=graphs, compact_share=None), pad_id=0)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - started
 
     packed = decoding._packed_attention
     figures = []
@@ -75,16 +95,62 @@ def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list
             # "repeated": the static steps run under transformers' own SDPA attention
             decoding._packed_attention = packed if attention == "packed" else (lambda: "sdpa")
             try:
-                timed(model, 2, graphs)  # warm-up: kernels chosen, allocator filled
-                prefill = min(timed(model, 1, graphs) for _ in range(2))
-                whole = timed(model, steps + 1, graphs)
+                prefill, step = per_step_ms(model, batch, steps, graphs)
             finally:
                 decoding._packed_attention = packed
             row = {"dtype": str(dtype).replace("torch.", ""), "attention": attention, "cuda_graphs": graphs and device == "cuda",
                    "static": graphs, "rows": rows, "prompt_tokens": prompt, "steps": steps,
-                   "prefill_ms": round(prefill * 1000, 2), "ms_per_step": round((whole - prefill) / steps * 1000, 3)}
+                   "prefill_ms": round(prefill, 2), "ms_per_step": round(step, 3)}
             log(row)
             figures.append(row)
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return figures
+
+
+def step_cost_model(points: list[dict]) -> dict:
+    """Least squares of ``ms_per_step = fixed + per_row * rows + per_position * rows * positions``
+    over the grid's points (positions: the buffer's capacity, prompt + new tokens): what a
+    step pays whatever its batch (launches, the weights read once), per row (matrix products,
+    the vocabulary projection) and per row and buffer position (attention reading the keys
+    and values, padding included); with each point's residual."""
+    import numpy as np
+
+    design = np.array([[1.0, p["rows"], p["rows"] * p["positions"]] for p in points])
+    observed = np.array([p["ms_per_step"] for p in points])
+    (fixed, per_row, per_position), *_ = np.linalg.lstsq(design, observed, rcond=None)
+    fitted = design @ np.array([fixed, per_row, per_position])
+    return {"fixed_ms": round(float(fixed), 3), "per_row_us": round(float(per_row) * 1000, 3),
+            "per_row_and_position_ns": round(float(per_position) * 1e6, 4),
+            "residual_ms": [round(float(r), 3) for r in observed - fitted]}
+
+
+def grid_times(model_path: str, rows_grid: list[int], prompt_grid: list[int], steps: int, log) -> list[dict]:
+    """Per dtype: the static step's ms (packed attention, CUDA graphs where there is CUDA) at
+    every batch of ``rows_grid`` rows x ``prompt_grid`` prompt tokens, and
+    :func:`step_cost_model` over them: which of rows, buffer positions or neither a step's time
+    follows, so that the next cut (fewer rows: compaction; fewer positions: attention over
+    each row's own length; neither: the kernels' count) is the one that pays."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    figures = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+        points = []
+        for prompt in prompt_grid:
+            full = random_batch(model_path, max(rows_grid), prompt)
+            for rows in rows_grid:
+                _, step = per_step_ms(model, full[:rows], steps, graphs=True)
+                point = {"rows": rows, "prompt_tokens": prompt, "positions": prompt + steps + 1, "ms_per_step": round(step, 3)}
+                log({"dtype": str(dtype).replace("torch.", ""), **point})
+                points.append(point)
+        row = {"dtype": str(dtype).replace("torch.", ""), "steps": steps, "cuda_graphs": device == "cuda", "points": points,
+               "model": step_cost_model(points)}
+        log({"dtype": row["dtype"], "model": row["model"]})
+        figures.append(row)
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -184,6 +250,8 @@ def main() -> None:
     parser.add_argument("--goals", type=int, default=30)
     parser.add_argument("--kernels", type=int, default=0, help="profile this many static steps per dtype (0: none)")
     parser.add_argument("--skip-steps", action="store_true", help="leave out part 1 (the step times)")
+    parser.add_argument("--grid-rows", type=int, nargs="*", default=[], help="with --grid-prompts: step times over rows x prompt tokens")
+    parser.add_argument("--grid-prompts", type=int, nargs="*", default=[])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -200,6 +268,8 @@ def main() -> None:
     report = {"machine": machine}
     if not args.skip_steps:
         report["steps"] = step_times(args.model, args.rows, args.prompt, args.steps, log)
+    if args.grid_rows and args.grid_prompts:
+        report["grid"] = grid_times(args.model, args.grid_rows, args.grid_prompts, args.steps, log)
     if args.kernels:
         report["kernels"] = kernel_times(args.model, args.rows, args.prompt, args.kernels, log)
     if args.goals:

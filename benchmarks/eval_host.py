@@ -1,7 +1,7 @@
 """What a GPU run's evaluation spent off the GPU, replayed on this machine (no model call).
 
     python benchmarks/eval_host.py [RUN_DIR] [--model models/smollm2] [--models sft] [--goals N]
-        [--source data/raw/embedded_multiwoz] [--out reports/eval_host_cpu.json]
+        [--source data/raw/embedded_multiwoz] [--as-run whole|pieces] [--out reports/eval_host_cpu.json]
 
 RUN_DIR: a GPU run's results (``askflow gpu import`` puts them under reports/gpu/; default: the
 H200 run of c0e0160) with ``evaluate.json`` and the episode tables. For each model it evaluated,
@@ -13,14 +13,18 @@ decoding replaced by the recorded output. Per model it prints:
 
 * whether the replay is the run: transcripts and success verdicts equal to the recorded ones
   (a replay that is not measures something else, and says so);
-* the host seconds by part: ``prompt_fit`` (the policy's prompt rewriting, which renders and
-  tokenises a candidate prompt to test its length), ``render`` and ``tokenize`` (the agent's
-  prompt), and the rest (runner, user simulator, tools, goal checker);
+* the host seconds by part: ``prompt_fit`` (the policy's prompt rewriting, which renders each
+  candidate prompt and counts its tokens to test its length), ``render`` and ``tokenize`` (the
+  agent's prompt), and the rest (runner, user simulator, tools, goal checker); once with this
+  checkout's code, once with every candidate prompt tokenised whole
+  (:class:`~pipelines.evaluation.agent.PromptTokens` ``whole``: the runs up to 67c31cf), and
+  whether the agent's prompts were the same token ids both times;
 * the prompt tokens the agent's calls had, the part the episode cache can reuse (the
   episode's previous prompt and reply as a prefix: the decoder prefills only the rest) and
   the rest;
-* the run's measured wall time less the host seconds here: the device's share, and what a
-  decode step cost after it (the run's steps). The node's CPU is not this one: the host
+* the run's measured wall time less the host seconds here of the code the run had (``--as-run
+  whole``, the default, for runs up to 67c31cf; ``pieces`` after): the device's share, and what
+  a decode step cost after it (the run's steps). The node's CPU is not this one: the host
   seconds are this machine's.
 
 No timing goes into a hashed output; ``--out`` writes the printed rows as JSON.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import platform
@@ -92,6 +97,7 @@ class ReplayedDecoding:
         self.seconds: collections.Counter = collections.Counter()
         self.tokens: collections.Counter = collections.Counter()
         self.fed: dict[str, list[int]] = {}  # episode -> its last prompt and reply, as the cache keeps them
+        self.prompts = hashlib.sha256()  # every call's token ids, in order: two replays' prompts compared
 
     def __call__(self, contexts: list[Any], prompts: list[str], kept: Any = None) -> list[Any]:
         from pipelines.episodes.agents import AgentOutput
@@ -107,6 +113,7 @@ class ReplayedDecoding:
             self.tokens["prompt"] += len(row)
             self.tokens["reusable"] += reused
             self.tokens["calls"] += 1
+            self.prompts.update(json.dumps([context.episode_id, row]).encode())
             queue = self.outputs.get(context.episode_id)
             if not queue:
                 raise RuntimeError(f"{context.episode_id}: the replay asks for an output the run did not record (it diverged)")
@@ -132,13 +139,33 @@ def timed(counter: collections.Counter, name: str, function: Any) -> Any:
     return wrapper
 
 
+def replay(setting: Any, name: str, mine: list[dict[str, Any]], counting: str) -> tuple[list[Any], float, ReplayedDecoding]:
+    """``name``'s recorded outputs played through ``setting`` (a fresh agent's prompt path),
+    candidate prompts counted by ``counting`` (``pieces``: this checkout's
+    :class:`PromptTokens`; ``whole``: tokenised whole); the episodes, wall seconds, and parts."""
+    from pipelines.evaluation.agent import PromptTokens
+    from pipelines.evaluation.play import play_policy
+
+    agent, inner = setting.agent, setting.agent.inner
+    if agent.prompt_tokens is not None:
+        agent.prompt_tokens = PromptTokens(agent.tokenizer, whole=counting == "whole")
+    decoding = ReplayedDecoding(inner, recorded_outputs(mine))
+    inner._generate = decoding
+    inner.render = timed(decoding.seconds, "render", type(inner).render.__get__(inner))
+    agent.messages = timed(decoding.seconds, "prompt_fit", type(agent).messages.__get__(agent))
+    agent.name = inner.name = name
+    started = time.perf_counter()
+    played = play_policy(agent, setting.goals, setting.simulator, setting.database, setting.config.plan())
+    return played, time.perf_counter() - started, decoding
+
+
 def replay_model(run: Path, name: str, model: Path, goals: int | None, events: list[dict[str, Any]],
-                 episodes: dict[str, dict[str, Any]], evaluate: dict[str, Any], source: Path | None = None) -> dict[str, Any]:
+                 episodes: dict[str, dict[str, Any]], evaluate: dict[str, Any], source: Path | None = None,
+                 as_run: str = "whole") -> dict[str, Any]:
     """One model's row (module docstring)."""
     import yaml
 
     from flows.gpu import profile_evaluation
-    from pipelines.evaluation.play import play_policy
 
     mine = [e for e in events if e["episode_id"].startswith(f"{name}/")]
     gpu = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["gpu"]
@@ -148,28 +175,27 @@ def replay_model(run: Path, name: str, model: Path, goals: int | None, events: l
     overrides = {"max_goals": goals or setup["goals"], "max_exchanges": setup["max_exchanges"], "split": setup["split"],
                  **({"source": str(source)} if source is not None else {})}
     setting = profile_evaluation(gpu, model, manifest.get("profile"), overrides, "benchmarks/eval_host")
-    agent, inner = setting.agent, setting.agent.inner
-    decoding = ReplayedDecoding(inner, recorded_outputs(mine))
-    inner._generate = decoding
-    inner.render = timed(decoding.seconds, "render", inner.render)
-    agent.messages = timed(decoding.seconds, "prompt_fit", agent.messages)
-    agent.name = inner.name = name
-    started = time.perf_counter()
-    played = play_policy(agent, setting.goals, setting.simulator, setting.database, setting.config.plan())
-    wall = time.perf_counter() - started
     recorded = transcripts(mine)
-    same_transcript = sum(e.transcript() == recorded.get(e.episode_id) for e in played)
-    same_verdict = sum(bool(e.success) == bool(episodes[e.episode_id]["success"]) for e in played if e.episode_id in episodes)
+    row: dict[str, Any] = {"model": name}
+    for counting in ("pieces", "whole"):
+        played, wall, decoding = replay(setting, name, mine, counting)
+        same_transcript = sum(e.transcript() == recorded.get(e.episode_id) for e in played)
+        same_verdict = sum(bool(e.success) == bool(episodes[e.episode_id]["success"]) for e in played if e.episode_id in episodes)
+        seconds = {part: round(value, 2) for part, value in decoding.seconds.items()}
+        if counting == "pieces":
+            row.update(episodes=len(played), identical_transcripts=same_transcript, same_verdicts=same_verdict,
+                       calls=decoding.tokens["calls"], prompt_tokens=decoding.tokens["prompt"],
+                       reusable_tokens=decoding.tokens["reusable"], prefill_tokens=decoding.tokens["prompt"] - decoding.tokens["reusable"])
+            digest = decoding.prompts.hexdigest()
+        else:
+            row["same_prompts_counted_whole"] = decoding.prompts.hexdigest() == digest
+        row[f"host_s_{counting}"] = round(wall, 2)
+        row[f"host_by_part_s_{counting}"] = {**seconds, "rest": round(wall - sum(decoding.seconds.values()), 2)}
     speed = evaluate["speed"].get(name, {})
-    seconds = {part: round(value, 2) for part, value in decoding.seconds.items()}
-    row = {"model": name, "episodes": len(played), "identical_transcripts": same_transcript, "same_verdicts": same_verdict,
-           "host_s": round(wall, 2), "host_by_part_s": {**seconds, "rest": round(wall - sum(decoding.seconds.values()), 2)},
-           "calls": decoding.tokens["calls"], "prompt_tokens": decoding.tokens["prompt"],
-           "reusable_tokens": decoding.tokens["reusable"], "prefill_tokens": decoding.tokens["prompt"] - decoding.tokens["reusable"]}
-    if speed.get("wall_s") and len(played) == speed.get("episodes"):
-        device = speed["wall_s"] - wall
+    if speed.get("wall_s") and row["episodes"] == speed.get("episodes"):
+        device = speed["wall_s"] - row[f"host_s_{as_run}"]
         steps = (speed.get("decode") or {}).get("steps")
-        row.update(run_wall_s=speed["wall_s"], device_s=round(device, 2),
+        row.update(run_wall_s=speed["wall_s"], run_counting=as_run, device_s=round(device, 2),
                    device_ms_per_step=round(1000 * device / steps, 2) if steps else None)
     return row
 
@@ -183,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", help="default: every model evaluate.json names")
     parser.add_argument("--goals", type=int, help="the first N goals only (default: all the run played)")
     parser.add_argument("--source", type=Path, help="the corpus the run's goals come from, where it is not the profile's path")
+    parser.add_argument("--as-run", choices=("whole", "pieces"), default="whole",
+                        help="how the run's code counted candidate prompts: whole (up to 67c31cf) or pieces")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     for needed in ("evaluate.json", "episodes.parquet", "episode_events.parquet"):
@@ -197,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     episodes = {e["episode_id"]: e for e in pq.read_table(args.run / "episodes.parquet").to_pylist()}
     rows = []
     for name in args.models or list(evaluate["speed"]):
-        row = replay_model(args.run, name, args.model, args.goals, events, episodes, evaluate, args.source)
+        row = replay_model(args.run, name, args.model, args.goals, events, episodes, evaluate, args.source, args.as_run)
         print(json.dumps(row), flush=True)
         rows.append(row)
     if args.out is not None:

@@ -23,3 +23,26 @@ def test_the_kernel_table_counts_the_static_steps_without_the_prefill(tiny_model
     from pipelines.episodes import decoding
 
     assert decoding._can_capture.__name__ == "_can_capture"  # restored after the probe
+
+
+def test_the_step_cost_model_recovers_a_known_split():
+    """Points made from fixed 2 ms + 10 us a row + 5 ns a row and position: the fit gives them back."""
+    probe = load_benchmark("decode_probe")
+    points = [{"rows": rows, "positions": positions, "ms_per_step": 2.0 + 0.010 * rows + 5e-6 * rows * positions}
+              for rows in (32, 64, 128) for positions in (565, 1065, 1565)]
+    model = probe.step_cost_model(points)
+    assert model["fixed_ms"] == 2.0 and model["per_row_us"] == 10.0 and model["per_row_and_position_ns"] == 5.0
+    assert all(abs(r) < 1e-6 for r in model["residual_ms"])
+
+
+def test_the_grid_times_every_batch_in_both_dtypes(tiny_model_dir, single_torch_thread):
+    probe = load_benchmark("decode_probe")
+    logged = []
+    figures = probe.grid_times(str(tiny_model_dir), [2, 4], [16, 32], 3, logged.append)
+    assert [f["dtype"] for f in figures] == ["float32", "bfloat16"] and len(logged) == 2 * (4 + 1)
+    for figure in figures:
+        assert [(p["rows"], p["prompt_tokens"], p["positions"]) for p in figure["points"]] == [
+            (2, 16, 20), (4, 16, 20), (2, 32, 36), (4, 32, 36)]
+        assert all(p["ms_per_step"] > 0 for p in figure["points"]) and not figure["cuda_graphs"]
+        assert set(figure["model"]) == {"fixed_ms", "per_row_us", "per_row_and_position_ns", "residual_ms"}
+        assert len(figure["model"]["residual_ms"]) == 4
