@@ -514,16 +514,41 @@ def _logged_tokens(history: Sequence[Mapping[str, Any]]) -> float | None:
 # --- Evaluation -------------------------------------------------------------------------------
 
 
-def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, plan: Any) -> tuple[list[Any], float, dict[str, Any]]:
-    """``agent``'s episodes on ``goals`` (:func:`~pipelines.evaluation.play.play_policy`), the
-    wall seconds they took (the device synchronised before and after: queued kernels are
+def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, Any], bool]:
+    """An ``evaluate`` section without its ``continuous`` key (the job's own: the CPU stages
+    play in rounds), and that key: batched episodes decode with continuous batching
+    (:mod:`pipelines.episodes.continuous`; greedy, one process).
+
+    >>> continuous_mode({"max_goals": 4, "continuous": True}, "w")
+    ({'max_goals': 4}, True)
+    >>> continuous_mode({"continuous": "yes"}, "w")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: w.continuous: expected true or false, got 'yes'
+    """
+    rest = {key: value for key, value in section.items() if key != "continuous"}
+    continuous = section.get("continuous", False)
+    if not isinstance(continuous, bool):
+        raise ConfigError(f"{where}.continuous: expected true or false, got {continuous!r}")
+    if continuous and rest.get("workers", 1) != 1:
+        raise ConfigError(f"{where}.continuous: one process decodes continuously; workers must be 1, got {rest.get('workers')!r}")
+    return rest, continuous
+
+
+def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, plan: Any,
+               continuous: bool = False) -> tuple[list[Any], float, dict[str, Any]]:
+    """``agent``'s episodes on ``goals`` (:func:`~pipelines.evaluation.play.play_policy`, or with
+    ``continuous`` and a batched plan :func:`~pipelines.episodes.continuous.play_policy_continuous`),
+    the wall seconds they took (the device synchronised before and after: queued kernels are
     counted) and the decoding loop's counters over them (:func:`stats_since`)."""
+    from pipelines.episodes.continuous import play_policy_continuous
     from pipelines.evaluation.play import play_policy
 
     _synchronize()
     before = decode_stats()
     started = time.perf_counter()
-    played = play_policy(agent, goals, simulator, database, plan)
+    play = play_policy_continuous if continuous and plan.batched else play_policy
+    played = play(agent, goals, simulator, database, plan)
     _synchronize()
     return played, time.perf_counter() - started, stats_since(before)
 
@@ -551,6 +576,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
 
+    section, continuous = continuous_mode(section, "params.yaml gpu evaluate")
     params = {**section, "models": {name: {"path": path} for name, path in models.items()}}
     config = from_params(EvalConfig, params, "params.yaml gpu evaluate")
     if config.simulator.kind != "agenda":
@@ -564,7 +590,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
         for policy in to_play:
             if pool is None:
                 agent = load_policy(policy, get_format(config.agent_format), config.generation)
-                played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan())
+                played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan(), continuous)
                 decoded = [stats]
                 del agent
             else:
@@ -575,6 +601,8 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
             speed = {"episodes": len(played), "wall_s": round(wall_s, 2), "workers": config.workers,
                      "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None,
                      "decode": decode_summary(decoded, wall_s, config.generation.cuda_graphs)}
+            if continuous:  # how often the slots halved as episodes ended (each a new graph)
+                speed["decode"]["slot_shrinks"] = sum(int(d.get("shrinks", 0)) for d in decoded)
             played_before[policy.name] = (played, [score_episode(e, by_id[e.dialogue_id]) for e in played], speed)
             log.info("evaluate: %s: %d episodes in %.1f s (%.2f dialogues/s, %d process%s)", policy.name, len(played), wall_s,
                      len(played) / wall_s if wall_s else 0.0, config.workers, "es" if config.workers > 1 else "")
@@ -589,7 +617,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
-             "batched": config.batched, "workers": config.workers,
+             "batched": config.batched, "workers": config.workers, "continuous": continuous,
              # the decoding's numbers: bf16 transcripts batched differ from one at a time (unbatched_check)
              "dtype": config.generation.dtype, "cuda_graphs": config.generation.cuda_graphs}
     _write_episode_tables(episode_tables(episodes), out, prefix)
@@ -606,6 +634,7 @@ class EvalSetting:
     database: Any
     simulator: Any
     agent: Any
+    continuous: bool = False  # batched episodes decode with continuous batching (continuous_mode)
 
 
 def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: str | None, overrides: Mapping[str, Any],
@@ -620,11 +649,11 @@ def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: 
 
     _, sections = profile_params(gpu, profile, smoke=smoke)
     limit = data_generation_limit(sections, Path(model_path))["tokens"]
-    section = with_limit(deep_merge(sections["evaluate"], overrides), limit)
+    section, continuous = continuous_mode(with_limit(deep_merge(sections["evaluate"], overrides), limit), where)
     config = from_params(EvalConfig, {**section, "models": {"model": {"path": str(model_path)}}}, where)
     database, goals, simulator = agenda_world(config, where)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
-    return EvalSetting(config, goals, database, simulator, agent)
+    return EvalSetting(config, goals, database, simulator, agent, continuous)
 
 
 def unbatched_check_params(value: Any, models: Sequence[str], where: str) -> tuple[int, tuple[str, ...], tuple[str, ...] | None]:
@@ -688,6 +717,7 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
     from pipelines.evaluation.policy import load_policy
 
     where = "params.yaml gpu unbatched_check"
+    section, continuous = continuous_mode(section, where)
     missing = sorted(set(models) - set(played))
     if missing:
         raise ConfigError(f"{where}: {missing} not played by this run's evaluation; nothing to compare with")
@@ -711,7 +741,7 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             if dtype == own:
                 reference, speed = played[name][0], played[name][2]["dialogues_per_s"]
             else:
-                reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan())
+                reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan(), continuous)
                 speed = round(len(reference) / wall_s, 3) if wall_s else None
             single, wall_s, _ = play_timed(agent, goals[:goals_n], simulator, database, dataclasses.replace(config.plan(), batched=False))
             del agent
@@ -734,9 +764,10 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             changed = sum(len({v[k] for v in verdicts}) > 1 for k in verdicts[0] if all(k in v for v in verdicts))
             changed_between[name] = changed
             notes.append(f"- `{name}`: the success verdict differs between the dtypes on {changed} of {len(verdicts[0])} goals.")
-    return {"goals": goals_n, "dtype": own, "models": rows, "success_changed_between_dtypes": changed_between,
+    return {"goals": goals_n, "dtype": own, "continuous": continuous, "models": rows, "success_changed_between_dtypes": changed_between,
             "markdown": "\n".join(["Greedy transcripts of the first test goals played one dialogue at a time against the batched "
-                                    f"ones (they must be identical; {own} is the evaluation's own dtype).", "", *markdown,
+                                    f"ones{' (decoded with continuous batching)' if continuous else ''} (they must be identical; "
+                                    f"{own} is the evaluation's own dtype).", "", *markdown,
                                     *(["", *notes] if notes else [])])}
 
 

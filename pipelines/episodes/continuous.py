@@ -1,0 +1,493 @@
+"""Continuous batching for the hf agent: episodes step on their own, and a reply that ends
+leaves its row to the next prompt that is ready, without waiting for the rest of a round.
+
+The runner's rounds (:func:`pipelines.episodes.runner.play`) hand every waiting episode to
+one ``agent.act`` call, and the call decodes until its longest reply ends: each round costs
+its longest reply's tokens in sequential decode steps. On the H200 run of 2026-11-30 the SFT
+model's 100 test dialogues took 2,334 such steps where the longest single dialogue needed
+1,646 (``benchmarks/decode_depth.py``), and on a GPU the step is the cost
+(``benchmarks/eval_host.py``). Here (:func:`play_continuous`) each episode is a task of its
+own: it hears its user, submits its context to a :class:`ContinuousHFAgent` and waits for its
+output; the agent's decoder (:class:`SlotDecoder`) keeps ``slots`` rows, one per request in
+flight. Each step it admits the requests waiting for a free slot (one prefill for those that
+arrived together, reusing each episode's keys and values of its previous call as
+:class:`~pipelines.episodes.HFAgent` does), then decodes one token for every occupied slot;
+a row that stops frees its slot at once.
+
+A slot holds its row's keys and values from column 0 (its positions are its columns) and
+each row writes its new token's at its own column, so a step has one shape whatever the
+rows hold: on a CUDA device it is captured once as a CUDA graph and replayed (the slots'
+buffer grows, and the graph with it, only when a prompt needs more room than any before).
+Attention runs over the whole buffer under a mask of each row's own columns, with the
+grouped-query SDPA of :mod:`pipelines.episodes.decoding`'s static steps.
+
+Greedy decoding only: a greedy row computes what it would alone, so the transcripts are the
+round-based runner's (and one episode at a time's), which the tests check; sampled rows
+would draw from one generator in another order. Episodes with a Clarifier play in rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from dataclasses import dataclass, field, replace
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from pipelines.episodes import decoding
+from pipelines.episodes.agents import AgentContext, AgentOutput
+from pipelines.episodes.decoding import DECODE_STATS, PrefixKV
+from pipelines.episodes.records import Episode
+from pipelines.episodes.runner import DONE, WAITS_FOR_AGENT, WAITS_FOR_USER, EpisodeState
+from pipelines.llm.hf import cut_at_stop
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+#: Buffer columns are allocated in multiples of this (a longer prompt grows the buffer by it).
+CAPACITY_STEP = 256
+
+
+@dataclass
+class Request:
+    """One agent call in flight: its prompt's ids, the prefix whose keys and values it
+    reuses, and what it has generated."""
+
+    context: AgentContext
+    row: list[int]
+    prefix: PrefixKV | None
+    future: asyncio.Future
+    started: float
+    generated: list[int] = field(default_factory=list)
+    slot: int = -1
+
+
+class SlotDecoder:
+    """``slots`` rows of keys and values (module docstring) for ``model``: :meth:`admit`
+    prefills new rows into free slots, :meth:`step` decodes one token for every occupied
+    slot. Greedy; a row stops at a token of ``stop_ids``, when ``stop_text(ids)`` says so, or
+    after ``max_new_tokens``."""
+
+    def __init__(self, model: Any, slots: int, max_new_tokens: int, stop_ids: frozenset[int], pad_id: int,
+                 stop_text: Callable[[list[int]], bool] | None = None, *, cuda_graphs: bool = False):
+        import torch
+
+        self.model, self.slots, self.max_new_tokens = model, slots, max_new_tokens
+        self.stop_ids, self.pad_id, self.stop_text = stop_ids, pad_id, stop_text
+        self.device = next(model.parameters()).device
+        config = decoding._text_config(model)
+        if getattr(config, "_attn_implementation", None) != "sdpa":
+            raise ValueError("continuous batching needs the model's attention to be sdpa (a boolean 4-D mask taken as it is)")
+        self.capture = cuda_graphs and decoding._can_capture(self.device)
+        self.capacity = 0
+        self.layers: list[Any] = []
+        self.rows: list[Request | None] = [None] * slots
+        self.lengths = [0] * slots  # columns filled per slot (a free slot keeps its last row's)
+        self.ids = torch.zeros(slots, 1, dtype=torch.long, device=self.device)
+        self.positions = torch.zeros(slots, 1, dtype=torch.long, device=self.device)
+        self.columns = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.slot_index = torch.arange(slots, device=self.device)
+        self.allowed: Any = None
+        self.graph: Any = None
+        self.logits: Any = None
+        self.steps = 0
+
+    # -- room -------------------------------------------------------------------------------
+
+    def _ensure(self, columns: int) -> None:
+        """A buffer of at least ``columns`` columns per slot (grown, contents kept)."""
+        import torch
+
+        if columns <= self.capacity:
+            return
+        capacity = -(-columns // CAPACITY_STEP) * CAPACITY_STEP
+        allowed = torch.zeros(self.slots, capacity, dtype=torch.bool, device=self.device)
+        allowed[:, 0] = True  # a free slot attends to something (a row with no key gives NaN)
+        if self.allowed is not None:
+            allowed[:, : self.capacity] = self.allowed
+        self.allowed = allowed
+        self.mask = allowed[:, None, None, :]
+        if not self.layers:
+            self.layers = [_slot_layer_class()(self) for _ in range(decoding._text_config(self.model).num_hidden_layers)]
+        for layer in self.layers:
+            layer.grow(capacity)
+        self.capacity = capacity
+        self.graph = None  # the buffers moved: capture again
+
+    # -- admission --------------------------------------------------------------------------
+
+    def free(self) -> list[int]:
+        return [slot for slot, request in enumerate(self.rows) if request is None]
+
+    def admit(self, requests: Sequence[Request]) -> list[Request]:
+        """Prefill ``requests`` (at most as many as free slots) into free slots and pick
+        their first tokens; the ones that stopped at it are returned (done)."""
+        import torch
+
+        if not requests:
+            return []
+        free = self.free()
+        if len(requests) > len(free):
+            raise ValueError(f"{len(requests)} requests for {len(free)} free slots")
+        self._ensure(max(len(r.row) for r in requests) + self.max_new_tokens)
+        cached = [len(r.prefix.ids) if r.prefix is not None else 0 for r in requests]
+        order = sorted(range(len(requests)), key=lambda i: (len(requests[i].row) - cached[i], cached[i]))
+        ordered = [requests[i] for i in order]
+        with torch.inference_mode():
+            cache, logits, mask, width = decoding._prefill(self.model, [r.row for r in ordered], [r.prefix for r in ordered], 0, self.pad_id)
+            DECODE_STATS["calls"] += 1
+            first = logits.argmax(dim=-1).tolist()
+            for k, request in enumerate(ordered):
+                slot = free[k]
+                request.slot, self.rows[slot] = slot, request
+                columns = mask[k, :width].nonzero().squeeze(1)  # the row's own columns, in order
+                n = len(request.row)
+                for layer, part in zip(self.layers, cache.layers):
+                    if layer.keys_buffer is None:
+                        layer.allocate(part.keys, self.capacity)
+                    layer.keys_buffer[slot, :, :n] = part.keys[k][:, columns]
+                    layer.values_buffer[slot, :, :n] = part.values[k][:, columns]
+                self.allowed[slot].fill_(False)
+                self.allowed[slot, :n] = True
+                self.lengths[slot] = n
+        done = []
+        for k, request in enumerate(ordered):
+            if self._take(request, first[k]):
+                done.append(request)
+        return done
+
+    # -- decoding -----------------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        return any(request is not None for request in self.rows)
+
+    def shrink(self, slots: int) -> None:
+        """Keep ``slots`` slots (at least the occupied ones), the occupied rows moved to the
+        first: a step computes every slot, so once fewer episodes are left to play than half
+        the slots, the rest would compute padding for the remaining steps."""
+        import torch
+
+        occupied = [slot for slot, request in enumerate(self.rows) if request is not None]
+        if slots >= self.slots or len(occupied) > slots:
+            return
+        kept = occupied + [slot for slot in range(self.slots) if slot not in set(occupied)][: slots - len(occupied)]
+        index = torch.tensor(kept, device=self.device)
+        for layer in self.layers:
+            layer.select(index)
+        if self.allowed is not None:
+            self.allowed = self.allowed[index].contiguous()
+            self.mask = self.allowed[:, None, None, :]
+        self.rows = [self.rows[slot] for slot in kept]
+        self.lengths = [self.lengths[slot] for slot in kept]
+        for new_slot, request in enumerate(self.rows):
+            if request is not None:
+                request.slot = new_slot
+        self.slots = slots
+        self.ids, self.positions = self.ids[:slots].clone(), self.positions[:slots].clone()
+        self.columns, self.slot_index = self.columns[:slots].clone(), torch.arange(slots, device=self.device)
+        self.graph = None  # other shapes: capture again
+        DECODE_STATS["shrinks"] += 1
+
+    def step(self) -> list[Request]:
+        """One token for every occupied slot; the requests that stopped (their slots freed)."""
+        import torch
+
+        live = [slot for slot, request in enumerate(self.rows) if request is not None]
+        # A free slot computes a pad token at column 0 (its row's keys were read when it ended).
+        ids, columns = [self.pad_id] * self.slots, [0] * self.slots
+        for slot in live:
+            ids[slot], columns[slot] = self.rows[slot].generated[-1], self.lengths[slot]
+        with torch.inference_mode():
+            self.ids.copy_(torch.tensor(ids).unsqueeze(1))
+            self.columns.copy_(torch.tensor(columns))
+            self.positions.copy_(self.columns.unsqueeze(1))  # a slot's row starts at column 0
+            self.allowed[self.slot_index, self.columns] = True
+            logits = self._forward()
+            picked = logits.argmax(dim=-1).tolist()
+        self.steps += 1
+        DECODE_STATS["steps"] += 1
+        done = []
+        for slot in live:
+            request = self.rows[slot]
+            self.lengths[slot] += 1
+            if self._take(request, picked[slot]):
+                done.append(request)
+        return done
+
+    def _take(self, request: Request, token: int) -> bool:
+        """Append ``token``; True (and the slot freed) when the row stops."""
+        ids = request.generated
+        ids.append(token)
+        if token in self.stop_ids or len(ids) >= self.max_new_tokens or (self.stop_text is not None and self.stop_text(ids)):
+            self.rows[request.slot] = None
+            return True
+        return False
+
+    def kept(self, request: Request) -> PrefixKV:
+        """The keys and values of ``request``'s row and of its new ids but the last (the ones
+        fed), for the episode's next call (read before its slot is reused)."""
+        n = len(request.row) + len(request.generated) - 1
+        slot = request.slot
+        layers = tuple((layer.keys_buffer[slot : slot + 1, :, :n].clone(), layer.values_buffer[slot : slot + 1, :, :n].clone())
+                       for layer in self.layers)
+        return PrefixKV(tuple(request.row) + tuple(request.generated[:-1]), layers)
+
+    def _forward(self) -> "torch.Tensor":
+        if self.graph is not None:
+            self.graph.replay()
+            return self.logits
+        if self.capture:
+            try:
+                return self._captured()
+            except Exception as error:  # noqa: BLE001 - any capture failure: the same step eagerly
+                self.capture = False
+                DECODE_STATS["graph_failures"] += 1
+                if not decoding.GRAPH_ERRORS:
+                    decoding.GRAPH_ERRORS.append(f"{type(error).__name__}: {error}"[:500])
+                    log.warning("continuous decoding: CUDA graph capture failed, decoding eagerly (%s: %s)", type(error).__name__, error)
+                decoding._recover_from_capture()
+        return self._eager()
+
+    def _eager(self) -> "torch.Tensor":
+        config = decoding._text_config(self.model)
+        own = config._attn_implementation
+        config._attn_implementation = decoding._packed_attention()
+        try:
+            cache = _slot_cache(self.layers)
+            return self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.positions, use_cache=True,
+                              **{decoding._cache_name(self.model): cache}).logits[:, -1, :]
+        finally:
+            config._attn_implementation = own
+
+    def _captured(self) -> "torch.Tensor":
+        import torch
+
+        # The step writes each row's key and value at its column and reads nothing it wrote
+        # elsewhere: replaying it (warm-up, capture) changes nothing but the same columns.
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._eager()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            logits = self._eager()
+        graph.replay()
+        self.graph, self.logits = graph, logits
+        DECODE_STATS["graphs"] += 1
+        return logits
+
+
+def _slot_cache(layers: Sequence[Any]) -> Any:
+    from transformers.cache_utils import Cache
+
+    return Cache(layers=list(layers))
+
+
+_SLOT_LAYER: list[type] = []
+
+
+def _slot_layer_class() -> type:
+    """:class:`SlotLayer`, built on first use so that importing this module needs no
+    transformers."""
+    if _SLOT_LAYER:
+        return _SLOT_LAYER[0]
+    from transformers.cache_utils import DynamicLayer
+
+    class SlotLayer(DynamicLayer):
+        """One layer's keys and values of every slot, ``[slots, heads, capacity, dim]``; an
+        update writes each slot's one new key and value at the decoder's column for it and
+        returns the whole buffer (the mask says which columns a row attends to)."""
+
+        def __init__(self, decoder: SlotDecoder):
+            super().__init__()
+            self.decoder = decoder
+            self.keys_buffer: Any = None
+            self.values_buffer: Any = None
+
+        def grow(self, capacity: int) -> None:
+            if self.keys_buffer is None:
+                return  # allocated at the first prefill, whose keys give the shape and dtype
+            for name in ("keys_buffer", "values_buffer"):
+                old = getattr(self, name)
+                new = old.new_zeros(old.shape[0], old.shape[1], capacity, old.shape[3])
+                new[:, :, : old.shape[2]] = old
+                setattr(self, name, new)
+
+        def select(self, index: Any) -> None:
+            if self.keys_buffer is not None:
+                self.keys_buffer, self.values_buffer = self.keys_buffer[index].contiguous(), self.values_buffer[index].contiguous()
+
+        def allocate(self, like: Any, capacity: int) -> None:
+            slots = self.decoder.slots
+            self.keys_buffer = like.new_zeros(slots, like.shape[1], capacity, like.shape[3])
+            self.values_buffer = like.new_zeros(slots, like.shape[1], capacity, like.shape[3])
+            self.is_initialized = True
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            decoder = self.decoder
+            rows, columns = decoder.slot_index, decoder.columns
+            self.keys_buffer[rows, :, columns] = key_states[:, :, 0].to(self.keys_buffer.dtype)
+            self.values_buffer[rows, :, columns] = value_states[:, :, 0].to(self.values_buffer.dtype)
+            return self.keys_buffer, self.values_buffer
+
+        def get_seq_length(self) -> int:
+            return 0 if self.keys_buffer is None else int(self.keys_buffer.shape[2])
+
+    _SLOT_LAYER.append(SlotLayer)
+    return SlotLayer
+
+
+class ContinuousHFAgent:
+    """An agent (an :class:`~pipelines.episodes.HFAgent`, optionally behind a prompt rewriter
+    with a ``messages(messages)`` method such as
+    :class:`~pipelines.evaluation.agent.PolicyPromptAgent`) that takes one context at a time
+    (:meth:`submit`) and decodes continuously (module docstring) while :meth:`serve` runs.
+    Its outputs are those of ``agent.act`` for greedy decoding."""
+
+    def __init__(self, agent: Any, slots: int | None = None):
+        inner = getattr(agent, "inner", agent)
+        self.rewrite = agent.messages if inner is not agent else None
+        self.hf, self.name, self.format = inner, agent.name, agent.format
+        if inner.use_generate:
+            raise ValueError(f"agent {agent.name!r}: continuous batching needs the decoding loop, not model.generate")
+        if inner.decode_spec.temperature != 0.0:
+            raise ValueError(f"agent {agent.name!r}: continuous batching is greedy only (temperature {inner.decode_spec.temperature})")
+        self.slots = slots or inner.backend.batch_size
+        self.pending: deque[Request] = deque()
+        self.wake = asyncio.Event()
+        self.closed = False
+        self.decoder: SlotDecoder | None = None
+        self._episodes: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] = {}
+
+    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
+        """The round-based runner's call (one episode at a time, the reference path): the
+        wrapped agent's own batched decoding."""
+        if self.rewrite is not None:
+            contexts = [replace(c, messages=tuple(self.rewrite(c.messages))) for c in contexts]
+        return await self.hf.act(contexts)
+
+    def submit(self, context: AgentContext) -> asyncio.Future:
+        """Queue ``context``; its :class:`AgentOutput` when the reply ends."""
+        if self.rewrite is not None:
+            context = replace(context, messages=tuple(self.rewrite(context.messages)))
+        hf = self.hf
+        prompt = hf.render(context)
+        row = hf.backend.tokenizer([prompt], add_special_tokens=not hf.has_template)["input_ids"][0]
+        prefix = hf._shared_prefix([context], [row]) if hf.prefix_cache else None
+        if hf.episode_cache:
+            position, last = self._episodes.get((context.episode_id, context.seed), (None, None))
+            earlier = last is not None and position < (context.exchange, context.step, context.attempt)
+            common = last.common(row) if earlier else None
+            if common is not None and (prefix is None or len(common.ids) > len(prefix.ids)):
+                prefix = common
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append(Request(context, row, prefix, future, perf_counter()))
+        self.wake.set()
+        return future
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+    async def serve(self, playing: Callable[[], int]) -> None:
+        """Admit and decode until :meth:`close` and nothing is left; each step the event loop
+        runs the episodes that were answered (their users reply and their next contexts
+        arrive before the next step). ``playing()``: how many episodes have not ended (no more
+        rows than that are ever needed: the slots halve as they end)."""
+        hf = self.hf
+        stop_text = hf._ends_with_stop_string if hf.sampling.stop else None
+        self.decoder = decoder = SlotDecoder(hf.backend.model, max(1, min(self.slots, playing())), hf.decode_spec.max_new_tokens,
+                                             hf._stop_token_ids(), hf.backend.pad_token_id, stop_text, cuda_graphs=hf.decode_spec.cuda_graphs)
+        while True:
+            await asyncio.sleep(0)  # answered episodes take their turn (users, tools) and submit again
+            left = playing()
+            if 0 < left <= decoder.slots // 2:
+                decoder.shrink(1 << (left - 1).bit_length())  # the power of two at or above: few captures
+            free = decoder.free()
+            if self.pending and free:
+                admitted = [self.pending.popleft() for _ in range(min(len(free), len(self.pending)))]
+                self._answer(decoder.admit(admitted))
+            if decoder.busy():
+                self._answer(decoder.step())
+            elif self.closed and not self.pending:
+                return
+            elif not self.pending:
+                self.wake.clear()
+                await self.wake.wait()
+
+    def _answer(self, done: Sequence[Request]) -> None:
+        hf = self.hf
+        tokenizer = hf.backend.tokenizer
+        stop_ids = self.decoder.stop_ids
+        for request in done:
+            context = request.context
+            if hf.episode_cache:
+                self._episodes[(context.episode_id, context.seed)] = ((context.exchange, context.step, context.attempt),
+                                                                        self.decoder.kept(request))
+            ids = request.generated
+            end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
+            text = tokenizer.decode(ids if end is None else ids[:end], skip_special_tokens=True)
+            reply = cut_at_stop(text, hf.sampling.stop)
+            request.future.set_result(AgentOutput(
+                reply, prompt_tokens=len(request.row), completion_tokens=len(ids), latency_s=perf_counter() - request.started,
+                truncated=end is None and reply == text and len(ids) >= hf.decode_spec.max_new_tokens))
+
+
+async def play_continuous(states: Sequence[EpisodeState], agent: ContinuousHFAgent,
+                          progress: Callable[[int, int], Any] | None = None) -> list[Episode]:
+    """Play ``states`` to their end, each episode on its own (module docstring); their
+    records, in order. ``progress(done, total)`` after each episode that ends."""
+    for state in states:
+        if state.format.name != agent.format.name:
+            raise ValueError(f"episode {state.spec.episode_id!r} was started for format {state.format.name!r}, "
+                             f"the agent writes {agent.format.name!r}")
+    finished = 0
+
+    async def episode(state: EpisodeState) -> None:
+        nonlocal finished
+        while True:
+            if state.phase == WAITS_FOR_USER:
+                await state.hear_user()
+            if state.phase != WAITS_FOR_AGENT:
+                break
+            state.take(await agent.submit(state.context()))
+        assert state.phase == DONE, state.phase
+        finished += 1
+        if progress is not None:
+            progress(finished, len(states))
+
+    server = asyncio.ensure_future(agent.serve(lambda: len(states) - finished))
+    try:
+        playing = asyncio.gather(*(episode(state) for state in states))
+        done, _ = await asyncio.wait({server, playing}, return_when=asyncio.FIRST_COMPLETED)
+        if server in done:  # the decoder failed (or returned early): its error, not a hang
+            playing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await playing
+            server.result()
+            raise RuntimeError("continuous decoding stopped while episodes were still playing")
+        await playing
+        agent.close()
+        await server
+    finally:
+        if not server.done():
+            server.cancel()
+    return [state.finish() for state in states]
+
+
+def play_policy_continuous(agent: Any, dialogues: Sequence[Any], simulator: Any, database: Any, plan: Any,
+                           progress: Callable[[int, int], Any] | None = None) -> list[Episode]:
+    """:func:`~pipelines.evaluation.play.play_policy`'s episodes (the same ids, specs and
+    order) played with continuous batching: ``agent`` (an hf agent, or one behind a prompt
+    rewriter) wrapped in a :class:`ContinuousHFAgent` for this play."""
+    from pipelines.evaluation.play import episode_specs
+
+    continuous = ContinuousHFAgent(agent)
+    specs = episode_specs(dialogues, plan.seeds, prefix=f"{agent.name}/")
+    states = [EpisodeState.start(spec, continuous, simulator, database, plan.runner) for spec in specs]
+    return asyncio.run(play_continuous(states, continuous, progress))

@@ -1,0 +1,147 @@
+"""Continuous batching (pipelines/episodes/continuous.py) on a tiny local model: the same
+episodes, event for event, as the runner's rounds and as one episode at a time, with fewer
+sequential decode steps where replies differ in length; each episode's keys and values reused
+across its calls; what it refuses; a failing decoder stops the play with its error."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pipelines.episodes import AgentContext, HFAgent, SpeakRLFormat, get_format, run_episodes_sync
+from pipelines.episodes import decoding
+from pipelines.episodes.continuous import ContinuousHFAgent, Request, SlotDecoder, play_continuous
+from pipelines.episodes.runner import EpisodeState
+from pipelines.llm import SamplingParams
+
+from .helpers import gold_user
+from .test_hf_agent import CONFIG, GREEDY, N_EPISODES, content_of, specs
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir):
+    from pipelines.llm import HFBackend, HFConfig
+
+    return HFBackend.from_config(HFConfig(model_path=str(tiny_model_dir), batch_size=N_EPISODES))
+
+
+def play(agent: ContinuousHFAgent, small_corpus, database, configs=None) -> list:
+    chosen = specs(small_corpus)
+    states = [EpisodeState.start(spec, agent, gold_user(), database, (configs or [CONFIG] * len(chosen))[i]) for i, spec in enumerate(chosen)]
+    return asyncio.run(asyncio.wait_for(play_continuous(states, agent), timeout=300))
+
+
+def steps_of(run) -> tuple[list, int]:
+    before = decoding.DECODE_STATS["steps"]
+    played = run()
+    return played, decoding.DECODE_STATS["steps"] - before
+
+
+@pytest.mark.parametrize("slots", [N_EPISODES, 2])
+def test_continuous_episodes_are_the_rounds_episodes_and_one_at_a_time(backend, small_corpus, database, slots):
+    """Greedy rows compute what they would alone: rounds, continuous (every episode a slot, or
+    two slots that the others queue for) and one episode at a time play the same events."""
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    rounds = run_episodes_sync(specs(small_corpus), agent, gold_user(), database, CONFIG)
+    shrinks = decoding.DECODE_STATS["shrinks"]
+    continuous = play(ContinuousHFAgent(agent, slots=slots), small_corpus, database)
+    alone = [run_episodes_sync([spec], agent, gold_user(), database, CONFIG)[0] for spec in specs(small_corpus)]
+    assert [content_of(e) for e in continuous] == [content_of(e) for e in rounds] == [content_of(e) for e in alone]
+    assert len({len(e.events) for e in continuous}) > 1  # episodes of different lengths: some end first
+    if slots == N_EPISODES:  # the slots halve as the short episodes end
+        assert decoding.DECODE_STATS["shrinks"] > shrinks
+
+
+def test_replies_of_different_lengths_take_fewer_sequential_steps(backend, small_corpus, database):
+    """A stop string ends some replies early: rounds wait for each round's longest reply, a
+    continuous row is refilled at once."""
+    context = AgentContext("e", 0, 0, 1, 0, 0, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "a hotel"}))
+    free = asyncio.run(HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(max_tokens=16)).act([context]))
+    stop = next(c for c in free[0].text[2:] if c.isalpha())  # a letter the model writes
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(max_tokens=16, stop=(stop,)))
+    rounds, round_steps = steps_of(lambda: run_episodes_sync(specs(small_corpus), agent, gold_user(), database, CONFIG))
+    continuous, continuous_steps = steps_of(lambda: play(ContinuousHFAgent(agent), small_corpus, database))
+    assert [content_of(e) for e in continuous] == [content_of(e) for e in rounds]
+    lengths = {ev.completion_tokens for e in rounds for ev in e.events if ev.completion_tokens}
+    assert len(lengths) > 1, lengths
+    assert continuous_steps < round_steps
+
+
+def test_each_episode_prefills_only_what_its_last_call_did_not_hold(backend, small_corpus, database, monkeypatch):
+    prefixes: list[int] = []
+    prefill = decoding._prefill
+
+    def recording(model, rows, row_prefixes, *args):
+        prefixes.extend(len(p.ids) if p is not None else 0 for p in row_prefixes)
+        return prefill(model, rows, row_prefixes, *args)
+
+    monkeypatch.setattr(decoding, "_prefill", recording)
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
+    played = play(ContinuousHFAgent(agent), small_corpus, database)
+    calls = sum(1 for e in played for ev in e.events if ev.actor == "agent" and ev.prompt_tokens is not None)
+    assert len(prefixes) == calls
+    # Every call after an episode's first reuses its previous prompt and reply as a prefix.
+    assert sum(n > 0 for n in prefixes) >= calls - len(played)
+    monkeypatch.setattr(decoding, "_prefill", prefill)
+    assert [content_of(e) for e in played] == [content_of(e) for e in play(ContinuousHFAgent(HFAgent(
+        backend, SpeakRLFormat(tools=()), GREEDY, episode_cache=False, prefix_cache=False)), small_corpus, database)]
+
+
+def test_what_continuous_batching_refuses(backend, small_corpus, database):
+    with pytest.raises(ValueError, match="greedy only"):
+        ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(temperature=0.7, max_tokens=8)))
+    with pytest.raises(ValueError, match="not model.generate"):
+        ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, use_generate=True))
+    agent = ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY))
+    other = type("Other", (), {"name": "other", "format": get_format("react")})()
+    state = EpisodeState.start(specs(small_corpus)[0], other, gold_user(), database, CONFIG)
+    with pytest.raises(ValueError, match="was started for format 'react'"):
+        asyncio.run(play_continuous([state], agent))
+
+
+def test_a_decoder_that_fails_stops_the_play_with_its_error(backend, small_corpus, database, monkeypatch):
+    def broken(self):
+        raise RuntimeError("injected decode fault")
+
+    monkeypatch.setattr(SlotDecoder, "step", broken)
+    with pytest.raises(RuntimeError, match="injected decode fault"):
+        play(ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)), small_corpus, database)
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, architecture):
+    """What CUDA graph capture needs of the one step shape every slot shares: its forward
+    dispatches no host-bound op and traces as one graph without a break."""
+    import torch
+    import torch._dynamo as dynamo
+
+    from .test_decoding import _host_ops
+
+    if architecture == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=512)
+        net = LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+    else:
+        net = backend.model
+    decoder = SlotDecoder(net, 3, 6, frozenset(), 0)
+    requests = [Request(None, row, None, None, 0.0) for row in ([21, 22, 23], [24, 25, 26, 27, 28])]
+    assert decoder.admit(requests) == []
+    decoder.step()  # the first step of the admitted rows; the third slot is free
+    with torch.inference_mode():
+        assert _host_ops(decoder._eager) == []
+        try:
+            explained = dynamo.explain(decoder._eager)()
+        finally:
+            dynamo.reset()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    # Each row wrote at its own column (the one after its prompt), nothing after it.
+    keys = decoder.layers[0].keys_buffer
+    assert decoder.lengths[:2] == [4, 6]
+    assert bool(keys[0, :, 3].abs().sum() > 0) and bool(keys[1, :, 5].abs().sum() > 0)
+    assert bool(keys[0, :, 4:].abs().sum() == 0) and bool(keys[1, :, 6:].abs().sum() == 0)

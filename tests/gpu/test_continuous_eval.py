@@ -1,0 +1,75 @@
+"""The GPU profile's ``evaluate.continuous``: the job's evaluation with continuous batching
+plays the episodes the rounds play (greedy), says so in its report, and is refused with worker
+processes or a value that is not a boolean; the committed CPU comparison is what the README and
+params.yaml quote (benchmarks/continuous.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipelines.errors import ConfigError
+from tests.benchmark_support import ROOT, flat, load_benchmark
+
+
+def _section(corpus, continuous) -> dict:
+    return {
+        "source": str(corpus), "split": "test", "max_goals": 4, "seeds": [0], "max_exchanges": 3,
+        "simulator": {"kind": "agenda"}, "generation": {"temperature": 0.0, "max_new_tokens": 12, "batch_size": 8, "threads": 1},
+        "stats": {"resamples": 100}, "workers": 1, "continuous": continuous,
+    }
+
+
+def test_continuous_evaluation_plays_the_rounds_episodes(small_corpus_dir, tiny_model_dir, tmp_path, single_torch_thread):
+    from flows.gpu import evaluate
+
+    runs = {}
+    for continuous in (False, True):
+        out = tmp_path / str(continuous)
+        out.mkdir()
+        report = evaluate(_section(small_corpus_dir, continuous), {"tiny": str(tiny_model_dir)}, out)
+        assert report["setup"]["continuous"] is continuous and report["speed"]["tiny"]["episodes"] == 4
+        assert ("slot_shrinks" in report["speed"]["tiny"]["decode"]) is continuous
+        events = pq.read_table(out / "episode_events.parquet")
+        runs[continuous] = (report["models"], events.drop([c for c in events.column_names if "latency" in c]).to_pylist())
+    assert len(runs[True][1]) > 4 * 3
+    assert runs[True] == runs[False]
+
+
+def test_continuous_is_a_boolean_of_one_process(small_corpus_dir, tiny_model_dir, tmp_path):
+    from flows.gpu import evaluate
+
+    with pytest.raises(ConfigError, match=r"continuous: expected true or false, got 'yes'"):
+        evaluate(_section(small_corpus_dir, "yes"), {"tiny": str(tiny_model_dir)}, tmp_path)
+    with pytest.raises(ConfigError, match=r"workers must be 1, got 2"):
+        evaluate({**_section(small_corpus_dir, True), "workers": 2}, {"tiny": str(tiny_model_dir)}, tmp_path)
+    assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_the_benchmark_compares_both_ways(small_corpus_dir, tiny_model_dir, tmp_path, single_torch_thread):
+    bench = load_benchmark("continuous")
+    params = tmp_path / "params.yaml"
+    section = {**_section(small_corpus_dir, False), "models": {"tiny": {"path": str(tiny_model_dir)}}}
+    params.write_text(yaml.safe_dump({"evaluate": section}))
+    out = tmp_path / "report.json"
+    assert bench.main(["--params", str(params), "--model", "tiny", "--goals", "3", "--threads", "1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["goals"] == 3 and report["identical_transcripts"] == 3
+    assert set(report["runs"]) == {"rounds", "continuous"} and report["runs"]["rounds"]["steps"] > 0
+    assert "wall_s" not in report["runs"]["rounds"]  # timings stay in the printed line
+    assert bench.main(["--params", str(params), "--section", "nothing"]) == 2
+
+
+def test_the_quoted_cpu_comparison_is_the_committed_run():
+    report = json.loads((ROOT / "reports" / "continuous_cpu.json").read_text(encoding="utf-8"))
+    rounds, continuous = report["runs"]["rounds"]["steps"], report["runs"]["continuous"]["steps"]
+    assert report["identical_transcripts"] == report["goals"]
+    params = flat(" ".join(line.strip().lstrip("#") for line in (ROOT / "params.yaml").read_text(encoding="utf-8").splitlines()))
+    assert (f"the embedded SFT policy's {report['goals']} test goals took {continuous:,} steps instead of {rounds:,}, "
+            "transcripts identical") in params
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert (f"{report['goals']} test goals: {continuous:,} sequential decode steps instead of {rounds:,} "
+            f"({100 * report['steps_saved']:.0f} % fewer), all {report['goals']} transcripts identical") in readme
