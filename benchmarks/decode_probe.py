@@ -186,9 +186,7 @@ def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: 
     device = "cuda" if cuda else "cpu"
     batch = random_batch(model_path, rows, prompt)
     figures = []
-    capture = decoding._can_capture
-    decoding._can_capture = lambda device: False  # eager static steps: the profiler sees each kernel
-    try:
+    with decoding.eager_static_steps():  # the profiler sees each kernel
         for dtype in (torch.float32, torch.bfloat16):
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
             _kernel_self_times(model, batch, 2, cuda)  # warm-up
@@ -206,8 +204,6 @@ def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: 
             del model
             if cuda:
                 torch.cuda.empty_cache()
-    finally:
-        decoding._can_capture = capture
     return figures
 
 

@@ -47,7 +47,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping, Sequence
 
 from catalog.io import read_artifact, read_params
@@ -516,10 +516,12 @@ def results_markdown(root: Path) -> str:
 
 
 def _decoded_in(evaluation: Mapping[str, Any], check: Mapping[str, Any]) -> str:
-    """`` in float32``: the dtype the run's evaluation decoded in (its setup's; a run from
-    before the setup recorded it: its ``unbatched_check`` report's); empty where neither says."""
+    """`` in float32, continuous batching``: the dtype the run's evaluation decoded in (its
+    setup's; a run from before the setup recorded it: its ``unbatched_check`` report's; empty
+    where neither says), and continuous batching where its setup says it played so."""
     dtype = evaluation.get("setup", {}).get("dtype") or check.get("dtype")
-    return f" in {dtype}" if dtype else ""
+    continuous = ", continuous batching" if evaluation.get("setup", {}).get("continuous") else ""
+    return (f" in {dtype}" if dtype else "") + continuous
 
 
 def _unbatched_agreement(report: Mapping[str, Any]) -> str:
@@ -560,13 +562,26 @@ def transfer_bytes(size: int) -> int:
     return 512 + -(-size // 512) * 512
 
 
+def load_bytes(files: Sequence[str], sizes: Mapping[str, int]) -> int:
+    """A load's size as the channel counts it: its files as tar members (``sizes``:
+    :func:`transfer_bytes` of each) and one 512-byte member per folder on their paths, the
+    job's folder included.
+
+    >>> load_bytes(["run.py", "files/a.part000"], {"run.py": 1024, "files/a.part000": 2048})
+    4096
+    """
+    folders = {"."} | {parent.as_posix() for name in files for parent in PurePosixPath(name).parents if parent.as_posix() != "."}
+    return sum(sizes[name] for name in files) + 512 * len(folders)
+
+
 def plan_loads(job: Path, limit_mib: float, *, reserve_mib: float = 0.0, max_paths: int | None = None) -> list[dict[str, Any]]:
     """The job's files (``run.py``, the manifest, ``files/``: parts where split) grouped into
     loads for a channel that takes at most ``limit_mib`` per transfer, ``reserve_mib`` of it
     taken by what travels with every load (a checkout), at most ``max_paths`` files a load:
     largest first into the first load with room; the load with the runner files goes last.
     Each load is ``{"files": [relative paths], "bytes": n, "runs": bool}``, ``bytes`` counted
-    as the channel counts them (:func:`transfer_bytes`).
+    as the channel counts them (:func:`transfer_bytes`; each folder on the files' paths, the
+    job's own included, one more 512-byte member: :func:`load_bytes`).
 
     A file that fits no load is refused, naming it and the ``--split-mib`` that would fit."""
     if not (job / MANIFEST).is_file():
@@ -583,21 +598,21 @@ def plan_loads(job: Path, limit_mib: float, *, reserve_mib: float = 0.0, max_pat
         raise ConfigError(f"{job}: {', '.join(missing)} missing")
     # The runner files (three paths, a few KiB) open the first load, which then goes last.
     runner = [name for name in RUNNER_FILES if name in sizes]
-    loads: list[dict[str, Any]] = [{"files": runner, "bytes": sum(sizes[n] for n in runner), "runs": True}]
+    loads: list[dict[str, Any]] = [{"files": runner, "bytes": load_bytes(runner, sizes), "runs": True}]
     if max_paths is not None and len(runner) > max_paths:
         raise ConfigError(f"--max-paths {max_paths}: the runner files ({', '.join(runner)}) travel together")
     for name in sorted((n for n in sizes if n not in RUNNER_FILES), key=lambda n: (-sizes[n], n)):
-        if sizes[name] > capacity:
+        if load_bytes([name], sizes) > capacity:
             fits = max(1, int(capacity / 2**20))
             raise ConfigError(f"{job / name}: {sizes[name] / 2**20:.1f} MiB does not fit a load of {capacity / 2**20:.1f} MiB "
                               f"({limit_mib:g} less {reserve_mib:.1f} reserved); pack with --split-mib {fits} or less")
-        load = next((load for load in loads if load["bytes"] + sizes[name] <= capacity
+        load = next((load for load in loads if load_bytes([*load["files"], name], sizes) <= capacity
                      and (max_paths is None or len(load["files"]) < max_paths)), None)
         if load is None:
             load = {"files": [], "bytes": 0, "runs": False}
             loads.append(load)
         load["files"].append(name)
-        load["bytes"] += sizes[name]
+        load["bytes"] = load_bytes(load["files"], sizes)
     return [*loads[1:], loads[0]]
 
 

@@ -106,6 +106,29 @@ class Agent(Protocol):
 # --------------------------------------------------------------------------------------
 
 
+#: An episode cache: (episode id, seed) -> the (exchange, step, attempt) of the episode's last
+#: call and the keys and values of its prompt and reply.
+EpisodeCache = dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]]
+
+
+def episode_entry(context: AgentContext, kv: PrefixKV) -> tuple[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]]:
+    """``context``'s call's entry in an :data:`EpisodeCache`."""
+    return (context.episode_id, context.seed), ((context.exchange, context.step, context.attempt), kv)
+
+
+def episode_prefix(cache: EpisodeCache, context: AgentContext, row: Sequence[int], shared: PrefixKV | None) -> PrefixKV | None:
+    """The keys and values ``row`` (``context``'s prompt) starts from: the part of its
+    episode's last call in ``cache`` that it shares, where longer than ``shared`` (the system
+    prompt's), else ``shared``."""
+    position, last = cache.get((context.episode_id, context.seed), (None, None))
+    # Only an earlier step of the same run of the episode: a re-run starts afresh
+    # (sampled replies then repeat, whatever was decoded before).
+    earlier = last is not None and position < (context.exchange, context.step, context.attempt)
+    common = last.common(row) if earlier else None
+    longer = common is not None and (shared is None or len(common.ids) > len(shared.ids))
+    return common if longer else shared
+
+
 class HFAgent:
     """A local causal LM (an :class:`HFBackend`'s model and tokenizer) as the agent.
 
@@ -167,8 +190,7 @@ class HFAgent:
         )
         self.use_generate = use_generate or bool(sampling.extra_body) or not supports_decoding(backend.model)
         self._prefixes: dict[tuple[int, ...], PrefixKV] = {}
-        # (episode id, seed) -> the (exchange, step, attempt) and keys and values of its last call
-        self._episodes: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] = {}
+        self._episodes: EpisodeCache = {}
 
     async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
         if not contexts:
@@ -183,7 +205,7 @@ class HFAgent:
         # and the padding costs as much as real tokens in the prefill.
         order = sorted(range(len(contexts)), key=lambda i: len(prompts[i]))
         outputs: list[AgentOutput | None] = [None] * len(contexts)
-        kept: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] = {}
+        kept: EpisodeCache = {}
         for start in range(0, len(order), size):
             chunk = order[start : start + size]
             for i, output in zip(chunk, self._generate([contexts[i] for i in chunk], [prompts[i] for i in chunk], kept)):
@@ -203,7 +225,7 @@ class HFAgent:
         )
 
     def _generate(
-        self, contexts: list[AgentContext], prompts: list[str], kept: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] | None = None
+        self, contexts: list[AgentContext], prompts: list[str], kept: EpisodeCache | None = None
     ) -> list[AgentOutput]:
         """One batch: the reply of every prompt, cut after its first stop token. With the
         episode cache, each episode's keys and values go to ``kept`` for its next call."""
@@ -220,43 +242,33 @@ class HFAgent:
             prefix = self._shared_prefix(contexts, rows) if self.prefix_cache else None
             stop_text = self._ends_with_stop_string if self.sampling.stop else None
             if self.episode_cache:
-                prefixes = []
-                for context, row in zip(contexts, rows):
-                    position, last = self._episodes.get((context.episode_id, context.seed), (None, None))
-                    # Only an earlier step of the same run of the episode: a re-run starts afresh
-                    # (sampled replies then repeat, whatever was decoded before).
-                    earlier = last is not None and position < (context.exchange, context.step, context.attempt)
-                    common = last.common(row) if earlier else None
-                    longer = common is not None and (prefix is None or len(common.ids) > len(prefix.ids))
-                    prefixes.append(common if longer else prefix)
+                prefixes = [episode_prefix(self._episodes, context, row, prefix) for context, row in zip(contexts, rows)]
                 out: list[PrefixKV | None] = []
                 new = decode(
                     self.backend.model, rows, spec, pad_id=self.backend.pad_token_id, prefixes=prefixes, stop_text=stop_text, kv_out=out
                 )
                 if kept is not None:
-                    kept.update(((c.episode_id, c.seed), ((c.exchange, c.step, c.attempt), kv)) for c, kv in zip(contexts, out) if kv is not None)
+                    kept.update(episode_entry(c, kv) for c, kv in zip(contexts, out) if kv is not None)
             else:
                 new = decode(self.backend.model, rows, spec, pad_id=self.backend.pad_token_id, prefix=prefix, stop_text=stop_text)
         latency = perf_counter() - started
+        return [self.output(row, ids, stop_ids, latency) for row, ids in zip(rows, new)]
 
-        outputs = []
-        for row, ids in zip(rows, new):
-            end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
-            ids = ids if end is None else ids[: end + 1]
-            # The reply ends at its first stop token, which counts as generated.
-            text = tokenizer.decode(ids if end is None else ids[:-1], skip_special_tokens=True)
-            reply = cut_at_stop(text, self.sampling.stop)
-            outputs.append(
-                AgentOutput(
-                    reply,
-                    prompt_tokens=len(row),
-                    completion_tokens=len(ids),
-                    latency_s=latency,
-                    # No stop token, no stop string, and the limit reached: cut by the limit.
-                    truncated=end is None and reply == text and len(ids) >= self.decode_spec.max_new_tokens,
-                )
-            )
-        return outputs
+    def output(self, row: Sequence[int], ids: Sequence[int], stop_ids: frozenset[int], latency: float) -> AgentOutput:
+        """The :class:`AgentOutput` of prompt ``row`` and new ``ids``: the reply cut at its first
+        stop token (which counts as generated) and at a stop string."""
+        end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
+        ids = ids if end is None else ids[: end + 1]
+        text = self.backend.tokenizer.decode(ids if end is None else ids[:-1], skip_special_tokens=True)
+        reply = cut_at_stop(text, self.sampling.stop)
+        return AgentOutput(
+            reply,
+            prompt_tokens=len(row),
+            completion_tokens=len(ids),
+            latency_s=latency,
+            # No stop token, no stop string, and the limit reached: cut by the limit.
+            truncated=end is None and reply == text and len(ids) >= self.decode_spec.max_new_tokens,
+        )
 
     def _generate_with_hf(self, rows: list[list[int]], seed: int) -> list[list[int]]:
         """``model.generate`` on left-padded rows: the new ids of each row (rows that stopped

@@ -30,23 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import deque
 from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pipelines.episodes import decoding
-from pipelines.episodes.agents import AgentContext, AgentOutput
+from pipelines.episodes.agents import AgentContext, AgentOutput, EpisodeCache, episode_entry, episode_prefix
 from pipelines.episodes.decoding import DECODE_STATS, PrefixKV
 from pipelines.episodes.records import Episode
 from pipelines.episodes.runner import DONE, WAITS_FOR_AGENT, WAITS_FOR_USER, EpisodeState
-from pipelines.llm.hf import cut_at_stop
 
 if TYPE_CHECKING:
     import torch
-
-log = logging.getLogger(__name__)
 
 #: Buffer columns are allocated in multiples of this (a longer prompt grows the buffer by it).
 CAPACITY_STEP = 256
@@ -242,44 +238,17 @@ class SlotDecoder:
             return self.logits
         if self.capture:
             try:
-                return self._captured()
+                # Each row writes its key and value at its own column: a replay (warm-up,
+                # capture) writes the same again.
+                self.graph, self.logits = decoding.capture_step(self._eager)
+                return self.logits
             except Exception as error:  # noqa: BLE001 - any capture failure: the same step eagerly
                 self.capture = False
-                DECODE_STATS["graph_failures"] += 1
-                if not decoding.GRAPH_ERRORS:
-                    decoding.GRAPH_ERRORS.append(f"{type(error).__name__}: {error}"[:500])
-                    log.warning("continuous decoding: CUDA graph capture failed, decoding eagerly (%s: %s)", type(error).__name__, error)
-                decoding._recover_from_capture()
+                decoding.capture_failed(error)
         return self._eager()
 
     def _eager(self) -> "torch.Tensor":
-        config = decoding._text_config(self.model)
-        own = config._attn_implementation
-        config._attn_implementation = decoding._packed_attention()
-        try:
-            cache = _slot_cache(self.layers)
-            return self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.positions, use_cache=True,
-                              **{decoding._cache_name(self.model): cache}).logits[:, -1, :]
-        finally:
-            config._attn_implementation = own
-
-    def _captured(self) -> "torch.Tensor":
-        import torch
-
-        # The step writes each row's key and value at its column and reads nothing it wrote
-        # elsewhere: replaying it (warm-up, capture) changes nothing but the same columns.
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self._eager()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            logits = self._eager()
-        graph.replay()
-        self.graph, self.logits = graph, logits
-        DECODE_STATS["graphs"] += 1
-        return logits
+        return decoding.packed_step(self.model, _slot_cache(self.layers), self.ids, self.mask, self.positions)
 
 
 def _slot_cache(layers: Sequence[Any]) -> Any:
@@ -362,7 +331,7 @@ class ContinuousHFAgent:
         self.wake = asyncio.Event()
         self.closed = False
         self.decoder: SlotDecoder | None = None
-        self._episodes: dict[tuple[str, int], tuple[tuple[int, int, int], PrefixKV]] = {}
+        self._episodes: EpisodeCache = {}
 
     async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
         """The round-based runner's call (one episode at a time, the reference path): the
@@ -380,11 +349,7 @@ class ContinuousHFAgent:
         row = hf.backend.tokenizer([prompt], add_special_tokens=not hf.has_template)["input_ids"][0]
         prefix = hf._shared_prefix([context], [row]) if hf.prefix_cache else None
         if hf.episode_cache:
-            position, last = self._episodes.get((context.episode_id, context.seed), (None, None))
-            earlier = last is not None and position < (context.exchange, context.step, context.attempt)
-            common = last.common(row) if earlier else None
-            if common is not None and (prefix is None or len(common.ids) > len(prefix.ids)):
-                prefix = common
+            prefix = episode_prefix(self._episodes, context, row, prefix)
         future = asyncio.get_running_loop().create_future()
         self.pending.append(Request(context, row, prefix, future, perf_counter()))
         self.wake.set()
@@ -420,22 +385,16 @@ class ContinuousHFAgent:
                 self.wake.clear()
                 await self.wake.wait()
 
+    def forget(self, state: EpisodeState) -> None:
+        """Drop an ended episode's keys and values (no call of it comes again)."""
+        self._episodes.pop((state.spec.episode_id, state.spec.seed), None)
+
     def _answer(self, done: Sequence[Request]) -> None:
-        hf = self.hf
-        tokenizer = hf.backend.tokenizer
-        stop_ids = self.decoder.stop_ids
         for request in done:
-            context = request.context
-            if hf.episode_cache:
-                self._episodes[(context.episode_id, context.seed)] = ((context.exchange, context.step, context.attempt),
-                                                                        self.decoder.kept(request))
-            ids = request.generated
-            end = next((k for k, token in enumerate(ids) if token in stop_ids), None)
-            text = tokenizer.decode(ids if end is None else ids[:end], skip_special_tokens=True)
-            reply = cut_at_stop(text, hf.sampling.stop)
-            request.future.set_result(AgentOutput(
-                reply, prompt_tokens=len(request.row), completion_tokens=len(ids), latency_s=perf_counter() - request.started,
-                truncated=end is None and reply == text and len(ids) >= hf.decode_spec.max_new_tokens))
+            if self.hf.episode_cache:
+                self._episodes.update([episode_entry(request.context, self.decoder.kept(request))])
+            output = self.hf.output(request.row, request.generated, self.decoder.stop_ids, perf_counter() - request.started)
+            request.future.set_result(output)
 
 
 async def play_continuous(states: Sequence[EpisodeState], agent: ContinuousHFAgent,
@@ -457,6 +416,7 @@ async def play_continuous(states: Sequence[EpisodeState], agent: ContinuousHFAge
                 break
             state.take(await agent.submit(state.context()))
         assert state.phase == DONE, state.phase
+        agent.forget(state)
         finished += 1
         if progress is not None:
             progress(finished, len(states))

@@ -44,12 +44,13 @@ key/value head instead (:func:`packed_gqa_sdpa`: the one new token's query as a 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from pipelines.config import positive_int, rate
 
@@ -346,46 +347,16 @@ class _StaticStep:
         if self.capture:
             self.capture = False
             try:
-                return self._captured()
+                # The step is idempotent (the same keys and values written at the same column),
+                # so capture's warm-up is the step itself.
+                self.graph, self.logits = capture_step(self._forward)
+                return self.logits
             except Exception as error:  # noqa: BLE001 - any capture failure: run the same step eagerly
-                DECODE_STATS["graph_failures"] += 1
-                if not GRAPH_ERRORS:
-                    GRAPH_ERRORS.append(f"{type(error).__name__}: {error}"[:500])
-                    log.warning("decode: CUDA graph capture failed, decoding eagerly (%s: %s)", type(error).__name__, error)
-                _recover_from_capture()
+                capture_failed(error)
         return self._forward()
 
     def _forward(self) -> "torch.Tensor":
-        # The static step's own attention (module docstring), for this forward only: the
-        # prefill and any other use of the model keep theirs.
-        config = _text_config(self.model)
-        own = config._attn_implementation
-        config._attn_implementation = _packed_attention()
-        try:
-            return self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.positions, use_cache=True,
-                              **{_cache_name(self.model): self.cache}).logits[:, -1, :]
-        finally:
-            config._attn_implementation = own
-
-    def _captured(self) -> "torch.Tensor":
-        import torch
-
-        # Warm-up on a side stream (as torch.cuda.graphs asks): the step is idempotent (the same
-        # keys and values written at the same column), so the warm-up is the step itself.
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self._forward()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: the agent decodes in a worker thread while the event loop's thread
-        # plays simulator turns; only this thread's CUDA calls may invalidate the capture.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            logits = self._forward()
-        graph.replay()
-        self.graph, self.logits = graph, logits
-        DECODE_STATS["graphs"] += 1
-        return logits
+        return packed_step(self.model, self.cache, self.ids, self.mask, self.positions)
 
     def finish(self) -> None:
         """Back to a growing cache holding the prefill and every fed token."""
@@ -394,9 +365,68 @@ class _StaticStep:
         self.graph = None
 
 
+def packed_step(model: Any, cache: Any, ids: "torch.Tensor", mask: "torch.Tensor", positions: "torch.Tensor") -> "torch.Tensor":
+    """One token per row through ``model`` over ``cache`` under a boolean 4-D ``mask``, with
+    the static steps' own attention (module docstring) for this forward only: the prefill and
+    any other use of the model keep theirs. Each row's next-token logits."""
+    config = _text_config(model)
+    own = config._attn_implementation
+    config._attn_implementation = _packed_attention()
+    try:
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                     **{_cache_name(model): cache}).logits[:, -1, :]
+    finally:
+        config._attn_implementation = own
+
+
+def capture_step(forward: Callable[[], "torch.Tensor"]) -> tuple[Any, "torch.Tensor"]:
+    """``forward`` (a decode step that may run more than once: each run writes the same keys
+    and values at the same columns) captured as a CUDA graph, after a warm-up on a side stream
+    as torch.cuda.graphs asks, and replayed once; the graph and the tensor its replays fill."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        forward()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: the agent decodes in a worker thread while the event loop's thread
+    # plays simulator turns; only this thread's CUDA calls may invalidate the capture.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        logits = forward()
+    graph.replay()
+    DECODE_STATS["graphs"] += 1
+    return graph, logits
+
+
+def capture_failed(error: Exception) -> None:
+    """A capture that failed: counted, the first message kept and logged, the device settled;
+    the caller runs the same step eagerly (and, :func:`_can_capture`, no capture is tried again)."""
+    DECODE_STATS["graph_failures"] += 1
+    if not GRAPH_ERRORS:
+        GRAPH_ERRORS.append(f"{type(error).__name__}: {error}"[:500])
+        log.warning("decode: CUDA graph capture failed, decoding eagerly (%s: %s)", type(error).__name__, error)
+    _recover_from_capture()
+
+
+_NO_CAPTURE = [0]  # open eager_static_steps() blocks
+
+
+@contextlib.contextmanager
+def eager_static_steps() -> Iterator[None]:
+    """Static steps in this block run eagerly, never captured: each kernel is launched on its
+    own, as a profiler needs to see them (``benchmarks/decode_probe.py --kernels``)."""
+    _NO_CAPTURE[0] += 1
+    try:
+        yield
+    finally:
+        _NO_CAPTURE[0] -= 1
+
+
 def _can_capture(device: Any) -> bool:
     # A capture that failed once fails again (the same forward): not retried in this process.
-    return device.type == "cuda" and not GRAPH_ERRORS
+    return device.type == "cuda" and not GRAPH_ERRORS and not _NO_CAPTURE[0]
 
 
 def _recover_from_capture() -> None:

@@ -145,3 +145,22 @@ def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, archi
     assert decoder.lengths[:2] == [4, 6]
     assert bool(keys[0, :, 3].abs().sum() > 0) and bool(keys[1, :, 5].abs().sum() > 0)
     assert bool(keys[0, :, 4:].abs().sum() == 0) and bool(keys[1, :, 6:].abs().sum() == 0)
+
+
+def test_a_failed_capture_decodes_the_same_episodes_eagerly_and_says_so(backend, small_corpus, database, monkeypatch):
+    """Fault injection: capture is attempted (as on a GPU) and fails; the slots' step runs
+    eagerly, the failure is counted and its message kept."""
+    def fail(forward):
+        raise RuntimeError("injected: operation not permitted when stream is capturing")
+
+    agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, cuda_graphs=True)
+    expected = play(ContinuousHFAgent(agent), small_corpus, database)
+    monkeypatch.setattr(decoding, "_can_capture", lambda device: True)
+    monkeypatch.setattr(decoding, "capture_step", fail)
+    monkeypatch.setattr(decoding, "GRAPH_ERRORS", [])
+    before = dict(decoding.DECODE_STATS)
+    played = play(ContinuousHFAgent(agent), small_corpus, database)
+    assert [content_of(e) for e in played] == [content_of(e) for e in expected]
+    assert decoding.DECODE_STATS["graph_failures"] == before.get("graph_failures", 0) + 1  # tried once, not again
+    assert decoding.decode_stats()["graph_error"] == "RuntimeError: injected: operation not permitted when stream is capturing"
+

@@ -196,11 +196,11 @@ def test_static_steps_sample_what_a_batch_that_keeps_its_rows_samples(model):
 
 def test_a_failed_graph_capture_decodes_the_same_tokens_eagerly_and_says_so(model, monkeypatch):
     # Fault injection: capture is attempted (as on a GPU) and fails.
-    def fail(self):
+    def fail(forward):
         raise RuntimeError("injected: operation not permitted when stream is capturing")
 
     monkeypatch.setattr(decoding, "_can_capture", lambda device: True)
-    monkeypatch.setattr(decoding._StaticStep, "_captured", fail)
+    monkeypatch.setattr(decoding, "capture_step", fail)
     monkeypatch.setattr(decoding, "GRAPH_ERRORS", [])
     rows = rows_with_prefix(4)
     before = dict(decoding.DECODE_STATS)
@@ -216,6 +216,12 @@ def test_a_failed_graph_capture_decodes_the_same_tokens_eagerly_and_says_so(mode
     assert not decoding._can_capture(cuda)
     monkeypatch.setattr(decoding, "GRAPH_ERRORS", [])
     assert decoding._can_capture(cuda) and not decoding._can_capture(type("Device", (), {"type": "cpu"})())
+    # A block that asks for eager static steps (a profiler's): no capture inside, capture after.
+    with decoding.eager_static_steps():
+        with decoding.eager_static_steps():
+            assert not decoding._can_capture(cuda)
+        assert not decoding._can_capture(cuda)
+    assert decoding._can_capture(cuda)
 
 
 def test_a_static_step_traces_as_one_graph_without_a_break(model):

@@ -132,7 +132,7 @@ def test_pack_writes_parts_under_the_limit_and_a_manifest_of_hashes(packed, proj
 
 
 def test_loads_for_a_channel_with_a_size_limit_carry_every_file_once_and_the_runner_last(packed, project):
-    from catalog.gpu_job import plan_loads, transfer_bytes
+    from catalog.gpu_job import load_bytes, plan_loads, transfer_bytes
 
     # counted as tar members, as the device channel counts them
     files = {p.relative_to(packed).as_posix(): transfer_bytes(p.stat().st_size) for p in packed.rglob("*")
@@ -142,7 +142,10 @@ def test_loads_for_a_channel_with_a_size_limit_carry_every_file_once_and_the_run
     carried = [name for load in loads for name in load["files"]]
     assert sorted(carried) == sorted(files)
     for load in loads:
-        assert load["bytes"] == sum(files[n] for n in load["files"]) <= 27.5 * 2**20 and len(load["files"]) <= 5
+        # and one 512-byte member per folder on the files' paths (the job's own, files/)
+        folders = 1 + any("/" in n for n in load["files"])
+        assert load["bytes"] == load_bytes(load["files"], files) == sum(files[n] for n in load["files"]) + 512 * folders
+        assert load["bytes"] <= 27.5 * 2**20 and len(load["files"]) <= 5
     assert [load["runs"] for load in loads] == [False] * (len(loads) - 1) + [True]
     assert {"run.py", "manifest.json", "README.txt"} <= set(loads[-1]["files"])
     # A part larger than a load's room is refused by name, with a --split-mib that fits.
@@ -653,6 +656,9 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     evaluation["setup"]["dtype"] = "float32"
     (folder / "evaluate_sft.json").write_text(json.dumps(evaluation))
     assert "evaluation in float32 dialogues/s: sft 6.10" in results_markdown(tmp_path)
+    evaluation["setup"]["continuous"] = True  # and how it batched, where it played continuously
+    (folder / "evaluate_sft.json").write_text(json.dumps(evaluation))
+    assert "evaluation in float32, continuous batching dialogues/s: sft 6.10" in results_markdown(tmp_path)
     (folder / "unbatched_check.json").write_text(json.dumps({**check, "status": "failed"}))
     assert "one at a time" not in results_markdown(tmp_path)
 
