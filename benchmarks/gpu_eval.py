@@ -3,8 +3,9 @@ held-out goals, batched, and whether greedy transcripts are identical to the unb
 
     python benchmarks/gpu_eval.py [--model models/smollm2] [--goals 100] [--check 8] [--profile speakrl]
 
-Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: one
-``generate`` per round for every open dialogue) and prints ``dialogues_per_s``; then the same
+Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: with
+``evaluate.continuous`` continuous batching, then in the runner's rounds for comparison, else in
+rounds: one ``generate`` per round for every open dialogue) and prints ``dialogues_per_s``; then the same
 goals split between ``evaluate.workers`` processes (the job's way) and its transcripts against
 the one-process run; with ``generation.cuda_graphs`` the same goals decoded eagerly (the
 growing cache, batches compacted) and their transcripts against the graphed run; then plays
@@ -57,16 +58,23 @@ def main() -> None:
     config, goals, simulator, database, agent = setting.config, setting.goals, setting.simulator, setting.database, setting.agent
     plan = config.plan()
 
-    def timed(agent: object, generation: object) -> tuple[list, float, dict]:
-        played, wall_s, stats = play_timed(agent, goals, simulator, database, plan)
+    def timed(agent: object, generation: object, continuous: bool = setting.continuous) -> tuple[list, float, dict]:
+        played, wall_s, stats = play_timed(agent, goals, simulator, database, plan, continuous)
         return played, wall_s, decode_summary([stats], wall_s, generation.cuda_graphs)
 
     batched, wall_s, decoded = timed(agent, config.generation)
     turns = sum(len(e.events) for e in batched)
     print(json.dumps({"run": "batched", "device": machine["device"], "goals": len(goals), "max_exchanges": config.max_exchanges,
                       "batch_size": config.generation.batch_size, "max_new_tokens": config.generation.max_new_tokens,
-                      "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3), "events": turns, "decode": decoded}))
+                      "continuous": setting.continuous, "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3),
+                      "events": turns, "decode": decoded}))
     by_id = {e.episode_id: e for e in batched}
+    if setting.continuous:  # the runner's rounds, for comparison: the same transcripts, more steps
+        played, rounds_s, decoded = timed(agent, config.generation, continuous=False)
+        same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in played)
+        print(json.dumps({"run": "batched in rounds", "goals": len(goals), "wall_s": round(rounds_s, 2),
+                          "dialogues_per_s": round(len(played) / rounds_s, 3), "decode": decoded,
+                          "identical_transcripts": f"{same}/{len(played)}"}))
     if config.generation.cuda_graphs:
         eager = dataclasses.replace(config.generation, cuda_graphs=False)
         played, eager_s, decoded = timed(load_policy(config.policy_specs()[0], get_format(config.agent_format), eager), eager)

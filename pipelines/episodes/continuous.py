@@ -90,7 +90,6 @@ class SlotDecoder:
         self.allowed: Any = None
         self.graph: Any = None
         self.logits: Any = None
-        self.steps = 0
 
     # -- room -------------------------------------------------------------------------------
 
@@ -170,15 +169,15 @@ class SlotDecoder:
         occupied = [slot for slot, request in enumerate(self.rows) if request is not None]
         if slots >= self.slots or len(occupied) > slots:
             return
-        kept = occupied + [slot for slot in range(self.slots) if slot not in set(occupied)][: slots - len(occupied)]
-        index = torch.tensor(kept, device=self.device)
+        keep = occupied + [slot for slot in range(self.slots) if slot not in set(occupied)][: slots - len(occupied)]
+        index = torch.tensor(keep, device=self.device)
         for layer in self.layers:
             layer.select(index)
         if self.allowed is not None:
             self.allowed = self.allowed[index].contiguous()
             self.mask = self.allowed[:, None, None, :]
-        self.rows = [self.rows[slot] for slot in kept]
-        self.lengths = [self.lengths[slot] for slot in kept]
+        self.rows = [self.rows[slot] for slot in keep]
+        self.lengths = [self.lengths[slot] for slot in keep]
         for new_slot, request in enumerate(self.rows):
             if request is not None:
                 request.slot = new_slot
@@ -204,7 +203,6 @@ class SlotDecoder:
             self.allowed[self.slot_index, self.columns] = True
             logits = self._forward()
             picked = logits.argmax(dim=-1).tolist()
-        self.steps += 1
         DECODE_STATS["steps"] += 1
         done = []
         for slot in live:
