@@ -5,7 +5,9 @@ at a time, in each dtype and decoding path asked for, and the transcripts are co
         [--exchanges 3] [--max-new-tokens 80] [--runs bfloat16:eager,bfloat16:static,float32:eager]
         [--out reports/batch_agreement_cpu.json]
 
-The GPU profile's ``evaluate`` settings (``flows.gpu.profile_evaluation``) with these counts;
+The GPU profile's ``evaluate`` settings (``flows.gpu.profile_evaluation``) with these counts,
+batched as the profile batches (continuous batching where ``evaluate.continuous``; the reports
+below were made in rounds);
 ``eager``: the growing cache (``cuda_graphs: false``), ``static``: the fixed-shape steps the GPU
 replays as CUDA graphs (run eagerly without CUDA). Greedy decoding must give the same dialogues
 either way (issue 25); bf16 rounds every op's output, so a batch's other shapes can tip a
@@ -69,7 +71,7 @@ def agreement(model: str, dtype: str, path: str, goals: int, exchanges: int, max
     world = profile_evaluation(read_params("gpu"), model, None, overrides, "batch_agreement")
     plan = world.config.plan()
     with matmul_setting(setting):
-        batched, batched_s, _ = play_timed(world.agent, world.goals, world.simulator, world.database, plan)
+        batched, batched_s, _ = play_timed(world.agent, world.goals, world.simulator, world.database, plan, world.continuous)
         single, single_s, _ = play_timed(world.agent, world.goals, world.simulator, world.database,
                                          dataclasses.replace(plan, batched=False))
     differences = transcript_differences(batched, single)

@@ -222,7 +222,7 @@ def profiled_evaluation(model_path: str, goals_n: int, log) -> dict:
     profile = cProfile.Profile()
     try:
         profile.enable()
-        played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan())
+        played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan(), setting.continuous)
         profile.disable()
     finally:
         asyncio.to_thread = threaded

@@ -73,3 +73,18 @@ def test_the_quoted_cpu_comparison_is_the_committed_run():
     readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
     assert (f"{report['goals']} test goals: {continuous:,} sequential decode steps instead of {rounds:,} "
             f"({100 * report['steps_saved']:.0f} % fewer), all {report['goals']} transcripts identical") in readme
+
+
+def test_the_quoted_floor_is_the_h200_runs_longest_dialogue():
+    """The steps continuous batching can reach: the SFT model's longest dialogue in the H200
+    run, against the steps its rounds took (benchmarks/decode_depth.py's figures)."""
+    from pipelines.evaluation.speed import agent_calls, longest_dialogue_steps
+
+    run = ROOT / "reports" / "gpu" / "2026-11-30_nvidia-h200_speakrl_222527"
+    events = [e for e in pq.read_table(run / "evaluate_sft_episode_events.parquet").to_pylist() if e["episode_id"].startswith("sft/")]
+    floor = longest_dialogue_steps(agent_calls(events))
+    steps = json.loads((run / "evaluate_sft.json").read_text())["speed"]["sft"]["decode"]["steps"]
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert f"the SFT model's 100 dialogues above took {steps:,} sequential steps where its longest dialogue needed {floor:,}." in readme
+    params = flat(" ".join(line.strip().lstrip("#") for line in (ROOT / "params.yaml").read_text(encoding="utf-8").splitlines()))
+    assert f"The H200 run's SFT episodes needed {steps:,} lockstep steps in rounds against a floor of {floor:,}" in params
