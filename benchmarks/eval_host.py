@@ -173,6 +173,7 @@ def replay_model(run: Path, name: str, model: Path, goals: int | None, events: l
     # The run's own evaluation settings where the run says them; the checkout's profile for the rest.
     setup = evaluate["setup"]
     overrides = {"max_goals": goals or setup["goals"], "max_exchanges": setup["max_exchanges"], "split": setup["split"],
+                 "generation": {"max_new_tokens": setup["max_new_tokens"]},  # the run's limit: no SFT rows needed
                  **({"source": str(source)} if source is not None else {})}
     setting = profile_evaluation(gpu, model, manifest.get("profile"), overrides, "benchmarks/eval_host")
     recorded = transcripts(mine)

@@ -640,16 +640,18 @@ class EvalSetting:
 def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: str | None, overrides: Mapping[str, Any],
                        where: str, smoke: bool = False) -> EvalSetting:
     """The ``evaluate`` section of profile ``profile`` of ``gpu`` (``params.yaml``'s ``gpu``; the
-    default profile when None), ``overrides`` merged in and ``from_data`` resolved for
-    ``model_path``, with that model loaded as the agent: the set-up :func:`evaluate` plays, for
-    one model (the benchmarks time and compare it)."""
+    default profile when None), ``overrides`` merged in and a ``from_data`` they leave resolved
+    for ``model_path`` (from the profile's SFT rows), with that model loaded as the agent: the
+    set-up :func:`evaluate` plays, for one model (the benchmarks time and compare it)."""
     from pipelines.episodes import get_format
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.policy import load_policy
 
     _, sections = profile_params(gpu, profile, smoke=smoke)
-    limit = data_generation_limit(sections, Path(model_path))["tokens"]
-    section, continuous = continuous_mode(with_limit(deep_merge(sections["evaluate"], overrides), limit), where)
+    section = deep_merge(sections["evaluate"], overrides)
+    if with_limit(section, -1) != section:  # a from_data left after the overrides: the SFT rows say it
+        section = with_limit(section, data_generation_limit(sections, Path(model_path))["tokens"])
+    section, continuous = continuous_mode(section, where)
     config = from_params(EvalConfig, {**section, "models": {"model": {"path": str(model_path)}}}, where)
     database, goals, simulator = agenda_world(config, where)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
