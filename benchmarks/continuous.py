@@ -8,7 +8,7 @@ Plays ``--goals`` test goals with the settings of ``params.yaml``'s ``--section`
 the CPU ``evaluate`` stage's; its ``models`` entry ``--model``, after ``make run``) twice:
 batched in rounds (:func:`pipelines.evaluation.play.play_policy`: every round decodes until
 its longest reply ends) and with continuous batching
-(:func:`pipelines.episodes.continuous.play_policy_continuous`: a reply that ends frees its row
+(:func:`pipelines.evaluation.continuous.play_policy_continuous`: a reply that ends frees its row
 for the next ready prompt). Prints per way the sequential decode steps (what a GPU pays for:
 ``benchmarks/eval_host.py``), prefill calls, slot shrinks, wall seconds and dialogues/s, and
 how many transcripts are identical (greedy: all must be). ``--out`` writes them without the
@@ -34,7 +34,7 @@ def compare(section: dict, model: str, goals: int, threads: int | None = None) -
     from flows.gpu import agenda_world
     from pipelines.config import from_params
     from pipelines.episodes import get_format
-    from pipelines.episodes.continuous import play_policy_continuous
+    from pipelines.evaluation.continuous import play_policy_continuous
     from pipelines.episodes.decoding import decode_stats
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.play import play_policy

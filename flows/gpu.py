@@ -538,10 +538,10 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
 def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, plan: Any,
                continuous: bool = False) -> tuple[list[Any], float, dict[str, Any]]:
     """``agent``'s episodes on ``goals`` (:func:`~pipelines.evaluation.play.play_policy`, or with
-    ``continuous`` and a batched plan :func:`~pipelines.episodes.continuous.play_policy_continuous`),
+    ``continuous`` and a batched plan :func:`~pipelines.evaluation.continuous.play_policy_continuous`),
     the wall seconds they took (the device synchronised before and after: queued kernels are
     counted) and the decoding loop's counters over them (:func:`stats_since`)."""
-    from pipelines.episodes.continuous import play_policy_continuous
+    from pipelines.evaluation.continuous import play_policy_continuous
     from pipelines.evaluation.play import play_policy
 
     _synchronize()

@@ -437,15 +437,3 @@ async def play_continuous(states: Sequence[EpisodeState], agent: ContinuousHFAge
             server.cancel()
     return [state.finish() for state in states]
 
-
-def play_policy_continuous(agent: Any, dialogues: Sequence[Any], simulator: Any, database: Any, plan: Any,
-                           progress: Callable[[int, int], Any] | None = None) -> list[Episode]:
-    """:func:`~pipelines.evaluation.play.play_policy`'s episodes (the same ids, specs and
-    order) played with continuous batching: ``agent`` (an hf agent, or one behind a prompt
-    rewriter) wrapped in a :class:`ContinuousHFAgent` for this play."""
-    from pipelines.evaluation.play import episode_specs
-
-    continuous = ContinuousHFAgent(agent)
-    specs = episode_specs(dialogues, plan.seeds, prefix=f"{agent.name}/")
-    states = [EpisodeState.start(spec, continuous, simulator, database, plan.runner) for spec in specs]
-    return asyncio.run(play_continuous(states, continuous, progress))

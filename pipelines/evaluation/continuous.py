@@ -1,0 +1,23 @@
+"""Continuous batching for an evaluation: :func:`pipelines.evaluation.play.play_policy`'s episodes
+played with :mod:`pipelines.episodes.continuous` (the GPU profile's ``evaluate.continuous``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Sequence
+
+from pipelines.episodes.continuous import ContinuousHFAgent, play_continuous
+from pipelines.episodes.records import Episode
+from pipelines.episodes.runner import EpisodeState
+from pipelines.evaluation.play import episode_specs
+
+
+def play_policy_continuous(agent: Any, dialogues: Sequence[Any], simulator: Any, database: Any, plan: Any,
+                           progress: Callable[[int, int], Any] | None = None) -> list[Episode]:
+    """:func:`~pipelines.evaluation.play.play_policy`'s episodes (the same ids, specs and
+    order) played with continuous batching: ``agent`` (an hf agent, or one behind a prompt
+    rewriter) wrapped in a :class:`~pipelines.episodes.continuous.ContinuousHFAgent` for this play."""
+    continuous = ContinuousHFAgent(agent)
+    specs = episode_specs(dialogues, plan.seeds, prefix=f"{agent.name}/")
+    states = [EpisodeState.start(spec, continuous, simulator, database, plan.runner) for spec in specs]
+    return asyncio.run(play_continuous(states, continuous, progress))
