@@ -10,10 +10,12 @@ from tests.benchmark_support import load_benchmark
 def test_the_kernel_table_counts_the_static_steps_without_the_prefill(tiny_model_dir, single_torch_thread):
     probe = load_benchmark("decode_probe")
     logged = []
-    rows = probe.kernel_times(str(tiny_model_dir), 2, 24, 3, logged.append, top=5)
+    # The top 20 by time: on a busy CPU the tiny model's few matrix products can fall below a
+    # top 5 (a clean-clone run of d0f4fd2 did not list them there), and the test needs them listed.
+    rows = probe.kernel_times(str(tiny_model_dir), 2, 24, 3, logged.append, top=20)
     assert [row["dtype"] for row in rows] == ["float32", "bfloat16"] and logged == rows
     for row in rows:
-        assert row["steps"] == 3 and row["ms_per_step"] > 0 and 1 <= len(row["kernels"]) <= 5
+        assert row["steps"] == 3 and row["ms_per_step"] > 0 and 1 <= len(row["kernels"]) <= 20
         assert row["device_time"].startswith("cpu")
         shares = [kernel["share"] for kernel in row["kernels"]]
         assert shares == sorted(shares, reverse=True) and sum(shares) <= 1.0 + 1e-6
