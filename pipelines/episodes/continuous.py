@@ -36,7 +36,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pipelines.episodes import decoding
-from pipelines.episodes.agents import AgentContext, AgentOutput, EpisodeCache, episode_entry, episode_prefix
+from pipelines.episodes.agents import AgentContext, EpisodeCache, episode_entry, episode_prefix
 from pipelines.episodes.decoding import DECODE_STATS, PrefixKV
 from pipelines.episodes.records import Episode
 from pipelines.episodes.runner import DONE, WAITS_FOR_AGENT, WAITS_FOR_USER, EpisodeState
@@ -331,15 +331,8 @@ class ContinuousHFAgent:
         self.decoder: SlotDecoder | None = None
         self._episodes: EpisodeCache = {}
 
-    async def act(self, contexts: Sequence[AgentContext]) -> list[AgentOutput]:
-        """The round-based runner's call (one episode at a time, the reference path): the
-        wrapped agent's own batched decoding."""
-        if self.rewrite is not None:
-            contexts = [replace(c, messages=tuple(self.rewrite(c.messages))) for c in contexts]
-        return await self.hf.act(contexts)
-
     def submit(self, context: AgentContext) -> asyncio.Future:
-        """Queue ``context``; its :class:`AgentOutput` when the reply ends."""
+        """Queue ``context``; its :class:`~pipelines.episodes.AgentOutput` when the reply ends."""
         if self.rewrite is not None:
             context = replace(context, messages=tuple(self.rewrite(context.messages)))
         hf = self.hf
