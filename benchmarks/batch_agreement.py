@@ -73,7 +73,7 @@ def agreement(model: str, dtype: str, path: str, goals: int, exchanges: int, max
     with matmul_setting(setting):
         batched, batched_s, _ = play_timed(world.agent, world.goals, world.simulator, world.database, plan, world.continuous)
         single, single_s, _ = play_timed(world.agent, world.goals, world.simulator, world.database,
-                                         dataclasses.replace(plan, batched=False))
+                                         dataclasses.replace(plan, batched=False), world.continuous)
     differences = transcript_differences(batched, single)
     return {"dtype": dtype, "path": path, **({"setting": setting} if setting else {}), "goals": len(single),
             "identical": len(single) - len(differences), "differences": differences,

@@ -3,17 +3,21 @@ and a profiled evaluation (issue 25's 5 dialogues/s; the H200 run of 2026-11-30 
 26.9 ms per step zero-shot and 36.2 ms after SFT, with every step replayed as a CUDA graph).
 
     python benchmarks/decode_probe.py --model models/smollm2 [--rows 128] [--prompt 1500] [--steps 64] [--goals 30]
-        [--kernels 16] [--skip-steps] [--grid-rows 32 64 128 --grid-prompts 500 1000 1500] [--out probe.json]
+        [--kernels 16] [--skip-steps] [--grid-rows 32 64 128 --grid-prompts 500 1000 1500] [--attention matmul]
+        [--out probe.json]
 
 1. The decode step: ``--rows`` rows of about ``--prompt`` random prompt tokens, no stop token,
    ``--steps`` new tokens, static steps (``cuda_graphs``), for float32 and bfloat16 weights and
-   two attentions: the static steps' packed grouped-query SDPA (``decoding.packed_gqa_sdpa``)
-   and transformers' SDPA (keys and values repeated per query head). Per step: the wall time of
-   the call less that of a one-token call (its prefill), over the steps; with CUDA synchronised.
+   three attentions (:func:`static_attention`): the static steps' packed grouped-query SDPA
+   (``decoding.packed_gqa_sdpa``), transformers' SDPA (keys and values repeated per query
+   head) and the grouped matrix products of continuous batching's slot step
+   (``continuous.grouped_matmul_attention``). Per step: the wall time of the call less that of
+   a one-token call (its prefill), over the steps; with CUDA synchronised.
 2. ``--kernels N``: N static steps of the same batch in each dtype under ``torch.profiler``,
    run eagerly (no capture: the graph replays the same kernels, but the profiler then sees
    one launch), and the kernels that took a step's device time, most first: what a float32
-   step spends in attention, matrix products and the rest.
+   step spends in attention, matrix products and the rest. Parts 2 and 3 attend with
+   ``--attention`` (``packed`` or ``matmul``, the default: the GPU profile's).
 3. ``--grid-rows`` x ``--grid-prompts``: the static step's time at each batch size and prompt
    length, per dtype, and a least-squares split of it into a fixed part, a part per row and a
    part per row and buffer position (:func:`step_cost_model`): whether fewer rows (stopped
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import io
 import json
@@ -78,26 +83,35 @@ def per_step_ms(model, batch: list[list[int]], steps: int, graphs: bool) -> tupl
     return prefill * 1000, (whole - prefill) / steps * 1000
 
 
+@contextlib.contextmanager
+def static_attention(name: str):
+    """The rounds' static steps attend with ``name`` inside the block: ``packed`` (their own
+    grouped-query SDPA), ``repeated`` (transformers' SDPA, keys and values repeated per query
+    head) or ``matmul`` (continuous batching's slot step: ``continuous.grouped_matmul_attention``)."""
+    from pipelines.episodes import continuous, decoding
+
+    packed = decoding._packed_attention
+    decoding._packed_attention = {"packed": packed, "repeated": lambda: "sdpa",
+                                  "matmul": lambda: continuous._registered("matmul")}[name]
+    try:
+        yield
+    finally:
+        decoding._packed_attention = packed
+
+
 def step_times(model_path: str, rows: int, prompt: int, steps: int, log) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipelines.episodes import decoding
-
     device = "cuda" if torch.cuda.is_available() else "cpu"
     batch = random_batch(model_path, rows, prompt)
 
-    packed = decoding._packed_attention
     figures = []
     for dtype in (torch.float32, torch.bfloat16):
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
-        for attention, graphs in (("packed", True), ("repeated", True), ("packed", False)):
-            # "repeated": the static steps run under transformers' own SDPA attention
-            decoding._packed_attention = packed if attention == "packed" else (lambda: "sdpa")
-            try:
+        for attention, graphs in (("matmul", True), ("packed", True), ("repeated", True), ("packed", False)):
+            with static_attention(attention):
                 prefill, step = per_step_ms(model, batch, steps, graphs)
-            finally:
-                decoding._packed_attention = packed
             row = {"dtype": str(dtype).replace("torch.", ""), "attention": attention, "cuda_graphs": graphs and device == "cuda",
                    "static": graphs, "rows": rows, "prompt_tokens": prompt, "steps": steps,
                    "prefill_ms": round(prefill, 2), "ms_per_step": round(step, 3)}
@@ -126,8 +140,8 @@ def step_cost_model(points: list[dict]) -> dict:
             "residual_ms": [round(float(r), 3) for r in observed - fitted]}
 
 
-def grid_times(model_path: str, rows_grid: list[int], prompt_grid: list[int], steps: int, log) -> list[dict]:
-    """Per dtype: the static step's ms (packed attention, CUDA graphs where there is CUDA) at
+def grid_times(model_path: str, rows_grid: list[int], prompt_grid: list[int], steps: int, log, attention: str = "matmul") -> list[dict]:
+    """Per dtype: the static step's ms (``attention``, CUDA graphs where there is CUDA) at
     every batch of ``rows_grid`` rows x ``prompt_grid`` prompt tokens, and
     :func:`step_cost_model` over them: which of rows, buffer positions or neither a step's time
     follows, so that the next cut (fewer rows: compaction; fewer positions: attention over
@@ -143,11 +157,12 @@ def grid_times(model_path: str, rows_grid: list[int], prompt_grid: list[int], st
         for prompt in prompt_grid:
             full = random_batch(model_path, max(rows_grid), prompt)
             for rows in rows_grid:
-                _, step = per_step_ms(model, full[:rows], steps, graphs=True)
+                with static_attention(attention):
+                    _, step = per_step_ms(model, full[:rows], steps, graphs=True)
                 point = {"rows": rows, "prompt_tokens": prompt, "positions": prompt + steps + 1, "ms_per_step": round(step, 3)}
                 log({"dtype": str(dtype).replace("torch.", ""), **point})
                 points.append(point)
-        row = {"dtype": str(dtype).replace("torch.", ""), "steps": steps, "cuda_graphs": device == "cuda", "points": points,
+        row = {"dtype": str(dtype).replace("torch.", ""), "attention": attention, "steps": steps, "cuda_graphs": device == "cuda", "points": points,
                "model": step_cost_model(points)}
         log({"dtype": row["dtype"], "model": row["model"]})
         figures.append(row)
@@ -174,9 +189,9 @@ def _kernel_self_times(model, batch: list[list[int]], new: int, cuda: bool) -> d
                     if cuda else e.self_cpu_time_total) for e in prof.key_averages()}
 
 
-def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: int = 15) -> list[dict]:
-    """Per dtype: the device time of ``steps`` eager static steps by kernel (self time, the
-    ``top`` largest), per step, and their share of all kernels' time."""
+def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: int = 15, attention: str = "matmul") -> list[dict]:
+    """Per dtype: the device time of ``steps`` eager static steps attending with ``attention``
+    by kernel (self time, the ``top`` largest), per step, and their share of all kernels' time."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -186,7 +201,7 @@ def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: 
     device = "cuda" if cuda else "cpu"
     batch = random_batch(model_path, rows, prompt)
     figures = []
-    with decoding.eager_static_steps():  # the profiler sees each kernel
+    with decoding.eager_static_steps(), static_attention(attention):  # the profiler sees each kernel
         for dtype in (torch.float32, torch.bfloat16):
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
             _kernel_self_times(model, batch, 2, cuda)  # warm-up
@@ -195,7 +210,7 @@ def kernel_times(model_path: str, rows: int, prompt: int, steps: int, log, top: 
             spent = {key: (calls - prefill.get(key, (0, 0.0))[0], time - prefill.get(key, (0, 0.0))[1]) for key, (calls, time) in whole.items()}
             total = sum(max(time, 0.0) for _, time in spent.values()) or 1.0
             ranked = sorted(spent.items(), key=lambda item: item[1][1], reverse=True)[:top]
-            row = {"dtype": str(dtype).replace("torch.", ""), "rows": rows, "prompt_tokens": prompt, "steps": steps,
+            row = {"dtype": str(dtype).replace("torch.", ""), "attention": attention, "rows": rows, "prompt_tokens": prompt, "steps": steps,
                    "device_time": "cuda" if cuda else "cpu (no CUDA device)", "ms_per_step": round(total / 1000 / steps, 3),
                    "kernels": [{"name": key[:120], "calls_per_step": round(calls / steps, 2), "ms_per_step": round(time / 1000 / steps, 3),
                                 "share": round(time / total, 3)} for key, (calls, time) in ranked]}
@@ -248,6 +263,7 @@ def main() -> None:
     parser.add_argument("--skip-steps", action="store_true", help="leave out part 1 (the step times)")
     parser.add_argument("--grid-rows", type=int, nargs="*", default=[], help="with --grid-prompts: step times over rows x prompt tokens")
     parser.add_argument("--grid-prompts", type=int, nargs="*", default=[])
+    parser.add_argument("--attention", choices=["packed", "matmul"], default="matmul", help="the attention of parts 2 and 3")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -265,9 +281,9 @@ def main() -> None:
     if not args.skip_steps:
         report["steps"] = step_times(args.model, args.rows, args.prompt, args.steps, log)
     if args.grid_rows and args.grid_prompts:
-        report["grid"] = grid_times(args.model, args.grid_rows, args.grid_prompts, args.steps, log)
+        report["grid"] = grid_times(args.model, args.grid_rows, args.grid_prompts, args.steps, log, args.attention)
     if args.kernels:
-        report["kernels"] = kernel_times(args.model, args.rows, args.prompt, args.kernels, log)
+        report["kernels"] = kernel_times(args.model, args.rows, args.prompt, args.kernels, log, attention=args.attention)
     if args.goals:
         report["evaluation"] = profiled_evaluation(args.model, args.goals, log)
     if args.out is not None:

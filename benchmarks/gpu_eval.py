@@ -4,13 +4,15 @@ held-out goals, batched, and whether greedy transcripts are identical to the unb
     python benchmarks/gpu_eval.py [--model models/smollm2] [--goals 100] [--check 8] [--profile speakrl]
 
 Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: with
-``evaluate.continuous`` continuous batching, then in the runner's rounds for comparison, else in
-rounds: one ``generate`` per round for every open dialogue) and prints ``dialogues_per_s``; then the same
+``evaluate.continuous`` continuous batching, then with the slot step's other attention and in
+the runner's rounds for comparison, else in rounds: one ``generate`` per round for every open
+dialogue) and prints ``dialogues_per_s``; then the same
 goals split between ``evaluate.workers`` processes (the job's way) and its transcripts against
 the one-process run; with ``generation.cuda_graphs`` the same goals decoded eagerly (the
 growing cache, batches compacted) and their transcripts against the graphed run; then plays
-the first ``--check`` goals one at a time and compares every turn's text with the batched run
-(greedy decoding: they must be equal). Each run prints its sequential decode steps and the
+the first ``--check`` goals one at a time (with continuous batching: in one slot of the same
+decoder, and in rounds) and compares every turn's text with the batched run (greedy decoding:
+they must be equal). Each run prints its sequential decode steps and the
 wall time per step (``decode``: the number that CUDA graphs exist to cut; 26-27 ms for
 SmolLM2 on the H100 of 2026-11-26 without them). Target on one H100 for the SFT model
 (issue 25): at least 5 dialogues/s. Without CUDA the figures are CPU figures and the output
@@ -43,7 +45,7 @@ def main() -> None:
     from catalog.io import read_params
     from flows.gpu import _shard_pool, play_sharded, play_timed, profile_evaluation
     from pipelines.episodes import get_format
-    from pipelines.evaluation.play import play_policy
+    from pipelines.episodes.continuous import ATTENTIONS
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.speed import decode_summary
     from pipelines.gpu.hardware import describe
@@ -58,7 +60,7 @@ def main() -> None:
     config, goals, simulator, database, agent = setting.config, setting.goals, setting.simulator, setting.database, setting.agent
     plan = config.plan()
 
-    def timed(agent: object, generation: object, continuous: bool = setting.continuous) -> tuple[list, float, dict]:
+    def timed(agent: object, generation: object, continuous: str | None = setting.continuous) -> tuple[list, float, dict]:
         played, wall_s, stats = play_timed(agent, goals, simulator, database, plan, continuous)
         return played, wall_s, decode_summary([stats], wall_s, generation.cuda_graphs)
 
@@ -69,15 +71,23 @@ def main() -> None:
                       "continuous": setting.continuous, "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3),
                       "events": turns, "decode": decoded}))
     by_id = {e.episode_id: e for e in batched}
-    if setting.continuous:  # the runner's rounds, for comparison: the same transcripts, more steps
-        played, rounds_s, decoded = timed(agent, config.generation, continuous=False)
+    if setting.continuous:
+        # The slot step's other attention: the same transcripts (up to rounding), another step time.
+        other = next(name for name in ATTENTIONS if name != setting.continuous)
+        played, other_s, decoded = timed(agent, config.generation, continuous=other)
+        same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in played)
+        print(json.dumps({"run": f"batched, continuous, {other} attention", "goals": len(goals), "wall_s": round(other_s, 2),
+                          "dialogues_per_s": round(len(played) / other_s, 3), "decode": decoded,
+                          "identical_transcripts": f"{same}/{len(played)}"}))
+        # The runner's rounds: the same transcripts, more steps.
+        played, rounds_s, decoded = timed(agent, config.generation, continuous=None)
         same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in played)
         print(json.dumps({"run": "batched in rounds", "goals": len(goals), "wall_s": round(rounds_s, 2),
                           "dialogues_per_s": round(len(played) / rounds_s, 3), "decode": decoded,
                           "identical_transcripts": f"{same}/{len(played)}"}))
     if config.generation.cuda_graphs:
         eager = dataclasses.replace(config.generation, cuda_graphs=False)
-        played, eager_s, decoded = timed(load_policy(config.policy_specs()[0], get_format(config.agent_format), eager), eager)
+        played, eager_s, decoded = timed(load_policy(config.policy_specs()[0], get_format(config.agent_format), eager), eager, None)
         same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in played)
         print(json.dumps({"run": "batched, eager", "goals": len(goals), "wall_s": round(eager_s, 2),
                           "dialogues_per_s": round(len(played) / eager_s, 3), "decode": decoded,
@@ -98,13 +108,13 @@ def main() -> None:
                           "decode": decode_summary(decoded, sharded_s, config.generation.cuda_graphs),
                           "identical_transcripts": f"{same}/{len(sharded)}"}))
     check = args.check if args.check is not None else (8 if gpu else 2)
-    if check:
-        started = time.perf_counter()
-        single = play_policy(agent, goals[:check], simulator, database, dataclasses.replace(plan, batched=False))
-        single_s = time.perf_counter() - started
+    ways = [setting.continuous, None] if setting.continuous else [None]  # one slot of the same decoder; rounds
+    for way in ways if check else []:
+        single, single_s, _ = play_timed(agent, goals[:check], simulator, database, dataclasses.replace(plan, batched=False), way)
         same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in single)
-        print(json.dumps({"run": "unbatched", "goals": check, "wall_s": round(single_s, 2),
-                          "dialogues_per_s": round(check / single_s, 3), "identical_transcripts": f"{same}/{check}"}))
+        print(json.dumps({"run": "unbatched" + (f", one slot, {way} attention" if way else ", rounds"), "goals": check,
+                          "wall_s": round(single_s, 2), "dialogues_per_s": round(check / single_s, 3),
+                          "identical_transcripts": f"{same}/{check}"}))
 
 
 if __name__ == "__main__":

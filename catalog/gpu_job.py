@@ -518,9 +518,12 @@ def results_markdown(root: Path) -> str:
 def _decoded_in(evaluation: Mapping[str, Any], check: Mapping[str, Any]) -> str:
     """`` in float32, continuous batching``: the dtype the run's evaluation decoded in (its
     setup's; a run from before the setup recorded it: its ``unbatched_check`` report's; empty
-    where neither says), and continuous batching where its setup says it played so."""
-    dtype = evaluation.get("setup", {}).get("dtype") or check.get("dtype")
-    continuous = ", continuous batching" if evaluation.get("setup", {}).get("continuous") else ""
+    where neither says), and continuous batching (with its slot step's attention, where the
+    setup names it) where its setup says it played so."""
+    setup = evaluation.get("setup", {})
+    dtype = setup.get("dtype") or check.get("dtype")
+    attention = f" ({setup['attention']} attention)" if setup.get("attention") else ""
+    continuous = f", continuous batching{attention}" if setup.get("continuous") else ""
     return (f" in {dtype}" if dtype else "") + continuous
 
 

@@ -514,41 +514,54 @@ def _logged_tokens(history: Sequence[Mapping[str, Any]]) -> float | None:
 # --- Evaluation -------------------------------------------------------------------------------
 
 
-def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, Any], bool]:
+def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
     """An ``evaluate`` section without its ``continuous`` key (the job's own: the CPU stages
-    play in rounds), and that key: batched episodes decode with continuous batching
-    (:mod:`pipelines.episodes.continuous`; greedy, one process).
+    play in rounds), and what that key says: None (rounds), or the attention of the slot step
+    that batched episodes decode with under continuous batching
+    (:mod:`pipelines.episodes.continuous`; greedy, one process). ``continuous: true`` is
+    ``{attention: sdpa}``.
 
     >>> continuous_mode({"max_goals": 4, "continuous": True}, "w")
-    ({'max_goals': 4}, True)
-    >>> continuous_mode({"continuous": "yes"}, "w")
+    ({'max_goals': 4}, 'sdpa')
+    >>> continuous_mode({"continuous": {"attention": "matmul"}}, "w")
+    ({}, 'matmul')
+    >>> continuous_mode({"continuous": False}, "w")
+    ({}, None)
+    >>> continuous_mode({"continuous": {"attention": "flash"}}, "w")
     Traceback (most recent call last):
     ...
-    pipelines.errors.ConfigError: w.continuous: expected true or false, got 'yes'
+    pipelines.errors.ConfigError: w.continuous: expected true, false or {attention: one of ['matmul', 'sdpa']}, got {'attention': 'flash'}
     """
+    from pipelines.episodes.continuous import ATTENTIONS
+
     rest = {key: value for key, value in section.items() if key != "continuous"}
-    continuous = section.get("continuous", False)
-    if not isinstance(continuous, bool):
-        raise ConfigError(f"{where}.continuous: expected true or false, got {continuous!r}")
-    if continuous and rest.get("workers", 1) != 1:
+    value = section.get("continuous", False)
+    if value is True:
+        value = {"attention": "sdpa"}
+    if value is not False and not (isinstance(value, Mapping) and set(value) == {"attention"} and value["attention"] in ATTENTIONS):
+        raise ConfigError(f"{where}.continuous: expected true, false or {{attention: one of {sorted(ATTENTIONS)}}}, got {value!r}")
+    if value and rest.get("workers", 1) != 1:
         raise ConfigError(f"{where}.continuous: one process decodes continuously; workers must be 1, got {rest.get('workers')!r}")
-    return rest, continuous
+    return rest, value["attention"] if value else None
 
 
 def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, plan: Any,
-               continuous: bool = False) -> tuple[list[Any], float, dict[str, Any]]:
+               continuous: str | None = None) -> tuple[list[Any], float, dict[str, Any]]:
     """``agent``'s episodes on ``goals`` (:func:`~pipelines.evaluation.play.play_policy`, or with
-    ``continuous`` and a batched plan :func:`~pipelines.evaluation.continuous.play_policy_continuous`),
-    the wall seconds they took (the device synchronised before and after: queued kernels are
-    counted) and the decoding loop's counters over them (:func:`stats_since`)."""
+    ``continuous``, the attention :func:`continuous_mode` names,
+    :func:`~pipelines.evaluation.continuous.play_policy_continuous`: batched, or one slot when
+    ``plan`` is not), the wall seconds they took (the device synchronised before and after:
+    queued kernels are counted) and the decoding loop's counters over them (:func:`stats_since`)."""
     from pipelines.evaluation.continuous import play_policy_continuous
     from pipelines.evaluation.play import play_policy
 
     _synchronize()
     before = decode_stats()
     started = time.perf_counter()
-    play = play_policy_continuous if continuous and plan.batched else play_policy
-    played = play(agent, goals, simulator, database, plan)
+    if continuous is not None:
+        played = play_policy_continuous(agent, goals, simulator, database, plan, attention=continuous)
+    else:
+        played = play_policy(agent, goals, simulator, database, plan)
     _synchronize()
     return played, time.perf_counter() - started, stats_since(before)
 
@@ -617,7 +630,8 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
-             "batched": config.batched, "workers": config.workers, "continuous": continuous,
+             "batched": config.batched, "workers": config.workers, "continuous": continuous is not None,
+             **({"attention": continuous} if continuous is not None else {}),
              # the decoding's numbers: bf16 transcripts batched differ from one at a time (unbatched_check)
              "dtype": config.generation.dtype, "cuda_graphs": config.generation.cuda_graphs}
     _write_episode_tables(episode_tables(episodes), out, prefix)
@@ -634,7 +648,7 @@ class EvalSetting:
     database: Any
     simulator: Any
     agent: Any
-    continuous: bool = False  # batched episodes decode with continuous batching (continuous_mode)
+    continuous: str | None = None  # batched episodes decode with continuous batching, this attention (continuous_mode)
 
 
 def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: str | None, overrides: Mapping[str, Any],
@@ -745,7 +759,9 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             else:
                 reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan(), continuous)
                 speed = round(len(reference) / wall_s, 3) if wall_s else None
-            single, wall_s, _ = play_timed(agent, goals[:goals_n], simulator, database, dataclasses.replace(config.plan(), batched=False))
+            # With continuous batching, one slot of the same decoder: the same step, one row.
+            single, wall_s, _ = play_timed(agent, goals[:goals_n], simulator, database, dataclasses.replace(config.plan(), batched=False),
+                                           continuous)
             del agent
             differences = transcript_differences(reference, single)
             same = len(single) - len(differences)
@@ -766,9 +782,11 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             changed = sum(len({v[k] for v in verdicts}) > 1 for k in verdicts[0] if all(k in v for v in verdicts))
             changed_between[name] = changed
             notes.append(f"- `{name}`: the success verdict differs between the dtypes on {changed} of {len(verdicts[0])} goals.")
-    return {"goals": goals_n, "dtype": own, "continuous": continuous, "models": rows, "success_changed_between_dtypes": changed_between,
+    how = f" (continuous batching, {continuous} attention; one at a time: one slot of the same decoder)" if continuous else ""
+    return {"goals": goals_n, "dtype": own, "continuous": continuous is not None, **({"attention": continuous} if continuous else {}),
+            "models": rows, "success_changed_between_dtypes": changed_between,
             "markdown": "\n".join(["Greedy transcripts of the first test goals played one dialogue at a time against the batched "
-                                    f"ones{' (decoded with continuous batching)' if continuous else ''} (they must be identical; "
+                                    f"ones{how} (they must be identical; "
                                     f"{own} is the evaluation's own dtype).", "", *markdown,
                                     *(["", *notes] if notes else [])])}
 

@@ -18,8 +18,20 @@ A slot holds its row's keys and values from column 0 (its positions are its colu
 each row writes its new token's at its own column, so a step has one shape whatever the
 rows hold: on a CUDA device it is captured once as a CUDA graph and replayed (the slots'
 buffer grows, and the graph with it, only when a prompt needs more room than any before).
-Attention runs over the whole buffer under a mask of each row's own columns, with the
-grouped-query SDPA of :mod:`pipelines.episodes.decoding`'s static steps.
+Attention runs over the whole buffer under a mask of each row's own columns, the query heads
+of each key/value head grouped as the rows of one query (SmolLM2: 9 heads over 3), so no layer
+copies its keys and values per head. ``attention`` says how that grouped query is computed:
+
+* ``"sdpa"``: PyTorch's SDPA, as :mod:`pipelines.episodes.decoding`'s static steps do. On the
+  H200 (2026-11-30, ``benchmarks/decode_probe.py``) a step of 128 rows over 1,500 positions took
+  16.4 ms in float32, where reading its keys and values (9.2 GB over 30 layers) takes about
+  2 ms at the card's bandwidth; probably because the kernel SDPA picks under a mask in
+  float32 (the memory-efficient one) tiles the queries in blocks of dozens of rows and
+  computes the 3 rows of a group as a full block.
+* ``"matmul"`` (:func:`grouped_matmul_attention`): the same grouped query as two batched matrix
+  products and a float32 softmax, whose cost is reading the keys and values once. The same
+  arithmetic up to rounding (the tests check both against transformers' attention); its GPU
+  step time is measured by ``benchmarks/decode_probe.py --attention``.
 
 Greedy decoding only: a greedy row computes what it would alone, so the transcripts are the
 round-based runner's (and one episode at a time's), which the tests check; sampled rows
@@ -30,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from dataclasses import dataclass, field, replace
 from time import perf_counter
@@ -46,6 +59,58 @@ if TYPE_CHECKING:
 
 #: Buffer columns are allocated in multiples of this (a longer prompt grows the buffer by it).
 CAPACITY_STEP = 256
+
+#: How a slot step computes its grouped-query attention (module docstring), each registered
+#: with transformers under its name on first use.
+ATTENTIONS = {"sdpa": decoding.PACKED_SDPA, "matmul": "askflow_grouped_matmul"}
+
+
+def grouped_matmul_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", attention_mask: Any,
+                             dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> tuple["torch.Tensor", None]:
+    """Attention for one new token per row as two batched matrix products: the query heads of
+    each key/value head as the rows of one query (``[batch, kv_heads, groups, dim]``) times
+    the unrepeated keys, scaled, masked (a boolean ``[batch, 1, 1, positions]`` mask attends
+    where True; a float one is added), a float32 softmax, times the values. A masked position
+    gets the dtype's lowest score rather than minus infinity, so a row masked everywhere
+    averages its values instead of giving NaN. Anything else (a longer query, dropout):
+    transformers' own SDPA attention.
+
+    >>> import types, torch
+    >>> module = types.SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
+    >>> query, key = torch.ones(1, 4, 1, 8), torch.zeros(1, 2, 3, 8)
+    >>> value = torch.arange(48.0).reshape(1, 2, 3, 8)
+    >>> mask = torch.tensor([True, True, False]).reshape(1, 1, 1, 3)
+    >>> out, _ = grouped_matmul_attention(module, query, key, value, mask)
+    >>> out.shape, out[0, 0, :, 0].tolist()  # [batch, 1, heads, dim]; heads 0-1 average rows 0-1 of kv head 0
+    (torch.Size([1, 1, 4, 8]), [4.0, 4.0, 28.0, 28.0])
+    """
+    import torch
+
+    batch, heads, length, dim = query.shape
+    if length != 1 or dropout != 0.0:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    grouped = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
+    scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim ** -0.5 if scaling is None else scaling)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        scores = scores.masked_fill(attention_mask.logical_not(), torch.finfo(scores.dtype).min)
+    elif attention_mask is not None:
+        scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    return torch.matmul(weights, value).reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+@functools.cache
+def _registered(attention: str) -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if attention == "sdpa":
+        return decoding._packed_attention()
+    AttentionInterface.register(ATTENTIONS[attention], grouped_matmul_attention)
+    AttentionMaskInterface.register(ATTENTIONS[attention], sdpa_mask)  # masks as SDPA's (a 4-D one passes as it is)
+    return ATTENTIONS[attention]
 
 
 @dataclass
@@ -66,13 +131,16 @@ class SlotDecoder:
     """``slots`` rows of keys and values (module docstring) for ``model``: :meth:`admit`
     prefills new rows into free slots, :meth:`step` decodes one token for every occupied
     slot. Greedy; a row stops at a token of ``stop_ids``, when ``stop_text(ids)`` says so, or
-    after ``max_new_tokens``."""
+    after ``max_new_tokens``. ``attention``: a key of :data:`ATTENTIONS` (module docstring)."""
 
     def __init__(self, model: Any, slots: int, max_new_tokens: int, stop_ids: frozenset[int], pad_id: int,
-                 stop_text: Callable[[list[int]], bool] | None = None, *, cuda_graphs: bool = False):
+                 stop_text: Callable[[list[int]], bool] | None = None, *, cuda_graphs: bool = False, attention: str = "sdpa"):
         import torch
 
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention: expected one of {sorted(ATTENTIONS)}, got {attention!r}")
         self.model, self.slots, self.max_new_tokens = model, slots, max_new_tokens
+        self.attention = _registered(attention)
         self.stop_ids, self.pad_id, self.stop_text = stop_ids, pad_id, stop_text
         self.device = next(model.parameters()).device
         config = decoding._text_config(model)
@@ -136,19 +204,25 @@ class SlotDecoder:
             cache, logits, mask, width = decoding._prefill(self.model, [r.row for r in ordered], [r.prefix for r in ordered], 0, self.pad_id)
             DECODE_STATS["calls"] += 1
             first = logits.argmax(dim=-1).tolist()
+            lengths = [len(r.row) for r in ordered]
+            longest = max(lengths)
+            # Each row's own columns first, in order, then its padding (zeroed by the prefill):
+            # one gather per layer moves every admitted row's keys and values to column 0 of
+            # its slot, without a host sync per row. A shorter row's slot gets padding zeros
+            # after its own columns, masked until its steps write there.
+            own_first = torch.argsort(mask[:, :width].eq(0).to(torch.uint8), dim=1, stable=True)[:, :longest]
+            slots = torch.tensor(free[: len(ordered)], device=self.device)
+            for layer, part in zip(self.layers, cache.layers):
+                if layer.keys_buffer is None:
+                    layer.allocate(part.keys, self.capacity)
+                index = own_first[:, None, :, None].expand(-1, part.keys.shape[1], -1, part.keys.shape[3])
+                layer.keys_buffer[slots, :, :longest] = part.keys[:, :, :width].gather(2, index)
+                layer.values_buffer[slots, :, :longest] = part.values[:, :, :width].gather(2, index)
+            columns = torch.arange(self.capacity, device=self.device)
+            self.allowed[slots] = columns[None, :] < torch.tensor(lengths, device=self.device)[:, None]
             for k, request in enumerate(ordered):
-                slot = free[k]
-                request.slot, self.rows[slot] = slot, request
-                columns = mask[k, :width].nonzero().squeeze(1)  # the row's own columns, in order
-                n = len(request.row)
-                for layer, part in zip(self.layers, cache.layers):
-                    if layer.keys_buffer is None:
-                        layer.allocate(part.keys, self.capacity)
-                    layer.keys_buffer[slot, :, :n] = part.keys[k][:, columns]
-                    layer.values_buffer[slot, :, :n] = part.values[k][:, columns]
-                self.allowed[slot].fill_(False)
-                self.allowed[slot, :n] = True
-                self.lengths[slot] = n
+                request.slot = free[k]
+                self.rows[free[k]], self.lengths[free[k]] = request, lengths[k]
         done = []
         for k, request in enumerate(ordered):
             if self._take(request, first[k]):
@@ -246,7 +320,23 @@ class SlotDecoder:
         return self._eager()
 
     def _eager(self) -> "torch.Tensor":
-        return decoding.packed_step(self.model, _slot_cache(self.layers), self.ids, self.mask, self.positions)
+        with attending(self.model, self.attention):
+            return self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.positions, use_cache=True,
+                              **{decoding._cache_name(self.model): _slot_cache(self.layers)}).logits[:, -1, :]
+
+
+@contextlib.contextmanager
+def attending(model: Any, implementation: str) -> Any:
+    """``model`` attends with the registered ``implementation`` inside the block only: its
+    prefills keep their own. (:func:`pipelines.episodes.decoding.packed_step` does the same for
+    the rounds' static steps with SDPA; it takes this once a relock of the 34 stages that run
+    decoding.py can show their outputs unchanged.)"""
+    config = decoding._text_config(model)
+    own, config._attn_implementation = config._attn_implementation, implementation
+    try:
+        yield
+    finally:
+        config._attn_implementation = own
 
 
 def _slot_cache(layers: Sequence[Any]) -> Any:
@@ -314,9 +404,11 @@ class ContinuousHFAgent:
     with a ``messages(messages)`` method such as
     :class:`~pipelines.evaluation.agent.PolicyPromptAgent`) that takes one context at a time
     (:meth:`submit`) and decodes continuously (module docstring) while :meth:`serve` runs.
-    Its outputs are those of ``agent.act`` for greedy decoding."""
+    Its outputs are those of ``agent.act`` for greedy decoding. ``slots``: rows decoded
+    together (default: the backend's batch size); ``attention``: the slot step's
+    (:data:`ATTENTIONS`)."""
 
-    def __init__(self, agent: Any, slots: int | None = None):
+    def __init__(self, agent: Any, slots: int | None = None, attention: str = "sdpa"):
         inner = getattr(agent, "inner", agent)
         self.rewrite = agent.messages if inner is not agent else None
         self.hf, self.name, self.format = inner, agent.name, agent.format
@@ -324,7 +416,9 @@ class ContinuousHFAgent:
             raise ValueError(f"agent {agent.name!r}: continuous batching needs the decoding loop, not model.generate")
         if inner.decode_spec.temperature != 0.0:
             raise ValueError(f"agent {agent.name!r}: continuous batching is greedy only (temperature {inner.decode_spec.temperature})")
-        self.slots = slots or inner.backend.batch_size
+        if attention not in ATTENTIONS:
+            raise ValueError(f"agent {agent.name!r}: attention: expected one of {sorted(ATTENTIONS)}, got {attention!r}")
+        self.slots, self.attention = slots or inner.backend.batch_size, attention
         self.pending: deque[Request] = deque()
         self.wake = asyncio.Event()
         self.closed = False
@@ -358,7 +452,8 @@ class ContinuousHFAgent:
         hf = self.hf
         stop_text = hf._ends_with_stop_string if hf.sampling.stop else None
         self.decoder = decoder = SlotDecoder(hf.backend.model, max(1, min(self.slots, playing())), hf.decode_spec.max_new_tokens,
-                                             hf._stop_token_ids(), hf.backend.pad_token_id, stop_text, cuda_graphs=hf.decode_spec.cuda_graphs)
+                                             hf._stop_token_ids(), hf.backend.pad_token_id, stop_text, cuda_graphs=hf.decode_spec.cuda_graphs,
+                                             attention=self.attention)
         while True:
             await asyncio.sleep(0)  # answered episodes take their turn (users, tools) and submit again
             left = playing()

@@ -40,14 +40,15 @@ def steps_of(run) -> tuple[list, int]:
     return played, decoding.DECODE_STATS["steps"] - before
 
 
-@pytest.mark.parametrize("slots", [N_EPISODES, 2])
-def test_continuous_episodes_are_the_rounds_episodes_and_one_at_a_time(backend, small_corpus, database, slots):
+@pytest.mark.parametrize(("slots", "attention"), [(N_EPISODES, "sdpa"), (2, "sdpa"), (N_EPISODES, "matmul"), (1, "matmul")])
+def test_continuous_episodes_are_the_rounds_episodes_and_one_at_a_time(backend, small_corpus, database, slots, attention):
     """Greedy rows compute what they would alone: rounds, continuous (every episode a slot, or
-    two slots that the others queue for) and one episode at a time play the same events."""
+    fewer slots that the others queue for; the slot step attending by SDPA or by matrix
+    products) and one episode at a time play the same events."""
     agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
     rounds = run_episodes_sync(specs(small_corpus), agent, gold_user(), database, CONFIG)
     shrinks = decoding.DECODE_STATS["shrinks"]
-    continuous = play(ContinuousHFAgent(agent, slots=slots), small_corpus, database)
+    continuous = play(ContinuousHFAgent(agent, slots=slots, attention=attention), small_corpus, database)
     alone = [run_episodes_sync([spec], agent, gold_user(), database, CONFIG)[0] for spec in specs(small_corpus)]
     assert [content_of(e) for e in continuous] == [content_of(e) for e in rounds] == [content_of(e) for e in alone]
     assert len({len(e.events) for e in continuous}) > 1  # episodes of different lengths: some end first
@@ -95,6 +96,10 @@ def test_what_continuous_batching_refuses(backend, small_corpus, database):
         ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), SamplingParams(temperature=0.7, max_tokens=8)))
     with pytest.raises(ValueError, match="not model.generate"):
         ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY, use_generate=True))
+    with pytest.raises(ValueError, match=r"attention: expected one of \['matmul', 'sdpa'\], got 'flash'"):
+        ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY), attention="flash")
+    with pytest.raises(ValueError, match=r"attention: expected one of"):
+        SlotDecoder(backend.model, 2, 4, frozenset(), 0, attention="flash")
     agent = ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY))
     other = type("Other", (), {"name": "other", "format": get_format("react")})()
     state = EpisodeState.start(specs(small_corpus)[0], other, gold_user(), database, CONFIG)
@@ -111,8 +116,9 @@ def test_a_decoder_that_fails_stops_the_play_with_its_error(backend, small_corpu
         play(ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)), small_corpus, database)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "matmul"])
 @pytest.mark.parametrize("architecture", ["qwen2", "llama"])
-def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, architecture):
+def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, architecture, attention):
     """What CUDA graph capture needs of the one step shape every slot shares: its forward
     dispatches no host-bound op and traces as one graph without a break."""
     import torch
@@ -129,7 +135,7 @@ def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, archi
         net = LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
     else:
         net = backend.model
-    decoder = SlotDecoder(net, 3, 6, frozenset(), 0)
+    decoder = SlotDecoder(net, 3, 6, frozenset(), 0, attention=attention)
     requests = [Request(None, row, None, None, 0.0) for row in ([21, 22, 23], [24, 25, 26, 27, 28])]
     assert decoder.admit(requests) == []
     decoder.step()  # the first step of the admitted rows; the third slot is free
@@ -140,11 +146,14 @@ def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, archi
         finally:
             dynamo.reset()
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
-    # Each row wrote at its own column (the one after its prompt), nothing after it.
+    # Each row wrote at its own column (the one after its prompt) and attends to its columns up
+    # to it, nothing after (a shorter row's slot holds the admission's padding there, masked).
     keys = decoder.layers[0].keys_buffer
     assert decoder.lengths[:2] == [4, 6]
     assert bool(keys[0, :, 3].abs().sum() > 0) and bool(keys[1, :, 5].abs().sum() > 0)
-    assert bool(keys[0, :, 4:].abs().sum() == 0) and bool(keys[1, :, 6:].abs().sum() == 0)
+    assert decoder.allowed[0].nonzero().squeeze(1).tolist() == [0, 1, 2, 3]
+    assert decoder.allowed[1].nonzero().squeeze(1).tolist() == [0, 1, 2, 3, 4, 5]
+    assert bool(keys[1, :, 6:].abs().sum() == 0)
 
 
 def test_a_failed_capture_decodes_the_same_episodes_eagerly_and_says_so(backend, small_corpus, database, monkeypatch):
@@ -164,3 +173,64 @@ def test_a_failed_capture_decodes_the_same_episodes_eagerly_and_says_so(backend,
     assert decoding.DECODE_STATS["graph_failures"] == before.get("graph_failures", 0) + 1  # tried once, not again
     assert decoding.decode_stats()["graph_error"] == "RuntimeError: injected: operation not permitted when stream is capturing"
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_grouped_matrix_products_compute_what_repeated_keys_compute(dtype):
+    """The slot step's ``matmul`` attention (one query token, 9 heads over 3 key/value heads)
+    equals transformers' SDPA path, which repeats the keys and values, under a boolean mask
+    and under an additive one; a row masked everywhere gives numbers, not NaN; a longer query
+    is transformers' own attention."""
+    import types
+
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from pipelines.episodes.continuous import grouped_matmul_attention
+
+    torch.manual_seed(0)
+    kind = getattr(torch, dtype)
+    module = types.SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
+    query, key, value = (torch.randn(*shape).to(kind) for shape in ((4, 9, 1, 16), (4, 3, 40, 16), (4, 3, 40, 16)))
+    mask = torch.rand(4, 1, 1, 40) > 0.3
+    mask[:, :, :, -1] = True
+    tolerance = 1e-5 if dtype == "float32" else 2e-2
+    grouped, _ = grouped_matmul_attention(module, query, key, value, mask, scaling=0.25)
+    repeated, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    assert grouped.shape == repeated.shape == (4, 1, 9, 16) and grouped.dtype == kind
+    assert torch.allclose(grouped.float(), repeated.float(), atol=tolerance)
+    additive = torch.zeros(4, 1, 1, 40, dtype=kind).masked_fill(~mask, torch.finfo(kind).min)
+    assert torch.allclose(grouped_matmul_attention(module, query, key, value, additive, scaling=0.25)[0].float(), repeated.float(), atol=tolerance)
+    assert torch.allclose(grouped_matmul_attention(module, query, key, value, mask)[0].float(),
+                          sdpa_attention_forward(module, query, key, value, mask)[0].float(), atol=tolerance)  # the default scale
+    nowhere = mask.clone()
+    nowhere[1] = False
+    assert not grouped_matmul_attention(module, query, key, value, nowhere, scaling=0.25)[0].isnan().any()
+    longer = torch.randn(4, 9, 2, 16).to(kind)
+    causal = mask.expand(4, 1, 2, 40)
+    assert torch.equal(grouped_matmul_attention(module, longer, key, value, causal, scaling=0.25)[0],
+                       sdpa_attention_forward(module, longer, key, value, causal, scaling=0.25)[0])
+
+
+def test_the_slot_step_attends_with_its_own_implementation_and_leaves_the_models(backend):
+    """The ``matmul`` step is registered with transformers and used for the step only: the
+    model's own attention (its prefills') is SDPA before and after, also when the step fails."""
+    from transformers import AttentionInterface
+
+    from pipelines.episodes.continuous import ATTENTIONS, attending, grouped_matmul_attention
+
+    decoder = SlotDecoder(backend.model, 2, 4, frozenset(), 0, attention="matmul")
+    assert AttentionInterface._global_mapping[ATTENTIONS["matmul"]] is grouped_matmul_attention
+    assert decoder.admit([Request(None, [21, 22, 23], None, None, 0.0)]) == []
+    seen = []
+    AttentionInterface.register(ATTENTIONS["matmul"], lambda *a, **k: (seen.append(1), grouped_matmul_attention(*a, **k))[1])
+    try:
+        decoder.step()
+    finally:
+        AttentionInterface.register(ATTENTIONS["matmul"], grouped_matmul_attention)
+    assert len(seen) == backend.model.config.num_hidden_layers  # every layer, once
+    assert backend.model.config._attn_implementation == "sdpa"
+    with pytest.raises(RuntimeError, match="injected"):
+        with attending(backend.model, ATTENTIONS["matmul"]):
+            raise RuntimeError("injected")
+    assert backend.model.config._attn_implementation == "sdpa"

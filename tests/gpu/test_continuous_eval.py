@@ -1,6 +1,6 @@
 """The GPU profile's ``evaluate.continuous``: the job's evaluation with continuous batching
 plays the episodes the rounds play (greedy), says so in its report, and is refused with worker
-processes or a value that is not a boolean; the committed CPU comparison is what the README and
+processes or a value that is neither a boolean nor a known attention; the committed CPU comparison is what the README and
 params.yaml quote (benchmarks/continuous.py)."""
 
 from __future__ import annotations
@@ -27,23 +27,25 @@ def test_continuous_evaluation_plays_the_rounds_episodes(small_corpus_dir, tiny_
     from flows.gpu import evaluate
 
     runs = {}
-    for continuous in (False, True):
-        out = tmp_path / str(continuous)
+    for continuous, attention in ((False, None), (True, "sdpa"), ({"attention": "matmul"}, "matmul")):
+        out = tmp_path / str(attention)
         out.mkdir()
         report = evaluate(_section(small_corpus_dir, continuous), {"tiny": str(tiny_model_dir)}, out)
-        assert report["setup"]["continuous"] is continuous and report["speed"]["tiny"]["episodes"] == 4
-        assert ("slot_shrinks" in report["speed"]["tiny"]["decode"]) is continuous
+        assert report["setup"]["continuous"] is bool(continuous) and report["speed"]["tiny"]["episodes"] == 4
+        assert report["setup"].get("attention") == attention
+        assert ("slot_shrinks" in report["speed"]["tiny"]["decode"]) is bool(continuous)
         events = pq.read_table(out / "episode_events.parquet")
-        runs[continuous] = (report["models"], events.drop([c for c in events.column_names if "latency" in c]).to_pylist())
-    assert len(runs[True][1]) > 4 * 3
-    assert runs[True] == runs[False]
+        runs[attention] = (report["models"], events.drop([c for c in events.column_names if "latency" in c]).to_pylist())
+    assert len(runs["sdpa"][1]) > 4 * 3
+    assert runs["sdpa"] == runs[None] == runs["matmul"]
 
 
-def test_continuous_is_a_boolean_of_one_process(small_corpus_dir, tiny_model_dir, tmp_path):
+def test_continuous_is_a_boolean_or_an_attention_of_one_process(small_corpus_dir, tiny_model_dir, tmp_path):
     from flows.gpu import evaluate
 
-    with pytest.raises(ConfigError, match=r"continuous: expected true or false, got 'yes'"):
-        evaluate(_section(small_corpus_dir, "yes"), {"tiny": str(tiny_model_dir)}, tmp_path)
+    for wrong in ("yes", {"attention": "flash"}, {"attention": "matmul", "slots": 4}):
+        with pytest.raises(ConfigError, match=r"continuous: expected true, false or \{attention: one of \['matmul', 'sdpa'\]\}, got "):
+            evaluate(_section(small_corpus_dir, wrong), {"tiny": str(tiny_model_dir)}, tmp_path)
     with pytest.raises(ConfigError, match=r"workers must be 1, got 2"):
         evaluate({**_section(small_corpus_dir, True), "workers": 2}, {"tiny": str(tiny_model_dir)}, tmp_path)
     assert not list(tmp_path.iterdir())  # refused before anything is written

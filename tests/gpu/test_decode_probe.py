@@ -49,3 +49,34 @@ def test_the_grid_times_every_batch_in_both_dtypes(tiny_model_dir, single_torch_
         assert all(p["ms_per_step"] > 0 for p in figure["points"]) and not figure["cuda_graphs"]
         assert set(figure["model"]) == {"fixed_ms", "per_row_us", "per_row_and_position_ns", "residual_ms"}
         assert len(figure["model"]["residual_ms"]) == 4
+
+
+def test_the_step_table_times_each_attention_and_the_static_steps_get_theirs_back(tiny_model_dir, single_torch_thread):
+    """Part 1: every dtype x (matmul, packed, repeated with CUDA graphs; packed without); each
+    attention is the static steps' for its rows only, and their own (packed SDPA) after."""
+    probe = load_benchmark("decode_probe")
+    from pipelines.episodes import continuous, decoding
+
+    used = []
+    real = continuous.grouped_matmul_attention
+
+    def counting(*args, **kwargs):
+        used.append(1)
+        return real(*args, **kwargs)
+
+    logged = []
+    own = decoding._packed_attention
+    from transformers import AttentionInterface
+
+    continuous._registered("matmul")
+    AttentionInterface.register(continuous.ATTENTIONS["matmul"], counting)
+    try:
+        rows = probe.step_times(str(tiny_model_dir), 2, 16, 2, logged.append)
+    finally:
+        AttentionInterface.register(continuous.ATTENTIONS["matmul"], real)
+    assert [(r["dtype"], r["attention"], r["static"]) for r in rows] == [
+        (dtype, attention, static) for dtype in ("float32", "bfloat16")
+        for attention, static in (("matmul", True), ("packed", True), ("repeated", True), ("packed", False))]
+    assert all(r["ms_per_step"] == r["ms_per_step"] and r["prefill_ms"] > 0 for r in rows) and logged == rows
+    assert used  # the matmul rows attended by matrix products
+    assert decoding._packed_attention is own

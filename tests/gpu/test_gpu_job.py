@@ -659,6 +659,9 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     evaluation["setup"]["continuous"] = True  # and how it batched, where it played continuously
     (folder / "evaluate_sft.json").write_text(json.dumps(evaluation))
     assert "evaluation in float32, continuous batching dialogues/s: sft 6.10" in results_markdown(tmp_path)
+    evaluation["setup"]["attention"] = "matmul"  # with the slot step's attention, where the setup names it
+    (folder / "evaluate_sft.json").write_text(json.dumps(evaluation))
+    assert "evaluation in float32, continuous batching (matmul attention) dialogues/s: sft 6.10" in results_markdown(tmp_path)
     (folder / "unbatched_check.json").write_text(json.dumps({**check, "status": "failed"}))
     assert "one at a time" not in results_markdown(tmp_path)
 
