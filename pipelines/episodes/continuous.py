@@ -30,8 +30,9 @@ copies its keys and values per head. ``attention`` says how that grouped query i
   computes the 3 rows of a group as a full block.
 * ``"matmul"`` (:func:`grouped_matmul_attention`): the same grouped query as two batched matrix
   products and a float32 softmax, whose cost is reading the keys and values once. The same
-  arithmetic up to rounding (the tests check both against transformers' attention); its GPU
-  step time is measured by ``benchmarks/decode_probe.py --attention``.
+  arithmetic up to rounding (the tests check both against transformers' attention); float32
+  only (a bf16 step keeps SDPA, whose kernels hold the scores in float32). Its GPU step time is
+  to be measured (``benchmarks/decode_probe.py`` times both).
 
 Greedy decoding only: a greedy row computes what it would alone, so the transcripts are the
 round-based runner's (and one episode at a time's), which the tests check; sampled rows
@@ -72,8 +73,11 @@ def grouped_matmul_attention(module: Any, query: "torch.Tensor", key: "torch.Ten
     the unrepeated keys, scaled, masked (a boolean ``[batch, 1, 1, positions]`` mask attends
     where True; a float one is added), a float32 softmax, times the values. A masked position
     gets the dtype's lowest score rather than minus infinity, so a row masked everywhere
-    averages its values instead of giving NaN. Anything else (a longer query, dropout):
-    transformers' own SDPA attention.
+    averages its values instead of giving NaN. Float32 only: in bf16 (or under autocast) the
+    product would round every score to bf16 before the softmax (a step of 0.125 at a score of
+    20), where SDPA's kernels keep scores in float32, so such a step runs the grouped SDPA
+    (:func:`pipelines.episodes.decoding.packed_gqa_sdpa`), as does anything else (a longer
+    query: transformers' own SDPA).
 
     >>> import types, torch
     >>> module = types.SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
@@ -87,10 +91,9 @@ def grouped_matmul_attention(module: Any, query: "torch.Tensor", key: "torch.Ten
     import torch
 
     batch, heads, length, dim = query.shape
-    if length != 1 or dropout != 0.0:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    exact = query.dtype == key.dtype == value.dtype == torch.float32 and not torch.is_autocast_enabled(query.device.type)
+    if length != 1 or dropout != 0.0 or not exact:
+        return decoding.packed_gqa_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     grouped = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
     scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim ** -0.5 if scaling is None else scaling)
     if attention_mask is not None and attention_mask.dtype == torch.bool:
@@ -206,10 +209,10 @@ class SlotDecoder:
             first = logits.argmax(dim=-1).tolist()
             lengths = [len(r.row) for r in ordered]
             longest = max(lengths)
-            # Each row's own columns first, in order, then its padding (zeroed by the prefill):
-            # one gather per layer moves every admitted row's keys and values to column 0 of
-            # its slot, without a host sync per row. A shorter row's slot gets padding zeros
-            # after its own columns, masked until its steps write there.
+            # Each row's own columns first, in order, then its padding: one gather per layer
+            # moves every admitted row's keys and values to column 0 of its slot, without a host
+            # sync per row. A shorter row's slot gets some padding after its own columns, masked
+            # until its steps write there.
             own_first = torch.argsort(mask[:, :width].eq(0).to(torch.uint8), dim=1, stable=True)[:, :longest]
             slots = torch.tensor(free[: len(ordered)], device=self.device)
             for layer, part in zip(self.layers, cache.layers):

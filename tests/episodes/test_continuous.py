@@ -175,12 +175,12 @@ def test_a_failed_capture_decodes_the_same_episodes_eagerly_and_says_so(backend,
 
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_grouped_matrix_products_compute_what_repeated_keys_compute(dtype):
-    """The slot step's ``matmul`` attention (one query token, 9 heads over 3 key/value heads)
-    equals transformers' SDPA path, which repeats the keys and values, under a boolean mask
-    and under an additive one; a row masked everywhere gives numbers, not NaN; a longer query
-    is transformers' own attention."""
+def test_grouped_matrix_products_compute_what_repeated_keys_compute():
+    """The slot step's ``matmul`` attention (one query token, 9 heads over 3 key/value heads,
+    float32) equals transformers' SDPA path, which repeats the keys and values, under a boolean
+    mask and under an additive one, with the given scale and the default one; a row masked
+    everywhere gives numbers, not NaN. A longer query, bf16 and autocast run the grouped SDPA
+    (whose kernels keep the scores in float32) instead, bit for bit."""
     import types
 
     import torch
@@ -189,27 +189,28 @@ def test_grouped_matrix_products_compute_what_repeated_keys_compute(dtype):
     from pipelines.episodes.continuous import grouped_matmul_attention
 
     torch.manual_seed(0)
-    kind = getattr(torch, dtype)
     module = types.SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
-    query, key, value = (torch.randn(*shape).to(kind) for shape in ((4, 9, 1, 16), (4, 3, 40, 16), (4, 3, 40, 16)))
+    query, key, value = torch.randn(4, 9, 1, 16), torch.randn(4, 3, 40, 16), torch.randn(4, 3, 40, 16)
     mask = torch.rand(4, 1, 1, 40) > 0.3
     mask[:, :, :, -1] = True
-    tolerance = 1e-5 if dtype == "float32" else 2e-2
     grouped, _ = grouped_matmul_attention(module, query, key, value, mask, scaling=0.25)
     repeated, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
-    assert grouped.shape == repeated.shape == (4, 1, 9, 16) and grouped.dtype == kind
-    assert torch.allclose(grouped.float(), repeated.float(), atol=tolerance)
-    additive = torch.zeros(4, 1, 1, 40, dtype=kind).masked_fill(~mask, torch.finfo(kind).min)
-    assert torch.allclose(grouped_matmul_attention(module, query, key, value, additive, scaling=0.25)[0].float(), repeated.float(), atol=tolerance)
-    assert torch.allclose(grouped_matmul_attention(module, query, key, value, mask)[0].float(),
-                          sdpa_attention_forward(module, query, key, value, mask)[0].float(), atol=tolerance)  # the default scale
+    assert grouped.shape == repeated.shape == (4, 1, 9, 16) and grouped.dtype == torch.float32
+    assert torch.allclose(grouped, repeated, atol=1e-5)
+    additive = torch.zeros(4, 1, 1, 40).masked_fill(~mask, torch.finfo(torch.float32).min)
+    assert torch.allclose(grouped_matmul_attention(module, query, key, value, additive, scaling=0.25)[0], repeated, atol=1e-5)
+    assert torch.allclose(grouped_matmul_attention(module, query, key, value, mask)[0],
+                          sdpa_attention_forward(module, query, key, value, mask)[0], atol=1e-5)  # the default scale
     nowhere = mask.clone()
     nowhere[1] = False
     assert not grouped_matmul_attention(module, query, key, value, nowhere, scaling=0.25)[0].isnan().any()
-    longer = torch.randn(4, 9, 2, 16).to(kind)
-    causal = mask.expand(4, 1, 2, 40)
-    assert torch.equal(grouped_matmul_attention(module, longer, key, value, causal, scaling=0.25)[0],
-                       sdpa_attention_forward(module, longer, key, value, causal, scaling=0.25)[0])
+    longer, causal = torch.randn(4, 9, 2, 16), mask.expand(4, 1, 2, 40)
+    half = [t.to(torch.bfloat16) for t in (query, key, value)]
+    for args in ((longer, key, value, causal), (*half, mask)):
+        assert torch.equal(grouped_matmul_attention(module, *args, scaling=0.25)[0], decoding.packed_gqa_sdpa(module, *args, scaling=0.25)[0])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(grouped_matmul_attention(module, query, key, value, mask, scaling=0.25)[0],
+                           decoding.packed_gqa_sdpa(module, query, key, value, mask, scaling=0.25)[0])
 
 
 def test_the_slot_step_attends_with_its_own_implementation_and_leaves_the_models(backend):
