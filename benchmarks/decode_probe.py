@@ -17,7 +17,7 @@ and a profiled evaluation (issue 25's 5 dialogues/s; the H200 run of 2026-11-30 
    run eagerly (no capture: the graph replays the same kernels, but the profiler then sees
    one launch), and the kernels that took a step's device time, most first: what a float32
    step spends in attention, matrix products and the rest. Parts 2 and 3 attend with
-   ``--attention`` (``packed`` or ``matmul``, the default: the GPU profile's).
+   ``--attention`` (``packed`` or ``matmul``, the default; the GPU profile times both and takes the faster).
 3. ``--grid-rows`` x ``--grid-prompts``: the static step's time at each batch size and prompt
    length, per dtype, and a least-squares split of it into a fixed part, a part per row and a
    part per row and buffer position (:func:`step_cost_model`): whether fewer rows (stopped

@@ -4,7 +4,8 @@ held-out goals, batched, and whether greedy transcripts are identical to the unb
     python benchmarks/gpu_eval.py [--model models/smollm2] [--goals 100] [--check 8] [--profile speakrl]
 
 Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: with
-``evaluate.continuous`` continuous batching, then with the slot step's other attention and in
+``evaluate.continuous`` continuous batching (``attention: auto``: the attention timed faster
+here, the timing printed), then with the slot step's other attention and in
 the runner's rounds for comparison, else in rounds: one ``generate`` per round for every open
 dialogue) and prints ``dialogues_per_s``; then the same
 goals split between ``evaluate.workers`` processes (the job's way) and its transcripts against
@@ -68,7 +69,8 @@ def main() -> None:
     turns = sum(len(e.events) for e in batched)
     print(json.dumps({"run": "batched", "device": machine["device"], "goals": len(goals), "max_exchanges": config.max_exchanges,
                       "batch_size": config.generation.batch_size, "max_new_tokens": config.generation.max_new_tokens,
-                      "continuous": setting.continuous, "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3),
+                      "continuous": setting.continuous, **({"attention_timing": setting.attention_timing} if setting.attention_timing else {}),
+                      "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3),
                       "events": turns, "decode": decoded}))
     by_id = {e.episode_id: e for e in batched}
     if setting.continuous:

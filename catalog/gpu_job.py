@@ -507,7 +507,8 @@ def results_markdown(root: Path) -> str:
         blocks.append("\n".join([
             f"**{machine['device']}** ({machine.get('memory_gib')} GiB), {summary['started'][:10]}, askflow "
             f"`{summary['commit'][:10]}`, profile `{summary['profile']}`: {whole}; "
-            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); evaluation{_decoded_in(report, check)} {speeds}"
+            f"SFT {throughput.get('tokens_per_s')} tokens/s (MFU {throughput.get('mfu')}); "
+            f"evaluation{_decoded_in(report, check, summary.get('attention'))} {speeds}"
             f"{_unbatched_agreement(check)}. {played}; {_training_seeds(report)} (`{folder.relative_to(root)}/`).",
             "",
             table,
@@ -515,14 +516,17 @@ def results_markdown(root: Path) -> str:
     return "\n\n".join(blocks)
 
 
-def _decoded_in(evaluation: Mapping[str, Any], check: Mapping[str, Any]) -> str:
+def _decoded_in(evaluation: Mapping[str, Any], check: Mapping[str, Any], timing: Mapping[str, Any] | None = None) -> str:
     """`` in float32, continuous batching``: the dtype the run's evaluation decoded in (its
     setup's; a run from before the setup recorded it: its ``unbatched_check`` report's; empty
     where neither says), and continuous batching (with its slot step's attention, where the
-    setup names it) where its setup says it played so."""
+    setup names it, and the job's timing of each where ``timing``, job.json's ``attention``,
+    picked it) where its setup says it played so."""
     setup = evaluation.get("setup", {})
     dtype = setup.get("dtype") or check.get("dtype")
-    attention = f" ({setup['attention']} attention)" if setup.get("attention") else ""
+    times = (timing or {}).get("ms_per_step") if (timing or {}).get("chosen") == setup.get("attention") else None
+    timed = f", timed faster: {', '.join(f'{name} {ms:.2f}' for name, ms in times.items())} ms per step" if times else ""
+    attention = f" ({setup['attention']} attention{timed})" if setup.get("attention") else ""
     continuous = f", continuous batching{attention}" if setup.get("continuous") else ""
     return (f" in {dtype}" if dtype else "") + continuous
 

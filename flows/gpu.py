@@ -519,7 +519,8 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
     play in rounds), and what that key says: None (rounds), or the attention of the slot step
     that batched episodes decode with under continuous batching
     (:mod:`pipelines.episodes.continuous`; greedy, one process). ``continuous: true`` is
-    ``{attention: sdpa}``.
+    ``{attention: sdpa}``; ``{attention: auto}``: the faster of the two on this device, timed at
+    the evaluation's shape (:func:`resolve_attention`, once per job).
 
     >>> continuous_mode({"max_goals": 4, "continuous": True}, "w")
     ({'max_goals': 4}, 'sdpa')
@@ -530,7 +531,7 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
     >>> continuous_mode({"continuous": {"attention": "flash"}}, "w")
     Traceback (most recent call last):
     ...
-    pipelines.errors.ConfigError: w.continuous: expected true, false or {attention: one of ['matmul', 'sdpa']}, got {'attention': 'flash'}
+    pipelines.errors.ConfigError: w.continuous: expected true, false or {attention: one of ['auto', 'matmul', 'sdpa']}, got {'attention': 'flash'}
     """
     from pipelines.episodes.continuous import ATTENTIONS
 
@@ -538,11 +539,73 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
     value = section.get("continuous", False)
     if value is True:
         value = {"attention": "sdpa"}
-    if value is not False and not (isinstance(value, Mapping) and set(value) == {"attention"} and value["attention"] in ATTENTIONS):
-        raise ConfigError(f"{where}.continuous: expected true, false or {{attention: one of {sorted(ATTENTIONS)}}}, got {value!r}")
+    known = sorted([*ATTENTIONS, "auto"])
+    if value is not False and not (isinstance(value, Mapping) and set(value) == {"attention"} and value["attention"] in known):
+        raise ConfigError(f"{where}.continuous: expected true, false or {{attention: one of {known}}}, got {value!r}")
     if value and rest.get("workers", 1) != 1:
         raise ConfigError(f"{where}.continuous: one process decodes continuously; workers must be 1, got {rest.get('workers')!r}")
     return rest, value["attention"] if value else None
+
+
+#: The prompt width :func:`timed_attention` times where an evaluation does not cap its prompts.
+UNCAPPED_PROMPT_COLUMNS = 2048
+
+
+def timed_attention(agent: Any, config: Any) -> dict[str, Any]:
+    """Each slot-step attention timed for ``agent`` (an evaluation's loaded model) at the
+    widest step ``config`` (an :class:`~pipelines.evaluation.config.EvalConfig`) can make: as
+    many slots as it decodes rows (its batch size, at most its goals times seeds), as many
+    columns as its longest prompt and reply need (an uncapped prompt is as long as its
+    dialogue: :data:`UNCAPPED_PROMPT_COLUMNS` stand for it), with its CUDA graphs
+    (:func:`~pipelines.episodes.continuous.time_attentions`). ``chosen``: the faster. Which one wins is the device's kernels' business (on the H200 a
+    float32 SDPA step of 128 rows over 1,500 positions took 16.4 ms where reading its keys
+    and values takes about 2), so the job measures instead of assuming."""
+    from pipelines.episodes.continuous import time_attentions
+
+    hf = getattr(agent, "inner", agent)
+    model = hf.backend.model
+    goals = (config.max_goals or config.generation.batch_size) * len(config.seeds)
+    rows = max(1, min(config.generation.batch_size, goals))
+    prompt = config.prompt.max_prompt_tokens or min(UNCAPPED_PROMPT_COLUMNS, decoding_positions(model))
+    columns = prompt + hf.decode_spec.max_new_tokens
+    times = time_attentions(model, rows, columns, cuda_graphs=hf.decode_spec.cuda_graphs)
+    chosen = min(times, key=times.get)
+    log.info("attention: %s (ms per slot step at %d rows x %d columns: %s)", chosen, rows, columns,
+             ", ".join(f"{name} {ms:.2f}" for name, ms in times.items()))
+    return {"chosen": chosen, "ms_per_step": times, "rows": rows, "columns": columns}
+
+
+def decoding_positions(model: Any) -> int:
+    from pipelines.episodes.decoding import _text_config
+
+    return int(_text_config(model).max_position_embeddings)
+
+
+def resolve_attention(section: Mapping[str, Any], model_path: str | Path, where: str,
+                      known: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``section`` (an ``evaluate`` section, its generation limit resolved) with
+    ``continuous: {attention: auto}`` replaced by the attention :func:`timed_attention` picks
+    for the model at ``model_path`` (any model of the table: the step's cost is its shape's),
+    and that timing; ``known``: a timing an earlier run of the job made (a resumed run keeps its
+    pick, so that its evaluations and the unbatched check decode alike). A section that names
+    its attention, or plays in rounds, comes back as it is, with None."""
+    from pipelines.episodes import get_format
+    from pipelines.evaluation.config import EvalConfig
+    from pipelines.evaluation.policy import load_policy
+
+    rest, attention = continuous_mode(section, where)
+    if attention != "auto":
+        return dict(section), None
+    if known is None:
+        config = from_params(EvalConfig, {**rest, "models": {"model": {"path": str(model_path)}}}, where)
+        try:
+            agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
+            known = timed_attention(agent, config)
+            del agent
+        except Exception as error:  # noqa: BLE001 - a failed timing must not cost the job its evaluations
+            log.warning("attention: timing failed (%s: %s); the evaluations use sdpa", type(error).__name__, error)
+            known = {"chosen": "sdpa", "error": f"{type(error).__name__}: {error}"}
+    return {**section, "continuous": {"attention": known["chosen"]}}, dict(known)
 
 
 def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, plan: Any,
@@ -590,6 +653,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     from pipelines.evaluation.report import pattern_notes, report_markdown
 
     section, continuous = continuous_mode(section, "params.yaml gpu evaluate")
+    unresolved(continuous, "params.yaml gpu evaluate")
     params = {**section, "models": {name: {"path": path} for name, path in models.items()}}
     config = from_params(EvalConfig, params, "params.yaml gpu evaluate")
     if config.simulator.kind != "agenda":
@@ -630,13 +694,28 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
-             "batched": config.batched, "workers": config.workers, "continuous": continuous is not None,
-             **({"attention": continuous} if continuous is not None else {}),
+             "batched": config.batched, "workers": config.workers, **decoded_by(continuous),
              # the decoding's numbers: bf16 transcripts batched differ from one at a time (unbatched_check)
              "dtype": config.generation.dtype, "cuda_graphs": config.generation.cuda_graphs}
     _write_episode_tables(episode_tables(episodes), out, prefix)
     markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}
+
+
+def decoded_by(continuous: str | None) -> dict[str, Any]:
+    """How a report says its episodes were batched: ``continuous`` and, with it, the slot
+    step's ``attention``.
+
+    >>> decoded_by(None), decoded_by("matmul")
+    ({'continuous': False}, {'continuous': True, 'attention': 'matmul'})
+    """
+    return {"continuous": continuous is not None, **({"attention": continuous} if continuous is not None else {})}
+
+
+def unresolved(attention: str | None, where: str) -> None:
+    if attention == "auto":
+        raise ConfigError(f"{where}.continuous: attention auto is chosen once for the whole job (resolve_attention), "
+                          "so that every model and the unbatched check decode alike; resolve it before playing")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -649,6 +728,7 @@ class EvalSetting:
     simulator: Any
     agent: Any
     continuous: str | None = None  # batched episodes decode with continuous batching, this attention (continuous_mode)
+    attention_timing: dict[str, Any] | None = None  # where the profile said auto: what timed_attention measured
 
 
 def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: str | None, overrides: Mapping[str, Any],
@@ -669,7 +749,8 @@ def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: 
     config = from_params(EvalConfig, {**section, "models": {"model": {"path": str(model_path)}}}, where)
     database, goals, simulator = agenda_world(config, where)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
-    return EvalSetting(config, goals, database, simulator, agent, continuous)
+    timing = timed_attention(agent, config) if continuous == "auto" else None
+    return EvalSetting(config, goals, database, simulator, agent, timing["chosen"] if timing else continuous, timing)
 
 
 def unbatched_check_params(value: Any, models: Sequence[str], where: str) -> tuple[int, tuple[str, ...], tuple[str, ...] | None]:
@@ -734,6 +815,7 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
 
     where = "params.yaml gpu unbatched_check"
     section, continuous = continuous_mode(section, where)
+    unresolved(continuous, where)
     missing = sorted(set(models) - set(played))
     if missing:
         raise ConfigError(f"{where}: {missing} not played by this run's evaluation; nothing to compare with")
@@ -783,7 +865,7 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             changed_between[name] = changed
             notes.append(f"- `{name}`: the success verdict differs between the dtypes on {changed} of {len(verdicts[0])} goals.")
     how = f" (continuous batching, {continuous} attention; one at a time: one slot of the same decoder)" if continuous else ""
-    return {"goals": goals_n, "dtype": own, "continuous": continuous is not None, **({"attention": continuous} if continuous else {}),
+    return {"goals": goals_n, "dtype": own, **decoded_by(continuous),
             "models": rows, "success_changed_between_dtypes": changed_between,
             "markdown": "\n".join(["Greedy transcripts of the first test goals played one dialogue at a time against the batched "
                                     f"ones{how} (they must be identical; "
@@ -1377,6 +1459,11 @@ def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[st
         info["generation_limit"] = limit = data_generation_limit(sections, start_path)
         sections = with_limit(sections, limit["tokens"])
         log.info("generation limit from the training data: %d tokens (longest turn %d)", limit["tokens"], limit["longest"])
+        # continuous: {attention: auto}: timed once with the start model, before any evaluation
+        resolved, timing = resolve_attention(sections[chain.evaluation], start_path, f"{where}.{chain.evaluation}", info.get("attention"))
+        if timing is not None:
+            sections = {**sections, chain.evaluation: resolved}
+            info["attention"] = timing
     played: dict[str, Any] = {}  # the models the first evaluation played, not played again by the last
     # What the first evaluation played, kept on the node beside the models: a resumed run's
     # last evaluation takes it instead of playing the zero-shot and SFT models again.
@@ -1474,7 +1561,9 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool, resume: bool
     start_dir = models / "start"
     start_path = start_dir if manifest["model"]["kind"] != "base" else Path(manifest["model"]["path"])
     stages = {"convert": StageResult("convert", makes=(start_dir,) if manifest["model"]["kind"] != "base" else ())}
-    info: dict[str, Any] = {"generation_limit": None}  # what a chain learns as it goes (the data's generation limit)
+    # What a chain learns as it goes (the data's generation limit, the attention it timed: a
+    # resumed run keeps the earlier run's pick).
+    info: dict[str, Any] = {"generation_limit": None, **{key: earlier[key] for key in ("attention",) if (earlier or {}).get(key)}}
     # Each run of the job (one, or the earlier ones and this resumed one): when, how long, where.
     runs = [*(earlier or {}).get("runs", []), {"started": started_at, "wall_s": 0.0, "device": machine["device"]}]
     resumer = Resume((earlier or {}).get("stages")) if earlier is not None else None

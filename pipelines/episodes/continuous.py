@@ -116,6 +116,41 @@ def _registered(attention: str) -> str:
     return ATTENTIONS[attention]
 
 
+class PhaseTimer:
+    """The device time of a decoder's prefills and steps, in :data:`DECODE_STATS`
+    (``prefill_us``, ``step_us``): on a CUDA device a pair of events around each, read once
+    the decoder is done (:meth:`flush`; recording adds no host sync); elsewhere the wall clock
+    (the work is done when the call returns). What the wall time of an evaluation holds
+    beyond the two is the host's: the simulator, prompts, tokenising, admission bookkeeping."""
+
+    def __init__(self, device: Any):
+        self.cuda = device.type == "cuda"
+        self.pending: list[tuple[str, Any, Any]] = []
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Any:
+        if self.cuda:
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self.pending.append((phase, start, end))
+        else:
+            started = perf_counter()
+            yield
+            DECODE_STATS[f"{phase}_us"] += round(1e6 * (perf_counter() - started))
+
+    def flush(self) -> None:
+        """Add the recorded events' times to :data:`DECODE_STATS` (waits for the device)."""
+        if self.pending:
+            self.pending[-1][2].synchronize()
+        for phase, start, end in self.pending:
+            DECODE_STATS[f"{phase}_us"] += round(1000 * start.elapsed_time(end))
+        self.pending.clear()
+
+
 @dataclass
 class Request:
     """One agent call in flight: its prompt's ids, the prefix whose keys and values it
@@ -161,6 +196,7 @@ class SlotDecoder:
         self.allowed: Any = None
         self.graph: Any = None
         self.logits: Any = None
+        self.timer = PhaseTimer(self.device)
 
     # -- room -------------------------------------------------------------------------------
 
@@ -177,6 +213,7 @@ class SlotDecoder:
             allowed[:, : self.capacity] = self.allowed
         self.allowed = allowed
         self.mask = allowed[:, None, None, :]
+        self.column_index = torch.arange(capacity, device=self.device)
         if not self.layers:
             self.layers = [_slot_layer_class()(self) for _ in range(decoding._text_config(self.model).num_hidden_layers)]
         for layer in self.layers:
@@ -203,9 +240,10 @@ class SlotDecoder:
         cached = [len(r.prefix.ids) if r.prefix is not None else 0 for r in requests]
         order = sorted(range(len(requests)), key=lambda i: (len(requests[i].row) - cached[i], cached[i]))
         ordered = [requests[i] for i in order]
-        with torch.inference_mode():
+        with torch.inference_mode(), self.timer("prefill"):
             cache, logits, mask, width = decoding._prefill(self.model, [r.row for r in ordered], [r.prefix for r in ordered], 0, self.pad_id)
             DECODE_STATS["calls"] += 1
+            DECODE_STATS["prefill_tokens"] += sum(len(r.row) for r in ordered) - sum(cached)
             first = logits.argmax(dim=-1).tolist()
             lengths = [len(r.row) for r in ordered]
             longest = max(lengths)
@@ -221,8 +259,7 @@ class SlotDecoder:
                 index = own_first[:, None, :, None].expand(-1, part.keys.shape[1], -1, part.keys.shape[3])
                 layer.keys_buffer[slots, :, :longest] = part.keys[:, :, :width].gather(2, index)
                 layer.values_buffer[slots, :, :longest] = part.values[:, :, :width].gather(2, index)
-            columns = torch.arange(self.capacity, device=self.device)
-            self.allowed[slots] = columns[None, :] < torch.tensor(lengths, device=self.device)[:, None]
+            self.allowed[slots] = self.column_index[None, :] < torch.tensor(lengths, device=self.device)[:, None]
             for k, request in enumerate(ordered):
                 request.slot = free[k]
                 self.rows[free[k]], self.lengths[free[k]] = request, lengths[k]
@@ -274,12 +311,13 @@ class SlotDecoder:
         for slot in live:
             ids[slot], columns[slot] = self.rows[slot].generated[-1], self.lengths[slot]
         with torch.inference_mode():
-            self.ids.copy_(torch.tensor(ids).unsqueeze(1))
-            self.columns.copy_(torch.tensor(columns))
-            self.positions.copy_(self.columns.unsqueeze(1))  # a slot's row starts at column 0
-            self.allowed[self.slot_index, self.columns] = True
-            logits = self._forward()
-            picked = logits.argmax(dim=-1).tolist()
+            with self.timer("step"):
+                self.ids.copy_(torch.tensor(ids).unsqueeze(1))
+                self.columns.copy_(torch.tensor(columns))
+                self.positions.copy_(self.columns.unsqueeze(1))  # a slot's row starts at column 0
+                self.allowed[self.slot_index, self.columns] = True
+                picked_on_device = self._forward().argmax(dim=-1)
+            picked = picked_on_device.tolist()
         DECODE_STATS["steps"] += 1
         done = []
         for slot in live:
@@ -326,6 +364,40 @@ class SlotDecoder:
         with attending(self.model, self.attention):
             return self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.positions, use_cache=True,
                               **{decoding._cache_name(self.model): _slot_cache(self.layers)}).logits[:, -1, :]
+
+
+def time_attentions(model: Any, rows: int, columns: int, *, cuda_graphs: bool, steps: int = 16, prompt_tokens: int = 16,
+                    seed: int = 0) -> dict[str, float]:
+    """Milliseconds per slot step of ``model`` with each attention of :data:`ATTENTIONS`, at
+    one shape: ``rows`` slots of ``columns`` columns (an evaluation's widest buffer: its
+    longest prompt plus its reply's room), each holding a row of ``prompt_tokens`` seeded
+    random ids, ``steps`` steps timed after two (the first captures the CUDA graph where
+    ``cuda_graphs``), the device synchronised around them. A step attends over every column
+    under the mask whatever the rows hold, so short rows time the full width without a long
+    prefill. What an evaluation's ``continuous: {attention: auto}`` takes its pick from."""
+    import torch
+
+    vocab = decoding._text_config(model).vocab_size
+    ids = torch.randint(vocab, (rows, prompt_tokens), generator=torch.Generator().manual_seed(seed)).tolist()
+    device = next(model.parameters()).device
+    times = {}
+    for attention in ATTENTIONS:
+        decoder = SlotDecoder(model, rows, max(columns - prompt_tokens, steps + 3), frozenset(), 0, cuda_graphs=cuda_graphs,
+                              attention=attention)
+        decoder._ensure(columns)
+        decoder.admit([Request(None, row, None, None, 0.0) for row in ids])  # type: ignore[arg-type]
+        decoder.step(), decoder.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = perf_counter()
+        for _ in range(steps):
+            decoder.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times[attention] = round(1000 * (perf_counter() - started) / steps, 3)
+        decoder.timer.pending.clear()  # not an evaluation's time
+        del decoder
+    return times
 
 
 @contextlib.contextmanager
@@ -469,6 +541,7 @@ class ContinuousHFAgent:
             if decoder.busy():
                 self._answer(decoder.step())
             elif self.closed and not self.pending:
+                decoder.timer.flush()
                 return
             elif not self.pending:
                 self.wake.clear()

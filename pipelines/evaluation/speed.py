@@ -74,15 +74,30 @@ def decode_summary(decoded: Sequence[Mapping[str, Any]], wall_s: float, cuda_gra
     """A model's decoding over its processes: the sequential decode steps of the longest
     process (the evaluation's critical path), the wall time per such step (an upper bound on
     a step's latency: it includes the simulator, the prefills and, with workers, the model
-    loads), and with CUDA graphs how many calls captured one and how many ran eagerly.
+    loads), the device's time where the decoder timed it (``device_s``), and with CUDA graphs
+    how many calls captured one and how many ran eagerly.
 
     >>> decode_summary([{"calls": 3, "steps": 40}, {"calls": 2, "steps": 50}], 1.0, False)
     {'cuda_graphs': False, 'steps': 50, 'wall_ms_per_step': 20.0, 'steps_per_process': [40, 50]}
+
+    Continuous batching also says where the wall time went: the device's prefills and steps,
+    and the rest (the host's).
+
+    >>> decode_summary([{"steps": 100, "step_us": 600_000, "prefill_us": 150_000, "prefill_tokens": 900}], 1.0, False)["device_s"]
+    {'prefill': 0.15, 'steps': 0.6, 'ms_per_step': 6.0, 'prefill_tokens': 900, 'host': 0.25}
     """
     steps = [int(d.get("steps", 0)) for d in decoded]
     summary: dict[str, Any] = {"cuda_graphs": cuda_graphs, "steps": max(steps, default=0),
                                "wall_ms_per_step": round(1000 * wall_s / max(steps), 2) if steps and max(steps) else None,
                                "steps_per_process": steps}
+    if any(d.get("step_us") for d in decoded):
+        # continuous batching times its device work (pipelines.episodes.continuous.PhaseTimer):
+        # what the wall time holds beyond it is the host's
+        prefill_s, step_s = (sum(int(d.get(key, 0)) for d in decoded) / 1e6 for key in ("prefill_us", "step_us"))
+        summary["device_s"] = {"prefill": round(prefill_s, 2), "steps": round(step_s, 2),
+                               "ms_per_step": round(1000 * step_s / max(steps), 2) if steps and max(steps) else None,
+                               "prefill_tokens": sum(int(d.get("prefill_tokens", 0)) for d in decoded),
+                               "host": round(max(wall_s - prefill_s - step_s, 0.0), 2)}
     if cuda_graphs:
         summary["graphs"] = sum(int(d.get("graphs", 0)) for d in decoded)
         summary["graph_failures"] = sum(int(d.get("graph_failures", 0)) for d in decoded)

@@ -235,3 +235,34 @@ def test_the_slot_step_attends_with_its_own_implementation_and_leaves_the_models
         with attending(backend.model, ATTENTIONS["matmul"]):
             raise RuntimeError("injected")
     assert backend.model.config._attn_implementation == "sdpa"
+
+
+def test_each_attention_is_timed_at_the_asked_width(backend, monkeypatch):
+    """``time_attentions``: every attention of ATTENTIONS stepped at the asked rows and buffer
+    width (prompts short, the buffer as wide as an evaluation's longest), its ms per step."""
+    from pipelines.episodes import continuous
+
+    widths = []
+    real_step = SlotDecoder.step
+
+    def step(self):
+        widths.append((self.attention, self.slots, self.capacity, self.layers[0].keys_buffer.shape[2]))
+        return real_step(self)
+
+    monkeypatch.setattr(SlotDecoder, "step", step)
+    times = continuous.time_attentions(backend.model, 3, 300, cuda_graphs=False, steps=4)
+    assert set(times) == set(continuous.ATTENTIONS) and all(ms > 0 for ms in times.values())
+    assert sorted(set(widths)) == sorted((continuous.ATTENTIONS[name], 3, 512, 512) for name in continuous.ATTENTIONS)
+    assert len(widths) == 2 * (2 + 4)  # two untimed steps (the capture's), four timed, per attention
+
+
+def test_the_decoder_times_its_prefills_and_steps_and_counts_prefilled_tokens(backend):
+    """What an evaluation's report splits its wall time by (pipelines.evaluation.speed):
+    the prefill's and the steps' time and the tokens prefilled (the rows less their reused prefix)."""
+    before = dict(decoding.DECODE_STATS)
+    decoder = SlotDecoder(backend.model, 2, 4, frozenset(), 0)
+    decoder.admit([Request(None, [21, 22, 23], None, None, 0.0), Request(None, [24, 25], None, None, 0.0)])
+    decoder.step(), decoder.step()
+    decoder.timer.flush()
+    grew = {key: decoding.DECODE_STATS[key] - before.get(key, 0) for key in ("prefill_us", "step_us", "prefill_tokens", "steps")}
+    assert grew["prefill_tokens"] == 5 and grew["steps"] == 2 and grew["prefill_us"] > 0 and grew["step_us"] > 0

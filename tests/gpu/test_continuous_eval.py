@@ -33,7 +33,14 @@ def test_continuous_evaluation_plays_the_rounds_episodes(small_corpus_dir, tiny_
         report = evaluate(_section(small_corpus_dir, continuous), {"tiny": str(tiny_model_dir)}, out)
         assert report["setup"]["continuous"] is bool(continuous) and report["speed"]["tiny"]["episodes"] == 4
         assert report["setup"].get("attention") == attention
-        assert ("slot_shrinks" in report["speed"]["tiny"]["decode"]) is bool(continuous)
+        decode = report["speed"]["tiny"]["decode"]
+        assert ("slot_shrinks" in decode) is bool(continuous)
+        # continuous batching says where the wall time went: the decoder's prefills and steps, the rest the host's
+        assert ("device_s" in decode) is bool(continuous)
+        if continuous:
+            device = decode["device_s"]
+            assert device["prefill"] > 0 and device["steps"] > 0 and device["prefill_tokens"] > 0 and device["ms_per_step"] > 0
+            assert device["prefill"] + device["steps"] + device["host"] == pytest.approx(report["speed"]["tiny"]["wall_s"], abs=0.05)
         events = pq.read_table(out / "episode_events.parquet")
         runs[attention] = (report["models"], events.drop([c for c in events.column_names if "latency" in c]).to_pylist())
     assert len(runs["sdpa"][1]) > 4 * 3
@@ -44,11 +51,47 @@ def test_continuous_is_a_boolean_or_an_attention_of_one_process(small_corpus_dir
     from flows.gpu import evaluate
 
     for wrong in ("yes", {"attention": "flash"}, {"attention": "matmul", "slots": 4}):
-        with pytest.raises(ConfigError, match=r"continuous: expected true, false or \{attention: one of \['matmul', 'sdpa'\]\}, got "):
+        with pytest.raises(ConfigError, match=r"continuous: expected true, false or \{attention: one of \['auto', 'matmul', 'sdpa'\]\}, got "):
             evaluate(_section(small_corpus_dir, wrong), {"tiny": str(tiny_model_dir)}, tmp_path)
     with pytest.raises(ConfigError, match=r"workers must be 1, got 2"):
         evaluate({**_section(small_corpus_dir, True), "workers": 2}, {"tiny": str(tiny_model_dir)}, tmp_path)
     assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_auto_times_both_attentions_once_and_names_the_faster(small_corpus_dir, tiny_model_dir, tmp_path, single_torch_thread):
+    """``continuous: {attention: auto}``: the job times both slot steps with one model before
+    its evaluations (flows.gpu.resolve_attention) and every evaluation takes the pick; an
+    evaluation handed an unresolved auto is refused (two calls could pick differently)."""
+    from flows.gpu import evaluate, resolve_attention
+
+    section = _section(small_corpus_dir, {"attention": "auto"})
+    with pytest.raises(ConfigError, match=r"attention auto is chosen once for the whole job"):
+        evaluate(section, {"tiny": str(tiny_model_dir)}, tmp_path)
+    assert not list(tmp_path.iterdir())
+    resolved, timing = resolve_attention(section, tiny_model_dir, "w")
+    assert set(timing["ms_per_step"]) == {"sdpa", "matmul"} and all(ms > 0 for ms in timing["ms_per_step"].values())
+    assert timing["chosen"] == min(timing["ms_per_step"], key=timing["ms_per_step"].get)
+    # as many slots as the evaluation decodes rows (4 goals, 1 seed), as many columns as its prompt and reply
+    assert timing["rows"] == 4 and timing["columns"] == 448 + 12
+    assert resolved == {**section, "continuous": {"attention": timing["chosen"]}}
+    report = evaluate(resolved, {"tiny": str(tiny_model_dir)}, tmp_path)
+    assert report["setup"]["attention"] == timing["chosen"]
+    # an earlier run's pick is kept without timing again (no model is loaded: the path is not one)
+    assert resolve_attention(section, tmp_path / "no model", "w", {"chosen": "matmul"}) == (
+        {**section, "continuous": {"attention": "matmul"}}, {"chosen": "matmul"})
+    # a section that names its attention, or plays in rounds, is left as it is
+    for named in (_section(small_corpus_dir, True), _section(small_corpus_dir, False)):
+        assert resolve_attention(named, tmp_path / "no model", "w") == (named, None)
+
+
+def test_a_failed_timing_leaves_the_evaluations_sdpa(small_corpus_dir, tmp_path):
+    """Fault injection: no model where the timing loads one. The job must still evaluate
+    (its own stage reports a missing model), so the pick falls back to sdpa, the error kept."""
+    from flows.gpu import resolve_attention
+
+    section = _section(small_corpus_dir, {"attention": "auto"})
+    resolved, timing = resolve_attention(section, tmp_path / "missing", "w")
+    assert resolved["continuous"] == {"attention": "sdpa"} and timing["chosen"] == "sdpa" and "missing" in timing["error"]
 
 
 def test_the_benchmark_compares_both_ways(small_corpus_dir, tiny_model_dir, tmp_path, single_torch_thread):

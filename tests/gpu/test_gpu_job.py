@@ -209,6 +209,10 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
         ("convert", "sft", "evaluate_sft", "grpo", "evaluate", "unbatched_check"), "ok")
     assert summary["smoke"] and summary["finished"] and summary["machine"]["versions"]["trl"]
     assert summary["generation_limit"]["tokens"] >= summary["generation_limit"]["longest"] > 0
+    # The profile's attention: auto, timed once before the first evaluation, the pick recorded
+    chosen = summary["attention"]["chosen"]
+    assert set(summary["attention"]["ms_per_step"]) == {"sdpa", "matmul"} and chosen in summary["attention"]["ms_per_step"]
+    assert result.stdout.count("ms per slot step") == 1
     sft = json.loads((results / "sft.json").read_text())
     assert sft["train"]["steps"] == 2 and sft["throughput"]["tokens_per_s"] > 0
     assert sft["throughput"]["data_workers"] == 2 and sft["throughput"]["prepare_s"] > 0 and sft["throughput"]["trainer_init_s"] > 0
@@ -223,13 +227,14 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     assert {f"rewards_{name}_mean" for name in ("dialogue_success", "goal_progress", "useless_questions", "malformed_turns")} <= set(header)
     evaluation = json.loads((results / "evaluate.json").read_text())
     assert list(evaluation["models"]) == ["zero_shot", "sft", "grpo"] and evaluation["setup"]["workers"] == 1
-    assert evaluation["setup"]["continuous"]  # the profile's: continuous batching
+    assert evaluation["setup"]["continuous"] and evaluation["setup"]["attention"] == chosen  # the profile's: continuous batching
     assert all(speed["dialogues_per_s"] > 0 for speed in evaluation["speed"].values())
     # The profile decodes with CUDA graphs; a CPU runs the same fixed-shape steps eagerly (no capture tried).
     for speed in evaluation["speed"].values():
         decode = speed["decode"]
         assert decode["cuda_graphs"] and len(decode["steps_per_process"]) == 1 and decode["steps"] > 0 and decode["slot_shrinks"] >= 0
         assert (decode["graphs"], decode["graph_failures"], decode["not_static"]) == (0, 0, 0) and decode["wall_ms_per_step"] > 0
+        assert decode["device_s"]["steps"] > 0 and decode["device_s"]["prefill_tokens"] > 0
     # zero-shot and SFT were played once, before GRPO; the final table reuses their episodes
     before_grpo = json.loads((results / "evaluate_sft.json").read_text())
     assert list(before_grpo["models"]) == ["zero_shot", "sft"] and (results / "evaluate_sft_episodes.parquet").is_file()
@@ -239,6 +244,7 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     # Last: the SFT model's first goal again, one dialogue at a time, against the batched play.
     check = json.loads((results / "unbatched_check.json").read_text())
     assert check["goals"] == 1 and list(check["models"]) == ["sft"] and check["dtype"] == "float32" and check["continuous"]
+    assert check["attention"] == chosen
     assert list(check["models"]["sft"]) == ["float32", "bfloat16"]
     for dtype, row in check["models"]["sft"].items():
         assert row["dialogues"] == 1 and row["identical"] + len(row["differences"]) == 1 and row["wall_s"] > 0
@@ -421,6 +427,7 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     summary = json.loads((results / "job.json").read_text())
     assert summary["finished"] is False
     assert summary["generation_limit"]["tokens"] > 0  # checkpointed as soon as known, not only at the end
+    assert summary["attention"]["chosen"] in ("sdpa", "matmul")  # so is the attention's timing
     assert {name: stage["status"] for name, stage in summary["stages"].items()} == {
         "convert": "ok", "sft": "ok", "evaluate_sft": "ok", "grpo": "pending", "evaluate": "pending", "unbatched_check": "pending"}
     assert not (results / "evaluate.json").exists()
@@ -443,6 +450,9 @@ def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_st
     assert "evaluate: grpo:" in resumed.stdout and "evaluate: sft:" not in resumed.stdout, resumed.stdout[-3000:]
     after = json.loads((results / "job.json").read_text())
     assert after["finished"] is True and [run.get("stopped", False) for run in after["runs"]] == [True, False]
+    # the earlier run's attention, not timed again: the GRPO model decodes as the others did
+    assert after["attention"] == summary["attention"] and "ms per slot step" not in resumed.stdout
+    assert json.loads((results / "evaluate.json").read_text())["setup"]["attention"] == summary["attention"]["chosen"]
     assert after["wall_s"] == pytest.approx(sum(run["wall_s"] for run in after["runs"]), abs=0.02)
     assert {name: (stage["status"], stage.get("kept", False)) for name, stage in after["stages"].items()} == {
         "convert": ("ok", True), "sft": ("ok", True), "evaluate_sft": ("ok", True), "grpo": ("ok", False), "evaluate": ("ok", False),
@@ -662,6 +672,11 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     evaluation["setup"]["attention"] = "matmul"  # with the slot step's attention, where the setup names it
     (folder / "evaluate_sft.json").write_text(json.dumps(evaluation))
     assert "evaluation in float32, continuous batching (matmul attention) dialogues/s: sft 6.10" in results_markdown(tmp_path)
+    # picked by the job's timing (auto): both times beside it
+    (folder / "job.json").write_text(json.dumps({**summary, "attention": {"chosen": "matmul", "ms_per_step": {"sdpa": 15.2, "matmul": 3.1}}}))
+    assert ("evaluation in float32, continuous batching (matmul attention, timed faster: sdpa 15.20, matmul 3.10 ms per step) "
+            "dialogues/s: sft 6.10") in results_markdown(tmp_path)
+    (folder / "job.json").write_text(json.dumps(summary))
     (folder / "unbatched_check.json").write_text(json.dumps({**check, "status": "failed"}))
     assert "one at a time" not in results_markdown(tmp_path)
 

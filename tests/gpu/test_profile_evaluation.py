@@ -28,7 +28,8 @@ def sft_rows(tmp_path):
 
 
 def test_the_benchmarks_play_the_jobs_evaluation(small_corpus_dir, tiny_model_dir, sft_rows, tmp_path, single_torch_thread):
-    from flows.gpu import data_generation_limit, deep_merge, evaluate, play_timed, profile_evaluation, profile_params, with_limit
+    from flows.gpu import (data_generation_limit, deep_merge, evaluate, play_timed, profile_evaluation, profile_params, resolve_attention,
+                           with_limit)
 
     gpu = _gpu_params(sft_rows)
     overrides = {"source": str(small_corpus_dir), "max_goals": 2, "max_exchanges": 2, "seeds": [0], "workers": 1,
@@ -41,12 +42,16 @@ def test_the_benchmarks_play_the_jobs_evaluation(small_corpus_dir, tiny_model_di
     assert setting.config.generation.max_new_tokens == limit >= 32  # from the SFT rows, not a default
     assert setting.config.max_goals == 2 and len(setting.goals) == 2 and setting.config.max_exchanges == 2
     assert setting.config.prompt.max_prompt_tokens == sections["evaluate"]["prompt"]["max_prompt_tokens"]  # the rest is the profile's
+    # the profile's attention is auto: the set-up takes the one its timing picked, as the job does
+    assert sections["evaluate"]["continuous"] == {"attention": "auto"}
+    assert setting.continuous == setting.attention_timing["chosen"] in setting.attention_timing["ms_per_step"]
 
     played, wall_s, _ = play_timed(setting.agent, setting.goals, setting.simulator, setting.database, setting.config.plan())
     assert len(played) == 2 and wall_s > 0
     out = tmp_path / "job"
     out.mkdir()
-    section = with_limit(deep_merge(sections["evaluate"], overrides), limit)
+    section, _ = resolve_attention(with_limit(deep_merge(sections["evaluate"], overrides), limit), tiny_model_dir, "test evaluate",
+                                   setting.attention_timing)
     evaluate(section, {"model": str(tiny_model_dir)}, out)
     events: dict = {}
     for row in pq.read_table(out / "episode_events.parquet").to_pylist():
