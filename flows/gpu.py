@@ -557,7 +557,8 @@ def timed_attention(agent: Any, config: Any) -> dict[str, Any]:
     many slots as it decodes rows (its batch size, at most its goals times seeds), as many
     columns as its longest prompt and reply need (an uncapped prompt is as long as its
     dialogue: :data:`UNCAPPED_PROMPT_COLUMNS` stand for it), with its CUDA graphs
-    (:func:`~pipelines.episodes.continuous.time_attentions`). ``chosen``: the faster. Which one wins is the device's kernels' business (on the H200 a
+    (:func:`~pipelines.episodes.continuous.time_attentions`). ``chosen``: the faster of those
+    that ran (and captured, where graphed); ``ruled_out``: the others, with their errors. Which one wins is the device's kernels' business (on the H200 a
     float32 SDPA step of 128 rows over 1,500 positions took 16.4 ms where reading its keys
     and values takes about 2), so the job measures instead of assuming."""
     from pipelines.episodes.continuous import time_attentions
@@ -568,11 +569,15 @@ def timed_attention(agent: Any, config: Any) -> dict[str, Any]:
     rows = max(1, min(config.generation.batch_size, goals))
     prompt = config.prompt.max_prompt_tokens or min(UNCAPPED_PROMPT_COLUMNS, decoding_positions(model))
     columns = prompt + hf.decode_spec.max_new_tokens
-    times = time_attentions(model, rows, columns, cuda_graphs=hf.decode_spec.cuda_graphs)
+    times, errors = time_attentions(model, rows, columns, cuda_graphs=hf.decode_spec.cuda_graphs)
+    for name, error in errors.items():
+        log.warning("attention: %s ruled out (%s)", name, error)
+    if not times:
+        raise RuntimeError(f"no attention could be timed: {errors}")
     chosen = min(times, key=times.get)
     log.info("attention: %s (ms per slot step at %d rows x %d columns: %s)", chosen, rows, columns,
              ", ".join(f"{name} {ms:.2f}" for name, ms in times.items()))
-    return {"chosen": chosen, "ms_per_step": times, "rows": rows, "columns": columns}
+    return {"chosen": chosen, "ms_per_step": times, "rows": rows, "columns": columns, **({"ruled_out": errors} if errors else {})}
 
 
 def decoding_positions(model: Any) -> int:

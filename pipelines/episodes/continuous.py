@@ -367,37 +367,55 @@ class SlotDecoder:
 
 
 def time_attentions(model: Any, rows: int, columns: int, *, cuda_graphs: bool, steps: int = 16, prompt_tokens: int = 16,
-                    seed: int = 0) -> dict[str, float]:
+                    seed: int = 0) -> tuple[dict[str, float], dict[str, str]]:
     """Milliseconds per slot step of ``model`` with each attention of :data:`ATTENTIONS`, at
     one shape: ``rows`` slots of ``columns`` columns (an evaluation's widest buffer: its
     longest prompt plus its reply's room), each holding a row of ``prompt_tokens`` seeded
     random ids, ``steps`` steps timed after two (the first captures the CUDA graph where
     ``cuda_graphs``), the device synchronised around them. A step attends over every column
     under the mask whatever the rows hold, so short rows time the full width without a long
-    prefill. What an evaluation's ``continuous: {attention: auto}`` takes its pick from."""
+    prefill. What an evaluation's ``continuous: {attention: auto}`` takes its pick from.
+
+    And the attentions ruled out, with why: one whose step raised, and, where ``cuda_graphs``,
+    one whose step would not capture (a graphed evaluation must not get the eager step; its
+    failure is taken back from :data:`~pipelines.episodes.decoding.GRAPH_ERRORS`, which would
+    otherwise stop every later capture, the other attention's too)."""
     import torch
 
     vocab = decoding._text_config(model).vocab_size
     ids = torch.randint(vocab, (rows, prompt_tokens), generator=torch.Generator().manual_seed(seed)).tolist()
     device = next(model.parameters()).device
-    times = {}
+    times: dict[str, float] = {}
+    errors: dict[str, str] = {}
     for attention in ATTENTIONS:
-        decoder = SlotDecoder(model, rows, max(columns - prompt_tokens, steps + 3), frozenset(), 0, cuda_graphs=cuda_graphs,
-                              attention=attention)
-        decoder._ensure(columns)
-        decoder.admit([Request(None, row, None, None, 0.0) for row in ids])  # type: ignore[arg-type]
-        decoder.step(), decoder.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        started = perf_counter()
-        for _ in range(steps):
-            decoder.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times[attention] = round(1000 * (perf_counter() - started) / steps, 3)
-        decoder.timer.pending.clear()  # not an evaluation's time
-        del decoder
-    return times
+        failures = len(decoding.GRAPH_ERRORS)
+        decoder = None
+        try:
+            decoder = SlotDecoder(model, rows, max(columns - prompt_tokens, steps + 3), frozenset(), 0, cuda_graphs=cuda_graphs,
+                                  attention=attention)
+            decoder._ensure(columns)
+            decoder.admit([Request(None, row, None, None, 0.0) for row in ids])  # type: ignore[arg-type]
+            decoder.step(), decoder.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            started = perf_counter()
+            for _ in range(steps):
+                decoder.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times[attention] = round(1000 * (perf_counter() - started) / steps, 3)
+            decoder.timer.pending.clear()  # not an evaluation's time
+        except Exception as error:  # noqa: BLE001 - an attention that fails here is not picked
+            errors[attention] = f"{type(error).__name__}: {error}"[:300]
+        finally:
+            del decoder  # its buffers and graph, before the next attention's
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        if len(decoding.GRAPH_ERRORS) > failures:
+            errors[attention] = f"capture failed: {decoding.GRAPH_ERRORS[failures]}"
+            times.pop(attention, None)
+            del decoding.GRAPH_ERRORS[failures:]
+    return times, errors
 
 
 @contextlib.contextmanager

@@ -250,8 +250,8 @@ def test_each_attention_is_timed_at_the_asked_width(backend, monkeypatch):
         return real_step(self)
 
     monkeypatch.setattr(SlotDecoder, "step", step)
-    times = continuous.time_attentions(backend.model, 3, 300, cuda_graphs=False, steps=4)
-    assert set(times) == set(continuous.ATTENTIONS) and all(ms > 0 for ms in times.values())
+    times, errors = continuous.time_attentions(backend.model, 3, 300, cuda_graphs=False, steps=4)
+    assert set(times) == set(continuous.ATTENTIONS) and all(ms > 0 for ms in times.values()) and errors == {}
     assert sorted(set(widths)) == sorted((continuous.ATTENTIONS[name], 3, 512, 512) for name in continuous.ATTENTIONS)
     assert len(widths) == 2 * (2 + 4)  # two untimed steps (the capture's), four timed, per attention
 
@@ -266,3 +266,39 @@ def test_the_decoder_times_its_prefills_and_steps_and_counts_prefilled_tokens(ba
     decoder.timer.flush()
     grew = {key: decoding.DECODE_STATS[key] - before.get(key, 0) for key in ("prefill_us", "step_us", "prefill_tokens", "steps")}
     assert grew["prefill_tokens"] == 5 and grew["steps"] == 2 and grew["prefill_us"] > 0 and grew["step_us"] > 0
+
+
+def test_an_attention_that_fails_or_will_not_capture_is_ruled_out(backend, monkeypatch):
+    """Fault injection. A step that raises: that attention is ruled out with its error. A step
+    that will not capture as a CUDA graph (on this CPU: capture allowed and made to fail for
+    matmul): ruled out too, and its failure taken back, so that later steps still capture."""
+    from pipelines.episodes import continuous
+
+    real = continuous.grouped_matmul_attention
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected matmul fault")
+
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(continuous.ATTENTIONS["matmul"], broken)
+    try:
+        times, errors = continuous.time_attentions(backend.model, 2, 64, cuda_graphs=False, steps=2)
+    finally:
+        AttentionInterface.register(continuous.ATTENTIONS["matmul"], real)
+    assert set(times) == {"sdpa"} and errors == {"matmul": "RuntimeError: injected matmul fault"}
+
+    captured = []
+
+    def capture_step(forward):
+        if forward.__self__.attention == continuous.ATTENTIONS["matmul"]:
+            raise RuntimeError("injected capture fault")
+        captured.append(forward.__self__.attention)
+        return None, forward()
+
+    monkeypatch.setattr(decoding, "_can_capture", lambda device: not decoding.GRAPH_ERRORS)
+    monkeypatch.setattr(decoding, "capture_step", capture_step)
+    before = list(decoding.GRAPH_ERRORS)
+    times, errors = continuous.time_attentions(backend.model, 2, 64, cuda_graphs=True, steps=2)
+    assert set(times) == {"sdpa"} and errors["matmul"].startswith("capture failed: RuntimeError: injected capture fault")
+    assert decoding.GRAPH_ERRORS == before and captured and set(captured) == {continuous.ATTENTIONS["sdpa"]}
