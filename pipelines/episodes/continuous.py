@@ -197,6 +197,8 @@ class SlotDecoder:
         self.graph: Any = None
         self.logits: Any = None
         self.timer = PhaseTimer(self.device)
+        self.picked: Any = None  # a launched step's tokens, on the device, until collected
+        self.live: list[int] = []
 
     # -- room -------------------------------------------------------------------------------
 
@@ -303,6 +305,12 @@ class SlotDecoder:
 
     def step(self) -> list[Request]:
         """One token for every occupied slot; the requests that stopped (their slots freed)."""
+        self.launch()
+        return self.collect()
+
+    def launch(self) -> None:
+        """Start a step on the device (:meth:`step`'s first half): on a GPU it returns once the
+        step is queued, so the host can do other work while it runs; :meth:`collect` ends it."""
         import torch
 
         live = [slot for slot, request in enumerate(self.rows) if request is not None]
@@ -310,14 +318,18 @@ class SlotDecoder:
         ids, columns = [self.pad_id] * self.slots, [0] * self.slots
         for slot in live:
             ids[slot], columns[slot] = self.rows[slot].generated[-1], self.lengths[slot]
-        with torch.inference_mode():
-            with self.timer("step"):
-                self.ids.copy_(torch.tensor(ids).unsqueeze(1))
-                self.columns.copy_(torch.tensor(columns))
-                self.positions.copy_(self.columns.unsqueeze(1))  # a slot's row starts at column 0
-                self.allowed[self.slot_index, self.columns] = True
-                picked_on_device = self._forward().argmax(dim=-1)
-            picked = picked_on_device.tolist()
+        with torch.inference_mode(), self.timer("step"):
+            self.ids.copy_(torch.tensor(ids).unsqueeze(1))
+            self.columns.copy_(torch.tensor(columns))
+            self.positions.copy_(self.columns.unsqueeze(1))  # a slot's row starts at column 0
+            self.allowed[self.slot_index, self.columns] = True
+            self.picked = self._forward().argmax(dim=-1)
+        self.live = live
+
+    def collect(self) -> list[Request]:
+        """The launched step's tokens (waits for the device); the requests that stopped."""
+        picked, live = self.picked.tolist(), self.live
+        self.picked, self.live = None, []
         DECODE_STATS["steps"] += 1
         done = []
         for slot in live:
@@ -538,17 +550,27 @@ class ContinuousHFAgent:
         self.wake.set()
 
     async def serve(self, playing: Callable[[], int]) -> None:
-        """Admit and decode until :meth:`close` and nothing is left; each step the event loop
-        runs the episodes that were answered (their users reply and their next contexts
-        arrive before the next step). ``playing()``: how many episodes have not ended (no more
-        rows than that are ever needed: the slots halve as they end)."""
+        """Admit and decode until :meth:`close` and nothing is left; while each step runs on
+        the device, the event loop runs the episodes the previous one answered (their users
+        reply, their next contexts arrive and are admitted after the step). ``playing()``: how
+        many episodes have not ended (no more rows than that are ever needed: the slots halve
+        as they end)."""
         hf = self.hf
         stop_text = hf._ends_with_stop_string if hf.sampling.stop else None
         self.decoder = decoder = SlotDecoder(hf.backend.model, max(1, min(self.slots, playing())), hf.decode_spec.max_new_tokens,
                                              hf._stop_token_ids(), hf.backend.pad_token_id, stop_text, cuda_graphs=hf.decode_spec.cuda_graphs,
                                              attention=self.attention)
         while True:
-            await asyncio.sleep(0)  # answered episodes take their turn (users, tools) and submit again
+            # The step is queued on the device first, then the episodes answered by the last
+            # one take their turn (users, tools, prompts) while it runs: on a GPU the host's
+            # work hides under the step's. Their next calls join one step later; greedy rows
+            # are what they would be alone, so the transcripts do not change.
+            stepping = decoder.busy()
+            if stepping:
+                decoder.launch()
+            await asyncio.sleep(0)
+            if stepping:
+                self._answer(decoder.collect())
             left = playing()
             if 0 < left <= decoder.slots // 2:
                 decoder.shrink(1 << (left - 1).bit_length())  # the power of two at or above: few captures
@@ -556,12 +578,12 @@ class ContinuousHFAgent:
             if self.pending and free:
                 admitted = [self.pending.popleft() for _ in range(min(len(free), len(self.pending)))]
                 self._answer(decoder.admit(admitted))
-            if decoder.busy():
-                self._answer(decoder.step())
-            elif self.closed and not self.pending:
+            if decoder.busy() or self.pending:
+                continue
+            if self.closed:
                 decoder.timer.flush()
                 return
-            elif not self.pending:
+            if not stepping:  # nothing decoding, nothing waiting: sleep until a call arrives
                 self.wake.clear()
                 await self.wake.wait()
 

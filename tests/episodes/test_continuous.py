@@ -111,7 +111,7 @@ def test_a_decoder_that_fails_stops_the_play_with_its_error(backend, small_corpu
     def broken(self):
         raise RuntimeError("injected decode fault")
 
-    monkeypatch.setattr(SlotDecoder, "step", broken)
+    monkeypatch.setattr(SlotDecoder, "launch", broken)
     with pytest.raises(RuntimeError, match="injected decode fault"):
         play(ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)), small_corpus, database)
 
