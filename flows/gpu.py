@@ -558,9 +558,10 @@ def timed_attention(agent: Any, config: Any) -> dict[str, Any]:
     columns as its longest prompt and reply need (an uncapped prompt is as long as its
     dialogue: :data:`UNCAPPED_PROMPT_COLUMNS` stand for it), with its CUDA graphs
     (:func:`~pipelines.episodes.continuous.time_attentions`). ``chosen``: the faster of those
-    that ran (and captured, where graphed); ``ruled_out``: the others, with their errors. Which one wins is the device's kernels' business (on the H200 a
-    float32 SDPA step of 128 rows over 1,500 positions took 16.4 ms where reading its keys
-    and values takes about 2), so the job measures instead of assuming."""
+    that ran (and captured, where graphed); ``ruled_out``: the others, with their errors.
+    Which one wins is the device's kernels' business (on the H200 a float32 SDPA step of 128
+    rows over 1,500 positions took 16.4 ms where reading its keys and values takes about 2),
+    so the job measures instead of assuming."""
     from pipelines.episodes.continuous import time_attentions
 
     hf = getattr(agent, "inner", agent)
@@ -718,6 +719,7 @@ def decoded_by(continuous: str | None) -> dict[str, Any]:
 
 
 def unresolved(attention: str | None, where: str) -> None:
+    """Refuse to play with ``auto`` left unresolved (:func:`resolve_attention` picks once)."""
     if attention == "auto":
         raise ConfigError(f"{where}.continuous: attention auto is chosen once for the whole job (resolve_attention), "
                           "so that every model and the unbatched check decode alike; resolve it before playing")
@@ -1568,7 +1570,7 @@ def run_job(job: Path, out: Path, profile: str | None, smoke: bool, resume: bool
     stages = {"convert": StageResult("convert", makes=(start_dir,) if manifest["model"]["kind"] != "base" else ())}
     # What a chain learns as it goes (the data's generation limit, the attention it timed: a
     # resumed run keeps the earlier run's pick).
-    info: dict[str, Any] = {"generation_limit": None, **{key: earlier[key] for key in ("attention",) if (earlier or {}).get(key)}}
+    info: dict[str, Any] = {"generation_limit": None, **({"attention": earlier["attention"]} if (earlier or {}).get("attention") else {})}
     # Each run of the job (one, or the earlier ones and this resumed one): when, how long, where.
     runs = [*(earlier or {}).get("runs", []), {"started": started_at, "wall_s": 0.0, "device": machine["device"]}]
     resumer = Resume((earlier or {}).get("stages")) if earlier is not None else None
