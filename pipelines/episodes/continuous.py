@@ -121,7 +121,8 @@ class PhaseTimer:
     (``prefill_us``, ``step_us``): on a CUDA device a pair of events around each, read once
     the decoder is done (:meth:`flush`; recording adds no host sync); elsewhere the wall clock
     (the work is done when the call returns). What the wall time of an evaluation holds
-    beyond the two is the host's: the simulator, prompts, tokenising, admission bookkeeping."""
+    beyond the two is the host's: the simulator, prompts, tokenising, admission bookkeeping
+    (and the one forward of the shared system prompt's keys and values, made once)."""
 
     def __init__(self, device: Any):
         self.cuda = device.type == "cuda"
