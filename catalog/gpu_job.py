@@ -452,11 +452,13 @@ def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[
 
 
 def _training_seeds(evaluation: Mapping[str, Any]) -> str:
-    """How many training seeds a run's evaluated models pool (a Learn-to-Ask chain with
-    ``seeds``), in words."""
-    rows = evaluation.get("models") or {}
-    # A pooled row counts its training seeds; a SpeakRL row's ``seeds`` lists its evaluation seeds.
-    seeds = max((row["seeds"] for row in rows.values() if isinstance(row, Mapping) and isinstance(row.get("seeds"), int)), default=1)
+    """How many training seeds a run's evaluated models pool (a chain profile with ``seeds``),
+    in words."""
+    rows = [row for row in (evaluation.get("models") or {}).values() if isinstance(row, Mapping)]
+    # A pooled Learn-to-Ask row counts its training seeds in ``seeds``, a pooled SpeakRL row in
+    # ``training_seeds`` (its ``seeds`` lists the evaluation seeds).
+    counts = [row[key] for row in rows for key in ("seeds", "training_seeds") if isinstance(row.get(key), int)]
+    seeds = max(counts, default=1)
     return "one training seed" if seeds == 1 else f"{seeds} training seeds per trained model, pooled"
 
 

@@ -39,9 +39,11 @@ A profile with an ``l2a_eval`` section is Learn-to-Ask's chain, the same shape::
     l2a_eval  the same for the GRPO model, then all three with the reference rows, bootstrap
               intervals over the samples and each model against the one before it
 
-With ``seeds`` (that chain's profile), SFT and GRPO run once per training seed
-(``sft``, ``sft_s1``, ..., each GRPO from its seed's SFT model) and the evaluations pool each
-trained model's seeds, as stage ``l2a_eval`` pools ``l2a.train.more_seeds``.
+With ``seeds`` (in that chain's profile or in SpeakRL's: ``speakrl_seeds``), SFT and GRPO run
+once per training seed (``sft``, ``sft_s1``, ..., each GRPO from its seed's SFT model) and the
+evaluations pool each trained model's seeds, as stages ``l2a_eval`` and ``evaluate_seeds``
+pool ``more_seeds``. A profile with ``base: NAME`` is profile NAME with its own sections laid
+over it (:func:`based_profile`).
 
 A profile with a ``harvest`` section is JOSH's self-improvement round instead (issue 27)::
 
@@ -96,8 +98,9 @@ from pipelines.training.config import (NOT_IN_GPU_SECTION, OBJECTIVES, DataSpec,
 from pipelines.training.rollout import ConversationEnv
 
 #: A profile's sections by its kind: SpeakRL's chain, JOSH's round, PIR's or Learn-to-Ask's chain
-#: (whose ``seeds`` trains each model under several seeds and pools them, :func:`training_seeds`).
-PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate", "unbatched_check"), "josh": ("harvest", "sft", "kto", "toolwoz"),
+#: (``seeds`` trains each model under several seeds and pools them, :func:`training_seeds`).
+PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate", "unbatched_check", "seeds"),
+                                                "josh": ("harvest", "sft", "kto", "toolwoz"),
                                                 "pir": ("sft", "grpo", "pir_eval"), "l2a": ("sft", "grpo", "l2a_eval", "seeds")}
 #: The section that makes a profile another kind than SpeakRL's chain.
 KIND_SECTIONS = {"harvest": "josh", "pir_eval": "pir", "l2a_eval": "l2a"}
@@ -123,18 +126,49 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 def profile_params(gpu: Mapping[str, Any], name: str | None, smoke: bool) -> tuple[str, dict[str, Any]]:
     """The named profile of params.yaml ``gpu`` (default ``gpu.profile``), with its ``smoke``
-    overrides applied when ``smoke``; ConfigError for an unknown name or section."""
+    overrides applied when ``smoke``; ConfigError for an unknown name or section. A profile
+    with ``base: <profile>`` is that profile with its own sections laid over it
+    (:func:`deep_merge`), smoke overrides included: a variant names only what it changes."""
     profiles = gpu.get("profiles") or {}
     name = name or gpu.get("profile")
-    if name not in profiles:
-        raise ConfigError(f"params.yaml gpu.profiles: no profile {name!r}; profiles: {sorted(profiles)}")
-    profile = dict(profiles[name])
+    profile = based_profile(profiles, name)
     overrides = profile.pop("smoke", None) or {}
     allowed = PROFILE_SECTIONS[profile_kind(profile)]
     unknown = sorted(set(profile) - set(allowed))
     if unknown:
         raise ConfigError(f"params.yaml gpu.profiles.{name}: unknown section(s) {unknown}; allowed: {', '.join(allowed)}, smoke")
     return name, deep_merge(profile, overrides) if smoke else profile
+
+
+def based_profile(profiles: Mapping[str, Any], name: Any) -> dict[str, Any]:
+    """Profile ``name`` of ``profiles`` with its ``base`` chain resolved (the base first, each
+    profile laid over the one it names); ConfigError for an unknown name or a cycle.
+
+    >>> profiles = {"a": {"sft": {"lr": 1, "epochs": 2}, "smoke": {"sft": {"epochs": 0}}},
+    ...             "b": {"base": "a", "sft": {"lr": 2}, "seeds": [0, 1], "smoke": {"seeds": [0]}}}
+    >>> based_profile(profiles, "b")
+    {'sft': {'lr': 2, 'epochs': 2}, 'smoke': {'sft': {'epochs': 0}, 'seeds': [0]}, 'seeds': [0, 1]}
+    >>> based_profile({"a": {"base": "b"}, "b": {"base": "a"}}, "a")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: params.yaml gpu.profiles.a: base profiles form a cycle: a -> b -> a
+    """
+    chain: list[str] = []
+    while True:
+        if name not in profiles:
+            where = f"params.yaml gpu.profiles.{chain[-1]}.base" if chain else "params.yaml gpu.profiles"
+            raise ConfigError(f"{where}: no profile {name!r}; profiles: {sorted(profiles)}")
+        if name in chain:
+            raise ConfigError(f"params.yaml gpu.profiles.{chain[0]}: base profiles form a cycle: {' -> '.join([*chain, name])}")
+        chain.append(name)
+        base = (profiles[name] or {}).get("base")
+        if base is None:
+            break
+        name = base
+    profile: dict[str, Any] = {}
+    for layer in reversed(chain):
+        profile = deep_merge(profile, {key: value for key, value in (profiles[layer] or {}).items() if key != "base"})
+    return profile
 
 
 def profile_kind(sections: Mapping[str, Any]) -> str:
@@ -645,23 +679,26 @@ def agenda_world(config: Any, where: str) -> tuple[Any, list[Any], Any]:
     return database, goals, simulator_from_config("agenda", database=database, client=None, spec=config.simulator)
 
 
-def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
+def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str]], out: Path, played_before: dict[str, Any] | None = None,
              prefix: str = "") -> dict[str, Any]:
-    """Every model of ``models`` (name -> directory) plays the profile's held-out goals;
-    the report as the CPU ``evaluate`` stage writes it, plus ``dialogues_per_s`` per model,
-    and the episode tables as ``out/<prefix>episodes.parquet`` (and events).
-    ``played_before`` (name -> (episodes, scores, speed)): models already played with these
-    settings are not played again, and what this call plays is added to it."""
+    """Every model of ``models`` (name -> directory, or the directories of one model trained
+    under several seeds) plays the profile's held-out goals; the report as the CPU
+    ``evaluate`` stage writes it (a model of several seeds pooled as stage ``evaluate_seeds``
+    pools it: :func:`pooled_summary`), plus ``dialogues_per_s`` per model played, and the
+    episode tables as ``out/<prefix>episodes.parquet`` (and events).
+    ``played_before`` (played name -> (episodes, scores, speed); a seed's model after the
+    first is ``name@k``): models already played with these settings are not played again,
+    and what this call plays is added to it."""
     from pipelines.episodes import episode_tables, get_format
     from pipelines.evaluation.config import EvalConfig
-    from pipelines.evaluation.metrics import bootstrap_summary, score_episode
+    from pipelines.evaluation.metrics import score_episode
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
 
     section, continuous = continuous_mode(section, "params.yaml gpu evaluate")
     unresolved(continuous, "params.yaml gpu evaluate")
-    params = {**section, "models": {name: {"path": path} for name, path in models.items()}}
-    config = from_params(EvalConfig, params, "params.yaml gpu evaluate")
+    entries = {name: [{"path": p} for p in path] if isinstance(path, (list, tuple)) else {"path": path} for name, path in models.items()}
+    config = from_params(EvalConfig, {**section, "models": entries}, "params.yaml gpu evaluate")
     if config.simulator.kind != "agenda":
         raise ConfigError("gpu evaluate: the job runs offline; simulator.kind must be agenda")
     database, goals, simulator = agenda_world(config, "gpu evaluate")
@@ -692,11 +729,12 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     finally:
         if pool is not None:
             pool.shutdown()
-    names = [policy.name for policy in config.policy_specs()]
-    scores = {name: played_before[name][1] for name in names}
-    speeds = {name: played_before[name][2] for name in names}
-    episodes = [episode for name in names for episode in played_before[name][0]]
-    results, statistics = bootstrap_summary(scores, resamples=config.stats.resamples, seed=config.stats.seed, alpha=config.stats.alpha)
+    rows = {row: [spec.name for spec in specs] for row, specs in config.rows().items()}
+    played_names = [name for names in rows.values() for name in names]
+    speeds = {name: played_before[name][2] for name in played_names}
+    episodes = [episode for name in played_names for episode in played_before[name][0]]
+    results, statistics = pooled_summary({row: {name: played_before[name][1] for name in names} for row, names in rows.items()},
+                                         config.stats)
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
@@ -706,6 +744,34 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str], out: Path, p
     _write_episode_tables(episode_tables(episodes), out, prefix)
     markdown = report_markdown(results, setup, notes=pattern_notes(results, statistics), statistics=statistics)
     return {"setup": setup, "models": results, "statistics": statistics, "speed": speeds, "markdown": markdown}
+
+
+#: The rates a pooled row reports for each of its training seeds alone (as stage ``evaluate_seeds``).
+PER_SEED_RATES = ("success", "turns", "inform_rate", "request_rate", "clarifications_per_dialogue", "malformed_per_dialogue")
+
+
+def pooled_summary(scores: Mapping[str, Mapping[str, Sequence[Any]]], stats: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The table's rows and paired tests from each row's episode scores per played model
+    (``scores[row][name]``; a row of several names is one model under several training seeds):
+    :func:`~pipelines.evaluation.metrics.bootstrap_summary_seeds` (intervals and tests resample
+    the seeds, then the goals), and where a row pools seeds, each seed's rates beside it
+    (``per_training_seed``) and the comparisons the first seed alone would have made
+    (``statistics["first_seed_only"]``): what a re-training keeps. Rows of one model: the
+    figures of :func:`~pipelines.evaluation.metrics.bootstrap_summary`."""
+    from pipelines.evaluation.metrics import avg_over_training_seeds, bootstrap_summary_seeds
+
+    by_row = {row: list(per_name.values()) for row, per_name in scores.items()}
+    options = {"resamples": stats.resamples, "seed": stats.seed, "alpha": stats.alpha}
+    results, statistics = bootstrap_summary_seeds(by_row, **options)
+    if any(len(per_seed) > 1 for per_seed in by_row.values()):
+        _, first = bootstrap_summary_seeds({row: per_seed[:1] for row, per_seed in by_row.items()}, **options)
+        statistics["first_seed_only"] = first["comparisons"]
+    for row, per_name in scores.items():
+        if len(per_name) > 1:
+            alone = {name: avg_over_training_seeds([episodes]) for name, episodes in per_name.items()}
+            results[row]["per_training_seed"] = {name: {key: (summary.get(key) or {}).get("mean") for key in PER_SEED_RATES}
+                                                 for name, summary in alone.items()}
+    return results, statistics
 
 
 def decoded_by(continuous: str | None) -> dict[str, Any]:
@@ -1400,8 +1466,8 @@ CHAINS = {
 
 def training_seeds(sections: Mapping[str, Any], where: str) -> list[int | None]:
     """A chain profile's ``seeds``: each trained model of the chain is trained once per seed
-    (``optim.seed``), and the evaluation pools them (Learn-to-Ask's chain); absent: one run
-    under the sections' own seed, ``[None]``.
+    (:func:`seeded`), and the evaluation pools them (SpeakRL's and Learn-to-Ask's chains);
+    absent: one run under the sections' own seed, ``[None]``.
 
     >>> training_seeds({"seeds": [0, 1, 2]}, "w"), training_seeds({}, "w")
     ([0, 1, 2], [None])
@@ -1417,6 +1483,18 @@ def training_seeds(sections: Mapping[str, Any], where: str) -> list[int | None]:
             and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in seeds)):
         raise ConfigError(f"{where}.seeds: expected a list of distinct integers >= 0, got {seeds!r}")
     return list(seeds)
+
+
+def seeded(section: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """What training seed ``seed`` sets in a chain's training section: ``optim.seed`` (data
+    order, new weights, the trainer's sampling) and, for multi-turn GRPO, the rollouts'
+    sampling seed too (each conversation's seed derives from it), so that a re-training
+    samples other conversations; the goals trained on stay the same (``env.seed``).
+
+    >>> seeded({"optim": {}}, 2), seeded({"env": {"seed": 0}}, 2)
+    ({'optim': {'seed': 2}}, {'optim': {'seed': 2}, 'env': {'rollout': {'seed': 2}}})
+    """
+    return {"optim": {"seed": seed}, **({"env": {"rollout": {"seed": seed}}} if section.get("env") is not None else {})}
 
 
 def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[str, Any], out: Path, models: Path, start_path: Path,
@@ -1451,7 +1529,7 @@ def run_chain(chain: Chain, stages: dict[str, StageResult], sections: Mapping[st
 
     def trained(method: str, seed: int | None, suffix: str, start: Path) -> Callable[[], dict[str, Any]]:
         def body() -> dict[str, Any]:
-            section = sections[method] if seed is None else deep_merge(sections[method], {"optim": {"seed": seed}})
+            section = sections[method] if seed is None else deep_merge(sections[method], seeded(sections[method], seed))
             stage_dir = trained_dir[f"{method}{suffix}"].parent
             stage_dir.mkdir(parents=True, exist_ok=True)
             params = parse_section(section, f"{where}.{method}")

@@ -405,6 +405,46 @@ def test_the_l2a_chain_smoke_runs_offline_and_reports_table_1(packed, project, t
     assert "2 training seeds per trained model, pooled" in table
 
 
+def test_the_speakrl_chain_under_two_training_seeds_pools_them_as_evaluate_seeds_does(packed, project, tmp_path):
+    """Profile speakrl_seeds (the speakrl profile as its base, with ``seeds``): SFT and GRPO
+    once per seed, each GRPO from its seed's SFT model with its own rollout seed, every seed's
+    model playing the same goals, and the table pooling them as stage evaluate_seeds does:
+    intervals and tests over the seeds and then the goals, each seed's rates beside its row,
+    and what the first seed alone would have called significant."""
+    results, summary = _smoke_run(packed, tmp_path, "speakrl_seeds")
+    assert list(summary["stages"]) == ["convert", "sft", "sft_s1", "evaluate_sft", "grpo", "grpo_s1", "evaluate"]
+    assert {stage["status"] for stage in summary["stages"].values()} == {"ok"}
+    assert summary["profile"] == "speakrl_seeds" and summary["attention"]["chosen"] in ("sdpa", "matmul")
+    assert [json.loads((results / f"sft{s}.json").read_text())["optim"]["seed"] for s in ("", "_s1")] == [0, 1]
+    grpo = [json.loads((results / f"grpo{s}.json").read_text()) for s in ("", "_s1")]
+    assert [g["optim"]["seed"] for g in grpo] == [0, 1]
+    assert [g["conversations"]["config"]["rollout"]["seed"] for g in grpo] == [0, 1]
+    assert grpo[0]["conversations"]["config"]["seed"] == grpo[1]["conversations"]["config"]["seed"]  # the same train goals
+    assert (results / "sft_s1_curve.csv").is_file() and (results / "grpo_s1_curve.csv").is_file()
+    evaluation = json.loads((results / "evaluate.json").read_text())
+    assert list(evaluation["models"]) == ["zero_shot", "sft", "grpo"]
+    assert list(evaluation["speed"]) == ["zero_shot", "sft", "sft@1", "grpo", "grpo@1"]
+    assert [evaluation["models"][m].get("training_seeds") for m in ("zero_shot", "sft", "grpo")] == [None, 2, 2]
+    assert [evaluation["models"][m]["runs"] for m in ("zero_shot", "sft", "grpo")] == [1, 2, 2]
+    for row in ("sft", "grpo"):
+        per_seed = evaluation["models"][row]["per_training_seed"]
+        assert list(per_seed) == [row, f"{row}@1"]
+        # the pooled mean is the mean of the seeds' own (one evaluation seed each)
+        assert evaluation["models"][row]["success"]["mean"] == pytest.approx(sum(s["success"] for s in per_seed.values()) / 2)
+    method = evaluation["statistics"]["method"]
+    assert method["training_seeds"] == {"zero_shot": 1, "sft": 2, "grpo": 2} and method["unit"] == "training seed, then goal"
+    assert set(evaluation["statistics"]["first_seed_only"]) == set(evaluation["statistics"]["comparisons"])
+    episodes = pq.read_table(results / "episodes.parquet").to_pylist()
+    assert {row["agent"] for row in episodes} == {"zero_shot", "sft", "sft@1", "grpo", "grpo@1"} and len(episodes) == 10
+    # zero-shot and both SFT seeds were played once, before GRPO; the last table reuses them
+    before = json.loads((results / "evaluate_sft.json").read_text())
+    assert list(before["speed"]) == ["zero_shot", "sft", "sft@1"] and before["models"]["sft"] == evaluation["models"]["sft"]
+    assert "Training seeds: sft, grpo were each trained under 2 seeds" in (results / "evaluate.md").read_text()
+
+    table = _results_table_of(results, summary, project)
+    assert "profile `speakrl_seeds`" in table and "2 training seeds per trained model, pooled" in table
+
+
 def test_a_job_stopped_from_outside_leaves_importable_results_of_its_finished_stages(packed, project, tmp_path):
     """A lease that ends mid-job (here: the job killed once GRPO starts) leaves job.json
     (``finished: false``) and a results manifest written after the last finished stage: the
@@ -778,6 +818,29 @@ def test_an_l2a_profile_is_checked_where_the_job_is_packed(tmp_path):
         (tmp_path / "params.yaml").write_text(yaml.safe_dump({"gpu": gpu, "hindsight": params["hindsight"]}))
         with contextlib.chdir(tmp_path), pytest.raises(ConfigError, match=match):
             check_profile_inputs(tmp_path)
+
+
+def test_a_profile_with_a_base_is_that_profile_with_its_own_sections_laid_over_it():
+    """speakrl_seeds names only what it changes: the speakrl profile's sections, smoke
+    overrides included, with its seeds; an unknown base or a cycle is refused by name."""
+    from flows.gpu import profile_params
+    from pipelines.errors import ConfigError
+
+    gpu = yaml.safe_load((REPO / "params.yaml").read_text())["gpu"]
+    for smoke in (False, True):
+        _, base = profile_params(gpu, "speakrl", smoke)
+        name, seeds = profile_params(gpu, "speakrl_seeds", smoke)
+        assert name == "speakrl_seeds" and seeds.pop("seeds") == ([0, 1] if smoke else [0, 1, 2])
+        if smoke:  # the smoke run leaves the unbatched check to the speakrl profile's
+            assert seeds.pop("unbatched_check") is None and base.pop("unbatched_check")
+        assert seeds == base
+    with pytest.raises(ConfigError, match=r"gpu.profiles.v.base: no profile 'nope'"):
+        profile_params({"profiles": {"v": {"base": "nope", "seeds": [0, 1]}}}, "v", False)
+    with pytest.raises(ConfigError, match=r"gpu.profiles.v: base profiles form a cycle: v -> w -> v"):
+        profile_params({"profiles": {"v": {"base": "w"}, "w": {"base": "v"}}}, "v", False)
+    # the variant's sections are checked against the kind of the whole: PIR's chain pools no seeds
+    with pytest.raises(ConfigError, match=r"gpu.profiles.v: unknown section\(s\) \['seeds'\]"):
+        profile_params({"profiles": {"p": {"sft": {}, "grpo": {}, "pir_eval": {}}, "v": {"base": "p", "seeds": [0, 1]}}}, "v", False)
 
 
 def test_a_resumed_run_keeps_the_finished_prefix_whose_models_are_still_there(tmp_path):
