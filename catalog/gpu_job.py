@@ -454,9 +454,10 @@ def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[
 def _training_seeds(evaluation: Mapping[str, Any]) -> str:
     """How many training seeds a run's evaluated models pool (a chain profile with ``seeds``),
     in words."""
-    rows = [row for row in (evaluation.get("models") or {}).values() if isinstance(row, Mapping)]
-    # A pooled Learn-to-Ask row counts its training seeds in ``seeds``, a pooled SpeakRL row in
-    # ``training_seeds`` (its ``seeds`` lists the evaluation seeds).
+    # PIR's report has its rows under ``results``, the others under ``models``
+    rows = [row for row in (evaluation.get("models") or evaluation.get("results") or {}).values() if isinstance(row, Mapping)]
+    # A pooled Learn-to-Ask row counts its training seeds in ``seeds``, a pooled SpeakRL or PIR
+    # row in ``training_seeds`` (a SpeakRL row's ``seeds`` lists the evaluation seeds).
     counts = [row[key] for row in rows for key in ("seeds", "training_seeds") if isinstance(row.get(key), int)]
     seeds = max(counts, default=1)
     return "one training seed" if seeds == 1 else f"{seeds} training seeds per trained model, pooled"

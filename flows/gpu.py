@@ -101,7 +101,7 @@ from pipelines.training.rollout import ConversationEnv
 #: (``seeds`` trains each model under several seeds and pools them, :func:`training_seeds`).
 PROFILE_SECTIONS: dict[str, tuple[str, ...]] = {"speakrl": ("sft", "grpo", "evaluate", "unbatched_check", "seeds"),
                                                 "josh": ("harvest", "sft", "kto", "toolwoz"),
-                                                "pir": ("sft", "grpo", "pir_eval"), "l2a": ("sft", "grpo", "l2a_eval", "seeds")}
+                                                "pir": ("sft", "grpo", "pir_eval", "seeds"), "l2a": ("sft", "grpo", "l2a_eval", "seeds")}
 #: The section that makes a profile another kind than SpeakRL's chain.
 KIND_SECTIONS = {"harvest": "josh", "pir_eval": "pir", "l2a_eval": "l2a"}
 
@@ -1024,40 +1024,51 @@ def pir_eval_section(section: Mapping[str, Any], where: str) -> PirEvalParams:
     return from_params(PirEvalParams, section, where, without=PIR_EVAL_NOT_IN_GPU_SECTION).checked(where)
 
 
-def evaluate_pir(section: Mapping[str, Any], models: Mapping[str, str], out: Path, played_before: dict[str, Any] | None = None,
+def evaluate_pir(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str]], out: Path, played_before: dict[str, Any] | None = None,
                  prefix: str = "") -> dict[str, Any]:
     """PIR's metrics (section 4.1) of every model of ``models`` on the profile's held-out
     goals, as stage ``pir_eval`` computes them (:func:`~pipelines.pir.evaluate.play_model`:
     one greedy conversation per goal, the agenda user answering the questions asked inside
-    the reasoning), plus ``dialogues_per_s`` per model, each model's success with a 95 %
-    interval over the goals and each against the one before it on the same goal resamples
-    (:func:`~pipelines.pir.evaluate.success_intervals`), and the episode tables as
-    ``out/<prefix>episodes.parquet`` (and events). ``played_before`` (name -> (metrics,
-    episodes, speed)): as :func:`evaluate`'s, models already played are not played again."""
+    the reasoning), plus ``dialogues_per_s`` per model played, each model's success with a
+    95 % interval over the goals and each against the one before it on the same goal
+    resamples (:func:`pooled_success_intervals`), and the episode tables as
+    ``out/<prefix>episodes.parquet`` (and events). A model given as the directories of its
+    training seeds plays once per seed (``name``, ``name@1``, ...) and its row pools them as
+    stage ``pir_eval_seeds`` does (:func:`~pipelines.pir.metrics.pool_seeds`, each seed's
+    metrics beside), its intervals resampling the seeds and then the goals. ``played_before``
+    (played name -> (metrics, episodes, speed)): as :func:`evaluate`'s, models already played
+    are not played again."""
     from catalog.multiwoz_dir import held_out_world
     from pipelines.episodes import episode_tables
-    from pipelines.pir.evaluate import play_model, success_intervals
-    from pipelines.pir.metrics import markdown_table
+    from pipelines.pir.evaluate import play_model
+    from pipelines.pir.metrics import markdown_table, pool_seeds
 
     where = "params.yaml gpu pir_eval"
     config = pir_eval_section(section, where)
     database, goals = held_out_world(config.source, config.db_dir, config.split, config.max_goals, where)
     played_before = {} if played_before is None else played_before
+    # each row's played models: one per training seed, the first named as the row
+    labels = {name: [f"{name}@{k}" if k else name for k in range(len(path) if isinstance(path, (list, tuple)) else 1)]
+              for name, path in models.items()}
     for name, path in models.items():
-        if name in played_before:
-            continue
-        before = decode_stats()
-        metrics, rollouts, wall_s = play_model(path, name, database, goals, config.simulator, config.rollout, config.seed)
-        speed = {"episodes": len(rollouts), "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(rollouts) / wall_s, 3) if wall_s else None,
-                 "decode": decode_summary([stats_since(before)], wall_s, config.rollout.cuda_graphs)}
-        # Every model plays the same goals: its name keeps the episodes' ids apart in the tables.
-        played_before[name] = (metrics, [dataclasses.replace(r.episode, episode_id=f"{name}/{r.episode.episode_id}") for r in rollouts], speed)
-        log.info("pir_eval: %s: success %s, questions %s, %d conversations in %.1f s (%.2f dialogues/s)", name, metrics["success"],
-                 metrics["questions"], len(rollouts), wall_s, len(rollouts) / wall_s if wall_s else 0.0)
-    results = {name: played_before[name][0] for name in models}
-    success = {name: [float(e.success) for e in played_before[name][1]] for name in models}
-    intervals = success_intervals(success, config.stats.resamples, config.stats.seed)
-    _write_episode_tables(episode_tables([e for name in models for e in played_before[name][1]]), out, prefix)
+        for label, seed_path in zip(labels[name], path if isinstance(path, (list, tuple)) else [path]):
+            if label in played_before:
+                continue
+            before = decode_stats()
+            metrics, rollouts, wall_s = play_model(seed_path, label, database, goals, config.simulator, config.rollout, config.seed)
+            speed = {"episodes": len(rollouts), "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(rollouts) / wall_s, 3) if wall_s else None,
+                     "decode": decode_summary([stats_since(before)], wall_s, config.rollout.cuda_graphs)}
+            # Every model plays the same goals: its name keeps the episodes' ids apart in the tables.
+            played_before[label] = (metrics, [dataclasses.replace(r.episode, episode_id=f"{label}/{r.episode.episode_id}") for r in rollouts], speed)
+            log.info("pir_eval: %s: success %s, questions %s, %d conversations in %.1f s (%.2f dialogues/s)", label, metrics["success"],
+                     metrics["questions"], len(rollouts), wall_s, len(rollouts) / wall_s if wall_s else 0.0)
+    played = [label for names in labels.values() for label in names]
+    results = {name: played_before[name][0] if len(names) == 1 else
+               {**pool_seeds([played_before[label][0] for label in names]), "per_training_seed": {label: played_before[label][0] for label in names}}
+               for name, names in labels.items()}
+    success = {name: [[float(e.success) for e in played_before[label][1]] for label in names] for name, names in labels.items()}
+    intervals = pooled_success_intervals(success, config.stats.resamples, config.stats.seed)
+    _write_episode_tables(episode_tables([e for label in played for e in played_before[label][1]]), out, prefix)
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seed": config.seed,
              "simulator": config.simulator.kind, "rollout": config_dict(config.rollout)}
     rows = [f"| {name} | {row['success']:.2f} | {row['ci95'][0]:.2f} – {row['ci95'][1]:.2f} |" if row["ci95"] else f"| {name} | {row['success']:.2f} | – |"
@@ -1065,17 +1076,73 @@ def evaluate_pir(section: Mapping[str, Any], models: Mapping[str, str], out: Pat
     pairs = [f"| {c['models'][0]} − {c['models'][1]} | {c['difference']:+.2f} | "
              + (f"{c['ci95'][0]:+.2f} – {c['ci95'][1]:+.2f}" if c["ci95"] else "–") + f" | {c['p_not_better']:.3f} |"
              for c in intervals["comparisons"]]
+    pooled = [name for name, names in labels.items() if len(names) > 1]
+    over = (f"{max(len(n) for n in labels.values())} training seeds of {', '.join(pooled)} (seed k with seed k) and then the goals"
+            if pooled else "the goals")
     markdown = "\n".join([
-        f"PIR's metrics on {len(goals)} held-out {config.split} goals, one greedy conversation each (as stage `pir_eval`):", "",
+        f"PIR's metrics on {len(goals)} held-out {config.split} goals, one greedy conversation each (as stage `pir_eval`"
+        + (f"; {', '.join(pooled)}: the mean over the training seeds, then each seed alone, as stage `pir_eval_seeds`):" if pooled else "):"), "",
         markdown_table(results), "",
-        f"Success with a 95 % bootstrap interval over the goals ({intervals['resamples']} resamples; one training seed):", "",
+        f"Success with a 95 % bootstrap interval over {over} ({intervals['resamples']} resamples"
+        + ("):" if pooled else "; one training seed):"), "",
         "| model | success | 95 % interval |", "|---|---|---|", *rows,
-        *(["", "Each model against the one before it, paired on the same goal resamples (p: share of resamples where it is not better):", "",
+        *(["", f"Each model against the one before it, paired on the same {'' if pooled else 'goal '}resamples "
+           "(p: share of resamples where it is not better):", "",
            "| models | difference | 95 % interval | p |", "|---|---|---|---|", *pairs] if pairs else []),
-        "", "Dialogues/s: " + ", ".join(f"{name} {played_before[name][2]['dialogues_per_s']}" for name in models) + ".",
+        "", "Dialogues/s: " + ", ".join(f"{label} {played_before[label][2]['dialogues_per_s']}" for label in played) + ".",
     ])
-    return {"setup": setup, "results": results, "intervals": intervals, "speed": {name: played_before[name][2] for name in models},
+    return {"setup": setup, "results": results, "intervals": intervals, "speed": {label: played_before[label][2] for label in played},
             "markdown": markdown}
+
+
+def pooled_success_intervals(success: Mapping[str, Sequence[Sequence[float]]], resamples: int, seed: int) -> dict[str, Any]:
+    """:func:`~pipelines.pir.evaluate.success_intervals` where a model may pool several
+    training seeds (``success[name][k]``: seed k's 0/1 per goal, the goals in one order): a
+    resample draws the goals and, for such models, the seeds, seed k of one model with seed k
+    of another, as the SpeakRL table's (:func:`~pipelines.evaluation.metrics.bootstrap_summary_seeds`,
+    the same draws); ``training_seeds`` counts them. Models of one seed each: exactly
+    ``success_intervals``.
+
+    >>> one = pooled_success_intervals({"a": [[0, 0, 1, 0]], "b": [[1, 0, 1, 1]]}, 200, 0)
+    >>> from pipelines.pir.evaluate import success_intervals
+    >>> one == success_intervals({"a": [0, 0, 1, 0], "b": [1, 0, 1, 1]}, 200, 0)
+    True
+    >>> two = pooled_success_intervals({"a": [[0, 0, 1, 0]], "b": [[1, 0, 1, 1], [0, 0, 1, 0]]}, 200, 0)
+    >>> two["models"]["b"]["success"], two["training_seeds"], two["comparisons"][0]["difference"]
+    (0.5, {'a': 1, 'b': 2}, 0.25)
+    """
+    import numpy as np
+
+    from pipelines.pir.evaluate import success_intervals
+    from pipelines.stats import interval, resample_indices, seed_draws
+
+    counts = {name: len(per_seed) for name, per_seed in success.items()}
+    k = max(counts.values(), default=1)
+    if k == 1:
+        return success_intervals({name: per_seed[0] for name, per_seed in success.items()}, resamples, seed)
+    if any(n not in (1, k) for n in counts.values()):
+        raise ValueError(f"models trained under several seeds must have as many to be paired: {counts}")
+    values = {name: np.asarray(per_seed, dtype=float) for name, per_seed in success.items()}  # seeds x goals
+    goals = {v.shape[1] for v in values.values()}
+    if len(goals) != 1:
+        raise ValueError(f"pooled_success_intervals: every model needs one value per goal, got {sorted(goals)} goals")
+    indices = resample_indices(goals.pop(), resamples, seed)
+    draws = seed_draws(k, resamples, seed)
+    columns = np.arange(resamples)
+
+    def resampled(v: Any) -> Any:
+        per_seed = v[:, indices].mean(axis=2)  # seeds x resamples
+        return per_seed[0] if len(v) == 1 else per_seed[draws.T, columns].mean(axis=0)
+
+    means = {name: resampled(v) for name, v in values.items()}
+    names = list(success)
+    models = {name: {"success": round(float(values[name].mean()), 4), "ci95": interval(means[name])} for name in names}
+    comparisons = []
+    for before, after in zip(names, names[1:]):
+        difference = means[after] - means[before]
+        comparisons.append({"models": [after, before], "difference": round(float(values[after].mean() - values[before].mean()), 4),
+                            "ci95": interval(difference), "p_not_better": round(float(np.mean(difference <= 0)), 4)})
+    return {"resamples": resamples, "seed": seed, "training_seeds": counts, "models": models, "comparisons": comparisons}
 
 
 def l2a_eval_section(section: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -800,9 +800,10 @@ def test_an_l2a_profile_is_checked_where_the_job_is_packed(tmp_path):
     from pipelines.errors import ConfigError
 
     assert profile_kind({"sft": {}, "grpo": {}, "l2a_eval": {}}) == "l2a"
-    # only Learn-to-Ask's evaluation pools training seeds: another chain's profile refuses them
+    # the chains' evaluations pool training seeds; JOSH's round (one harvest, one M') refuses them
+    assert profile_params({"profiles": {"p": {"sft": {}, "grpo": {}, "pir_eval": {}, "seeds": [0, 1]}}}, "p", False)[1]["seeds"] == [0, 1]
     with pytest.raises(ConfigError, match=r"gpu.profiles.p: unknown section\(s\) \['seeds'\]"):
-        profile_params({"profiles": {"p": {"sft": {}, "grpo": {}, "pir_eval": {}, "seeds": [0, 1]}}}, "p", False)
+        profile_params({"profiles": {"p": {"harvest": {}, "sft": {}, "kto": {}, "toolwoz": {}, "seeds": [0, 1]}}}, "p", False)
     settings = l2a_eval_section({"samples": "s.parquet", "generation": {"batch_size": 128}}, "w")
     assert settings["batch_size"] == 128 and settings["max_new_tokens"] == 48 and settings["stats"]["resamples"] == 1000
     for key in ("models", "compare", "model_grader", "output"):
@@ -838,9 +839,10 @@ def test_a_profile_with_a_base_is_that_profile_with_its_own_sections_laid_over_i
         profile_params({"profiles": {"v": {"base": "nope", "seeds": [0, 1]}}}, "v", False)
     with pytest.raises(ConfigError, match=r"gpu.profiles.v: base profiles form a cycle: v -> w -> v"):
         profile_params({"profiles": {"v": {"base": "w"}, "w": {"base": "v"}}}, "v", False)
-    # the variant's sections are checked against the kind of the whole: PIR's chain pools no seeds
+    # the variant's sections are checked against the kind of the whole: JOSH's round pools no seeds
     with pytest.raises(ConfigError, match=r"gpu.profiles.v: unknown section\(s\) \['seeds'\]"):
-        profile_params({"profiles": {"p": {"sft": {}, "grpo": {}, "pir_eval": {}}, "v": {"base": "p", "seeds": [0, 1]}}}, "v", False)
+        profile_params({"profiles": {"j": {"harvest": {}, "sft": {}, "kto": {}, "toolwoz": {}}, "v": {"base": "j", "seeds": [0, 1]}}},
+                       "v", False)
 
 
 def test_a_resumed_run_keeps_the_finished_prefix_whose_models_are_still_there(tmp_path):
