@@ -39,10 +39,10 @@ A profile with an ``l2a_eval`` section is Learn-to-Ask's chain, the same shape::
     l2a_eval  the same for the GRPO model, then all three with the reference rows, bootstrap
               intervals over the samples and each model against the one before it
 
-With ``seeds`` (in that chain's profile or in SpeakRL's: ``speakrl_seeds``), SFT and GRPO run
-once per training seed (``sft``, ``sft_s1``, ..., each GRPO from its seed's SFT model) and the
-evaluations pool each trained model's seeds, as stages ``l2a_eval`` and ``evaluate_seeds``
-pool ``more_seeds``. A profile with ``base: NAME`` is profile NAME with its own sections laid
+With ``seeds`` (in any chain's profile: ``l2a``, ``speakrl_seeds``, ``pir_seeds``), SFT and
+GRPO run once per training seed (``sft``, ``sft_s1``, ..., each GRPO from its seed's SFT model)
+and the evaluations pool each trained model's seeds, as the CPU stages ``l2a_eval``,
+``evaluate_seeds`` and ``pir_eval_seeds`` pool ``more_seeds``. A profile with ``base: NAME`` is profile NAME with its own sections laid
 over it (:func:`based_profile`).
 
 A profile with a ``harvest`` section is JOSH's self-improvement round instead (issue 27)::
@@ -1533,7 +1533,7 @@ CHAINS = {
 
 def training_seeds(sections: Mapping[str, Any], where: str) -> list[int | None]:
     """A chain profile's ``seeds``: each trained model of the chain is trained once per seed
-    (:func:`seeded`), and the evaluation pools them (SpeakRL's and Learn-to-Ask's chains);
+    (:func:`seeded`), and the evaluation pools them (every chain: :data:`CHAINS`);
     absent: one run under the sections' own seed, ``[None]``.
 
     >>> training_seeds({"seeds": [0, 1, 2]}, "w"), training_seeds({}, "w")
