@@ -2,7 +2,7 @@
 sequential decode steps, wall time and whether the transcripts are the same.
 
     python benchmarks/continuous.py [--model sft] [--goals 40] [--section evaluate] [--threads 2]
-        [--out reports/continuous_cpu.json]
+        [--draft TOKENS NGRAM] [--out reports/continuous_cpu.json]
 
 Plays ``--goals`` test goals with the settings of ``params.yaml``'s ``--section`` (default:
 the CPU ``evaluate`` stage's; its ``models`` entry ``--model``, after ``make run``) twice:
@@ -11,8 +11,11 @@ its longest reply ends) and with continuous batching
 (:func:`pipelines.evaluation.continuous.play_policy_continuous`: a reply that ends frees its row
 for the next ready prompt). Prints per way the sequential decode steps (what a GPU pays for:
 ``benchmarks/eval_host.py``), prefill calls, slot shrinks, wall seconds and dialogues/s, and
-how many transcripts are identical (greedy: all must be). ``--out`` writes them without the
-timings (those are this machine's, and a report is compared across machines).
+how many transcripts are identical (greedy: all must be). ``--draft`` adds a third way:
+continuous batching whose steps verify prompt-lookup drafts of at most TOKENS ids
+(:class:`~pipelines.episodes.continuous.SlotDecoder` ``draft``), with the drafted and confirmed
+ids. ``--out`` writes them without the timings (those are this machine's, and a report is
+compared across machines).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def compare(section: dict, model: str, goals: int, threads: int | None = None) -> dict:
+def compare(section: dict, model: str, goals: int, threads: int | None = None, draft: tuple[int, int] | None = None) -> dict:
     """Both ways over the same goals (module docstring)."""
     import torch
 
@@ -53,20 +56,28 @@ def compare(section: dict, model: str, goals: int, threads: int | None = None) -
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
     if threads is not None:
         torch.set_num_threads(threads)
+    ways = [("rounds", play_policy), ("continuous", play_policy_continuous)]
+    if draft is not None:
+        ways.append(("continuous_drafted", lambda *a: play_policy_continuous(*a, draft=draft)))
     runs, played = {}, {}
-    for way, play in (("rounds", play_policy), ("continuous", play_policy_continuous)):
+    for way, play in ways:
         before = decode_stats()
         started = time.perf_counter()
         played[way] = play(agent, chosen, simulator, database, config.plan())
         wall = time.perf_counter() - started
         stats = stats_since(before)
         runs[way] = {"steps": stats.get("steps", 0), "prefill_calls": stats.get("calls", 0), "slot_shrinks": stats.get("shrinks", 0),
+                     **({"drafted_ids": stats.get("drafted", 0), "confirmed_ids": stats.get("draft_accepted", 0)} if way.endswith("drafted") else {}),
                      "wall_s": round(wall, 2), "dialogues_per_s": round(len(played[way]) / wall, 3)}
-    same = sum(a.transcript() == b.transcript() for a, b in zip(played["rounds"], played["continuous"]))
-    return {"model": model, "goals": len(chosen), "max_exchanges": config.max_exchanges,
-            "max_new_tokens": config.generation.max_new_tokens, "batch_size": config.generation.batch_size,
-            "dtype": config.generation.dtype, "identical_transcripts": same, "runs": runs,
-            "steps_saved": round(1 - runs["continuous"]["steps"] / runs["rounds"]["steps"], 3) if runs["rounds"]["steps"] else None}
+    same = min(sum(a.transcript() == b.transcript() for a, b in zip(played["rounds"], played[way])) for way in runs if way != "rounds")
+    row = {"model": model, "goals": len(chosen), "max_exchanges": config.max_exchanges,
+           "max_new_tokens": config.generation.max_new_tokens, "batch_size": config.generation.batch_size,
+           "dtype": config.generation.dtype, "identical_transcripts": same, "runs": runs,
+           "steps_saved": round(1 - runs["continuous"]["steps"] / runs["rounds"]["steps"], 3) if runs["rounds"]["steps"] else None}
+    if draft is not None:
+        row["draft"] = {"tokens": draft[0], "ngram": draft[1]}
+        row["drafted_steps_saved"] = round(1 - runs["continuous_drafted"]["steps"] / runs["rounds"]["steps"], 3) if runs["rounds"]["steps"] else None
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,13 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--section", default="evaluate", help="a params.yaml section of evaluation settings")
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--draft", type=int, nargs=2, metavar=("TOKENS", "NGRAM"))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     section = yaml.safe_load(args.params.read_text(encoding="utf-8")).get(args.section)
     if not isinstance(section, dict):
         print(f"continuous: {args.params} has no section {args.section!r}", file=sys.stderr)
         return 2
-    row = compare(section, args.model, args.goals, args.threads)
+    row = compare(section, args.model, args.goals, args.threads, tuple(args.draft) if args.draft else None)
     print(json.dumps(row), flush=True)
     if args.out is not None:
         report = {**row, "runs": {way: {k: v for k, v in run.items() if k not in ("wall_s", "dialogues_per_s")} for way, run in row["runs"].items()}}

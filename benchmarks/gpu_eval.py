@@ -5,7 +5,8 @@ held-out goals, batched, and whether greedy transcripts are identical to the unb
 
 Plays ``--goals`` test goals with the profile's ``evaluate`` settings (one seed, batched: with
 ``evaluate.continuous`` continuous batching (``attention: auto``: the attention timed faster
-here, the timing printed), then with the slot step's other attention and in
+here, the timing printed; with ``continuous.draft``, its steps verifying prompt-lookup drafts),
+then without the drafts, with the slot step's other attention and in
 the runner's rounds for comparison, else in rounds: one ``generate`` per round for every open
 dialogue) and prints ``dialogues_per_s``; then the same
 goals split between ``evaluate.workers`` processes (the job's way) and its transcripts against
@@ -61,18 +62,26 @@ def main() -> None:
     config, goals, simulator, database, agent = setting.config, setting.goals, setting.simulator, setting.database, setting.agent
     plan = config.plan()
 
-    def timed(agent: object, generation: object, continuous: str | None = setting.continuous) -> tuple[list, float, dict]:
-        played, wall_s, stats = play_timed(agent, goals, simulator, database, plan, continuous)
+    def timed(agent: object, generation: object, continuous: str | None = setting.continuous,
+              draft: tuple[int, int] | None = setting.draft) -> tuple[list, float, dict]:
+        played, wall_s, stats = play_timed(agent, goals, simulator, database, plan, continuous, draft if continuous else None)
         return played, wall_s, decode_summary([stats], wall_s, generation.cuda_graphs)
 
     batched, wall_s, decoded = timed(agent, config.generation)
     turns = sum(len(e.events) for e in batched)
     print(json.dumps({"run": "batched", "device": machine["device"], "goals": len(goals), "max_exchanges": config.max_exchanges,
                       "batch_size": config.generation.batch_size, "max_new_tokens": config.generation.max_new_tokens,
-                      "continuous": setting.continuous, **({"attention_timing": setting.attention_timing} if setting.attention_timing else {}),
+                      "continuous": setting.continuous, "draft": setting.draft, **({"attention_timing": setting.attention_timing} if setting.attention_timing else {}),
                       "wall_s": round(wall_s, 2), "dialogues_per_s": round(len(batched) / wall_s, 3),
                       "events": turns, "decode": decoded}))
     by_id = {e.episode_id: e for e in batched}
+    if setting.continuous and setting.draft:
+        # One id per step: the same transcripts (up to a wider step's rounding), more steps.
+        played, plain_s, decoded = timed(agent, config.generation, draft=None)
+        same = sum(e.transcript() == by_id[e.episode_id].transcript() for e in played)
+        print(json.dumps({"run": f"batched, continuous, {setting.continuous} attention, no drafts", "goals": len(goals),
+                          "wall_s": round(plain_s, 2), "dialogues_per_s": round(len(played) / plain_s, 3), "decode": decoded,
+                          "identical_transcripts": f"{same}/{len(played)}"}))
     if setting.continuous:
         # The slot step's other attention: the same transcripts (up to rounding), another step time.
         other = next(name for name in ATTENTIONS if name != setting.continuous)

@@ -554,7 +554,9 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
     that batched episodes decode with under continuous batching
     (:mod:`pipelines.episodes.continuous`; greedy, one process). ``continuous: true`` is
     ``{attention: sdpa}``; ``{attention: auto}``: the faster of the two on this device, timed at
-    the evaluation's shape (:func:`resolve_attention`, once per job).
+    the evaluation's shape (:func:`resolve_attention`, once per job). ``draft: {tokens: K,
+    ngram: N}`` beside ``attention``: batched steps verify prompt-lookup drafts
+    (:func:`continuous_draft`).
 
     >>> continuous_mode({"max_goals": 4, "continuous": True}, "w")
     ({'max_goals': 4}, 'sdpa')
@@ -565,7 +567,7 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
     >>> continuous_mode({"continuous": {"attention": "flash"}}, "w")
     Traceback (most recent call last):
     ...
-    pipelines.errors.ConfigError: w.continuous: expected true, false or {attention: one of ['auto', 'matmul', 'sdpa']}, got {'attention': 'flash'}
+    pipelines.errors.ConfigError: w.continuous: expected true, false or {attention: one of ['auto', 'matmul', 'sdpa'], draft: {tokens, ngram}}, got {'attention': 'flash'}
     """
     from pipelines.episodes.continuous import ATTENTIONS
 
@@ -574,24 +576,54 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
     if value is True:
         value = {"attention": "sdpa"}
     known = sorted([*ATTENTIONS, "auto"])
-    if value is not False and not (isinstance(value, Mapping) and set(value) == {"attention"} and value["attention"] in known):
-        raise ConfigError(f"{where}.continuous: expected true, false or {{attention: one of {known}}}, got {value!r}")
+    if value is not False and not (isinstance(value, Mapping) and "attention" in value and set(value) <= {"attention", "draft"}
+                                   and value["attention"] in known):
+        raise ConfigError(f"{where}.continuous: expected true, false or {{attention: one of {known}, draft: {{tokens, ngram}}}}, "
+                          f"got {value!r}")
+    continuous_draft(section, where)
     if value and rest.get("workers", 1) != 1:
         raise ConfigError(f"{where}.continuous: one process decodes continuously; workers must be 1, got {rest.get('workers')!r}")
     return rest, value["attention"] if value else None
+
+
+def continuous_draft(section: Mapping[str, Any], where: str) -> tuple[int, int] | None:
+    """The prompt-lookup drafts an ``evaluate`` section's continuous batching verifies per
+    step, as ``(tokens, ngram)`` (:class:`~pipelines.episodes.continuous.SlotDecoder`
+    ``draft``; ``ngram`` default 3), or None: ``continuous: {attention: ..., draft: {tokens:
+    4, ngram: 3}}``. Greedy drafts change how many ids a step takes, not which
+    (``benchmarks/draft_depth.py`` reads the saving off a run's recorded replies).
+
+    >>> continuous_draft({"continuous": {"attention": "auto", "draft": {"tokens": 4}}}, "w")
+    (4, 3)
+    >>> continuous_draft({"continuous": True}, "w") is None
+    True
+    >>> continuous_draft({"continuous": {"attention": "sdpa", "draft": {"tokens": 0}}}, "w")
+    Traceback (most recent call last):
+    ...
+    pipelines.errors.ConfigError: w.continuous.draft: expected {tokens: n >= 1, ngram: n >= 1}, got {'tokens': 0}
+    """
+    value = section.get("continuous")
+    draft = value.get("draft") if isinstance(value, Mapping) else None
+    if draft is None:
+        return None
+    if not (isinstance(draft, Mapping) and set(draft) <= {"tokens", "ngram"}
+            and all(type(draft.get(key, 1)) is int and draft.get(key, 1) >= 1 for key in ("tokens", "ngram")) and "tokens" in draft):
+        raise ConfigError(f"{where}.continuous.draft: expected {{tokens: n >= 1, ngram: n >= 1}}, got {draft!r}")
+    return draft["tokens"], draft.get("ngram", 3)
 
 
 #: The prompt width :func:`timed_attention` times where an evaluation does not cap its prompts.
 UNCAPPED_PROMPT_COLUMNS = 2048
 
 
-def timed_attention(agent: Any, config: Any) -> dict[str, Any]:
+def timed_attention(agent: Any, config: Any, draft: tuple[int, int] | None = None) -> dict[str, Any]:
     """Each slot-step attention timed for ``agent`` (an evaluation's loaded model) at the
     widest step ``config`` (an :class:`~pipelines.evaluation.config.EvalConfig`) can make: as
     many slots as it decodes rows (its batch size, at most its goals times seeds), as many
     columns as its longest prompt and reply need (an uncapped prompt is as long as its
     dialogue: :data:`UNCAPPED_PROMPT_COLUMNS` stand for it), with its CUDA graphs
-    (:func:`~pipelines.episodes.continuous.time_attentions`). ``chosen``: the faster of those
+    (:func:`~pipelines.episodes.continuous.time_attentions`), verifying ``draft``'s positions
+    where the evaluation drafts. ``chosen``: the faster of those
     that ran (and captured, where graphed); ``ruled_out``: the others, with their errors.
     Which one wins is the device's kernels' business (on the H200 a float32 SDPA step of 128
     rows over 1,500 positions took 16.4 ms where reading its keys and values takes about 2),
@@ -604,7 +636,7 @@ def timed_attention(agent: Any, config: Any) -> dict[str, Any]:
     rows = max(1, min(config.generation.batch_size, goals))
     prompt = config.prompt.max_prompt_tokens or min(UNCAPPED_PROMPT_COLUMNS, decoding_positions(model))
     columns = prompt + hf.decode_spec.max_new_tokens
-    times, errors = time_attentions(model, rows, columns, cuda_graphs=hf.decode_spec.cuda_graphs)
+    times, errors = time_attentions(model, rows, columns, cuda_graphs=hf.decode_spec.cuda_graphs, draft=draft)
     for name, error in errors.items():
         log.warning("attention: %s ruled out (%s)", name, error)
     if not times:
@@ -640,20 +672,20 @@ def resolve_attention(section: Mapping[str, Any], model_path: str | Path, where:
         config = from_params(EvalConfig, {**rest, "models": {"model": {"path": str(model_path)}}}, where)
         try:
             agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
-            known = timed_attention(agent, config)
+            known = timed_attention(agent, config, continuous_draft(section, where))
             del agent
         except Exception as error:  # noqa: BLE001 - a failed timing must not cost the job its evaluations
             log.warning("attention: timing failed (%s: %s); the evaluations use sdpa", type(error).__name__, error)
             known = {"chosen": "sdpa", "error": f"{type(error).__name__}: {error}"}
-    return {**section, "continuous": {"attention": known["chosen"]}}, dict(known)
+    return {**section, "continuous": {**section["continuous"], "attention": known["chosen"]}}, dict(known)
 
 
 def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, plan: Any,
-               continuous: str | None = None) -> tuple[list[Any], float, dict[str, Any]]:
+               continuous: str | None = None, draft: tuple[int, int] | None = None) -> tuple[list[Any], float, dict[str, Any]]:
     """``agent``'s episodes on ``goals`` (:func:`~pipelines.evaluation.play.play_policy`, or with
     ``continuous``, the attention :func:`continuous_mode` names,
-    :func:`~pipelines.evaluation.continuous.play_policy_continuous`: batched, or one slot when
-    ``plan`` is not), the wall seconds they took (the device synchronised before and after:
+    :func:`~pipelines.evaluation.continuous.play_policy_continuous`: batched, verifying
+    ``draft``'s drafts where given, or one slot, one id per step, when ``plan`` is not), the wall seconds they took (the device synchronised before and after:
     queued kernels are counted) and the decoding loop's counters over them (:func:`stats_since`)."""
     from pipelines.evaluation.continuous import play_policy_continuous
     from pipelines.evaluation.play import play_policy
@@ -662,7 +694,7 @@ def play_timed(agent: Any, goals: Sequence[Any], simulator: Any, database: Any, 
     before = decode_stats()
     started = time.perf_counter()
     if continuous is not None:
-        played = play_policy_continuous(agent, goals, simulator, database, plan, attention=continuous)
+        played = play_policy_continuous(agent, goals, simulator, database, plan, attention=continuous, draft=draft)
     else:
         played = play_policy(agent, goals, simulator, database, plan)
     _synchronize()
@@ -695,6 +727,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
 
+    draft = continuous_draft(section, "params.yaml gpu evaluate")
     section, continuous = continuous_mode(section, "params.yaml gpu evaluate")
     unresolved(continuous, "params.yaml gpu evaluate")
     entries = {name: [{"path": p} for p in path] if isinstance(path, (list, tuple)) else {"path": path} for name, path in models.items()}
@@ -710,7 +743,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
         for policy in to_play:
             if pool is None:
                 agent = load_policy(policy, get_format(config.agent_format), config.generation)
-                played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan(), continuous)
+                played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan(), continuous, draft)
                 decoded = [stats]
                 del agent
             else:
@@ -738,7 +771,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
     setup = {"source": config.source, "split": config.split, "goals": len(goals), "seeds": list(config.seeds),
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
-             "batched": config.batched, "workers": config.workers, **decoded_by(continuous),
+             "batched": config.batched, "workers": config.workers, **decoded_by(continuous, draft),
              # the decoding's numbers: bf16 transcripts batched differ from one at a time (unbatched_check)
              "dtype": config.generation.dtype, "cuda_graphs": config.generation.cuda_graphs}
     _write_episode_tables(episode_tables(episodes), out, prefix)
@@ -774,14 +807,17 @@ def pooled_summary(scores: Mapping[str, Mapping[str, Sequence[Any]]], stats: Any
     return results, statistics
 
 
-def decoded_by(continuous: str | None) -> dict[str, Any]:
+def decoded_by(continuous: str | None, draft: tuple[int, int] | None = None) -> dict[str, Any]:
     """How a report says its episodes were batched: ``continuous`` and, with it, the slot
-    step's ``attention``.
+    step's ``attention`` and the ``draft`` its batched steps verify.
 
     >>> decoded_by(None), decoded_by("matmul")
     ({'continuous': False}, {'continuous': True, 'attention': 'matmul'})
+    >>> decoded_by("sdpa", (4, 3))
+    {'continuous': True, 'attention': 'sdpa', 'draft': {'tokens': 4, 'ngram': 3}}
     """
-    return {"continuous": continuous is not None, **({"attention": continuous} if continuous is not None else {})}
+    return {"continuous": continuous is not None, **({"attention": continuous} if continuous is not None else {}),
+            **({"draft": {"tokens": draft[0], "ngram": draft[1]}} if continuous is not None and draft else {})}
 
 
 def unresolved(attention: str | None, where: str) -> None:
@@ -802,6 +838,7 @@ class EvalSetting:
     agent: Any
     continuous: str | None = None  # batched episodes decode with continuous batching, this attention (continuous_mode)
     attention_timing: dict[str, Any] | None = None  # where the profile said auto: what timed_attention measured
+    draft: tuple[int, int] | None = None  # the drafts batched continuous steps verify (continuous_draft)
 
 
 def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: str | None, overrides: Mapping[str, Any],
@@ -818,12 +855,14 @@ def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: 
     section = deep_merge(sections["evaluate"], overrides)
     if with_limit(section, -1) != section:  # a from_data left after the overrides: the SFT rows say it
         section = with_limit(section, data_generation_limit(sections, Path(model_path))["tokens"])
+    draft = continuous_draft(section, where)
     section, continuous = continuous_mode(section, where)
     config = from_params(EvalConfig, {**section, "models": {"model": {"path": str(model_path)}}}, where)
     database, goals, simulator = agenda_world(config, where)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
-    timing = timed_attention(agent, config) if continuous == "auto" else None
-    return EvalSetting(config, goals, database, simulator, agent, timing["chosen"] if timing else continuous, timing)
+    timing = timed_attention(agent, config, draft) if continuous == "auto" else None
+    return EvalSetting(config, goals, database, simulator, agent, timing["chosen"] if timing else continuous, timing,
+                       draft if continuous else None)
 
 
 def unbatched_check_params(value: Any, models: Sequence[str], where: str) -> tuple[int, tuple[str, ...], tuple[str, ...] | None]:
@@ -887,6 +926,7 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
     from pipelines.evaluation.policy import load_policy
 
     where = "params.yaml gpu unbatched_check"
+    draft = continuous_draft(section, where)
     section, continuous = continuous_mode(section, where)
     unresolved(continuous, where)
     missing = sorted(set(models) - set(played))
@@ -912,9 +952,10 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             if dtype == own:
                 reference, speed = played[name][0], played[name][2]["dialogues_per_s"]
             else:
-                reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan(), continuous)
+                reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan(), continuous, draft)
                 speed = round(len(reference) / wall_s, 3) if wall_s else None
-            # With continuous batching, one slot of the same decoder: the same step, one row.
+            # With continuous batching, one slot of the same decoder: the same step, one row,
+            # one id per step (no draft), so the check covers the batched steps' drafts too.
             single, wall_s, _ = play_timed(agent, goals[:goals_n], simulator, database, dataclasses.replace(config.plan(), batched=False),
                                            continuous)
             del agent
@@ -937,8 +978,9 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             changed = sum(len({v[k] for v in verdicts}) > 1 for k in verdicts[0] if all(k in v for v in verdicts))
             changed_between[name] = changed
             notes.append(f"- `{name}`: the success verdict differs between the dtypes on {changed} of {len(verdicts[0])} goals.")
-    how = f" (continuous batching, {continuous} attention; one at a time: one slot of the same decoder)" if continuous else ""
-    return {"goals": goals_n, "dtype": own, **decoded_by(continuous),
+    drafted = f", verifying drafts of {draft[0]} ids" if continuous and draft else ""
+    how = f" (continuous batching, {continuous} attention{drafted}; one at a time: one slot of the same decoder, one id per step)" if continuous else ""
+    return {"goals": goals_n, "dtype": own, **decoded_by(continuous, draft),
             "models": rows, "success_changed_between_dtypes": changed_between,
             "markdown": "\n".join(["Greedy transcripts of the first test goals played one dialogue at a time against the batched "
                                     f"ones{how} (they must be identical; "

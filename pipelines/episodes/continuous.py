@@ -34,6 +34,15 @@ copies its keys and values per head. ``attention`` says how that grouped query i
   only (a bf16 step keeps SDPA, whose kernels hold the scores in float32). Its GPU step time is
   to be measured (``benchmarks/decode_probe.py`` times both).
 
+Continuous batching cannot go below an evaluation's longest dialogue, one sequential step per
+id it writes. ``draft`` (:class:`SlotDecoder`) lowers that floor: each step feeds every row
+its last id and a guess at the next few, copied from the row's own context where its last ids
+occurred before (prompt lookup, :class:`NgramDrafts`; an agent's reply repeats names, values
+and markup from its prompt), and takes the guesses the step's greedy picks confirm, then one
+more (:func:`accepted`). Read off the H200 run's recorded SFT replies, 4-id drafts give 1.48
+ids per step and take that model's longest dialogue from 1,646 steps to 1,055
+(``benchmarks/draft_depth.py``).
+
 Greedy decoding only: a greedy row computes what it would alone, so the transcripts are the
 round-based runner's (and one episode at a time's), which the tests check; sampled rows
 would draw from one generator in another order. Episodes with a Clarifier play in rounds.
@@ -63,21 +72,66 @@ CAPACITY_STEP = 256
 
 #: How a slot step computes its grouped-query attention (module docstring), each registered
 #: with transformers under its name on first use.
-ATTENTIONS = {"sdpa": decoding.PACKED_SDPA, "matmul": "askflow_grouped_matmul"}
+ATTENTIONS = {"sdpa": "askflow_grouped_sdpa", "matmul": "askflow_grouped_matmul"}
+
+
+def _grouped(query: "torch.Tensor", attention_mask: Any, kv_heads: int) -> tuple["torch.Tensor", Any]:
+    """``query`` (``[batch, heads, length, dim]``) as ``[batch, kv_heads, groups * length, dim]``:
+    the query heads of each key/value head and their positions as the rows of one query, and a
+    ``[batch, 1, length, positions]`` mask repeated to match (a one-position mask broadcasts)."""
+    batch, heads, length, dim = query.shape
+    groups = heads // kv_heads
+    if length > 1 and attention_mask is not None and attention_mask.shape[2] == length:
+        attention_mask = attention_mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, 1, groups * length, -1)
+    return query.reshape(batch, kv_heads, groups * length, dim), attention_mask
+
+
+def _ungrouped(out: "torch.Tensor", heads: int, length: int) -> "torch.Tensor":
+    batch, _, _, dim = out.shape
+    return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous()
+
+
+def grouped_sdpa_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", attention_mask: Any,
+                           dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> tuple["torch.Tensor", None]:
+    """SDPA for a slot step: one new token per row as
+    :func:`pipelines.episodes.decoding.packed_gqa_sdpa` computes it, and a drafted step's
+    positions (:class:`SlotDecoder` ``draft``) grouped the same way (:func:`_grouped`), so no
+    layer copies its keys and values per head for them either; anything else (dropout, no
+    groups) as transformers' SDPA.
+
+    >>> import types, torch
+    >>> module = types.SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
+    >>> query, key, value = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    >>> mask = torch.ones(1, 1, 3, 5, dtype=torch.bool).tril(2)
+    >>> out, _ = grouped_sdpa_attention(module, query, key, value, mask)
+    >>> expected = torch.nn.functional.scaled_dot_product_attention(
+    ...     query, key.repeat_interleave(2, 1), value.repeat_interleave(2, 1), attn_mask=mask).transpose(1, 2)
+    >>> out.shape, torch.allclose(out, expected, atol=1e-6)
+    (torch.Size([1, 3, 4, 8]), True)
+    """
+    import torch
+
+    heads, length = query.shape[1], query.shape[2]
+    groups = getattr(module, "num_key_value_groups", 1)
+    if length == 1 or groups == 1 or dropout != 0.0:
+        return decoding.packed_gqa_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    grouped, mask = _grouped(query, attention_mask, key.shape[1])
+    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scaling)
+    return _ungrouped(out, heads, length), None
 
 
 def grouped_matmul_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", attention_mask: Any,
                              dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> tuple["torch.Tensor", None]:
-    """Attention for one new token per row as two batched matrix products: the query heads of
-    each key/value head as the rows of one query (``[batch, kv_heads, groups, dim]``) times
+    """Attention for a slot step's new tokens as two batched matrix products: the query heads of
+    each key/value head (and a drafted step's positions, :func:`_grouped`) as the rows of one
+    query (``[batch, kv_heads, groups, dim]`` for one token per row) times
     the unrepeated keys, scaled, masked (a boolean ``[batch, 1, 1, positions]`` mask attends
     where True; a float one is added), a float32 softmax, times the values. A masked position
     gets the dtype's lowest score rather than minus infinity, so a row masked everywhere
     averages its values instead of giving NaN. Float32 only: in bf16 (or under autocast) the
     product would round every score to bf16 before the softmax (a step of 0.125 at a score of
     20), where SDPA's kernels keep scores in float32, so such a step runs the grouped SDPA
-    (:func:`pipelines.episodes.decoding.packed_gqa_sdpa`), as does anything else (a longer
-    query: transformers' own SDPA).
+    (:func:`grouped_sdpa_attention`), as does one with dropout.
 
     >>> import types, torch
     >>> module = types.SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
@@ -92,16 +146,16 @@ def grouped_matmul_attention(module: Any, query: "torch.Tensor", key: "torch.Ten
 
     batch, heads, length, dim = query.shape
     exact = query.dtype == key.dtype == value.dtype == torch.float32 and not torch.is_autocast_enabled(query.device.type)
-    if length != 1 or dropout != 0.0 or not exact:
-        return decoding.packed_gqa_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    grouped = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
+    if dropout != 0.0 or not exact:
+        return grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    grouped, attention_mask = _grouped(query, attention_mask, key.shape[1])
     scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim ** -0.5 if scaling is None else scaling)
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         scores = scores.masked_fill(attention_mask.logical_not(), torch.finfo(scores.dtype).min)
     elif attention_mask is not None:
         scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    return torch.matmul(weights, value).reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+    return _ungrouped(torch.matmul(weights, value), heads, length), None
 
 
 @functools.cache
@@ -109,11 +163,82 @@ def _registered(attention: str) -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    if attention == "sdpa":
-        return decoding._packed_attention()
-    AttentionInterface.register(ATTENTIONS[attention], grouped_matmul_attention)
+    AttentionInterface.register(ATTENTIONS[attention], {"sdpa": grouped_sdpa_attention, "matmul": grouped_matmul_attention}[attention])
     AttentionMaskInterface.register(ATTENTIONS[attention], sdpa_mask)  # masks as SDPA's (a 4-D one passes as it is)
     return ATTENTIONS[attention]
+
+
+class NgramDrafts:
+    """Prompt-lookup drafts for one row: its ids so far (prompt, then what it generated), and
+    for its last ``ngram`` ids (down to 1) the ids that followed their most recent earlier
+    occurrence, at most ``tokens`` of them (:meth:`draft`). An agent's reply copies much of its
+    context (a venue's name, a postcode from a tool's result, the format's own markup), so a
+    verifying step can take several of its tokens at once. Each id is indexed once, when a
+    later one arrives: a draft costs a dictionary lookup per n-gram size, not a scan.
+
+    >>> drafts = NgramDrafts([5, 6, 7, 8, 5, 6], ngram=2, tokens=3)
+    >>> drafts.draft()  # (5, 6) came before, followed by 7, 8, 5
+    [7, 8, 5]
+    >>> drafts.extend([9]); drafts.draft()  # (6, 9) and (9,) never came before
+    []
+    """
+
+    def __init__(self, ids: Sequence[int], ngram: int, tokens: int):
+        if ngram < 1 or tokens < 1:
+            raise ValueError(f"draft: ngram and tokens must be at least 1, got {ngram} and {tokens}")
+        self.ids, self.ngram, self.tokens = list(ids), ngram, tokens
+        self.seen: dict[tuple[int, ...], int] = {}  # an n-gram -> where its most recent earlier occurrence ends
+        self.indexed = 0  # n-grams ending before this position are in ``seen``
+
+    def extend(self, ids: Sequence[int]) -> None:
+        self.ids.extend(ids)
+
+    def restart(self, ids: Sequence[int]) -> "NgramDrafts":
+        """These drafts for ``ids``, a new call's prompt that mostly repeats this row's (an
+        episode's next prompt holds its last prompt and reply): only the ids after the part
+        they share are indexed anew. Entries of the part that changed stay until overwritten;
+        a draft is a guess the step verifies, so a stale one costs a step's worth of ids at
+        most, never a wrong one.
+
+        >>> drafts = NgramDrafts([5, 6, 7], ngram=2, tokens=2)
+        >>> drafts.draft(); drafts.restart([5, 6, 7, 8, 5, 6]).draft()
+        []
+        [7, 8]
+        """
+        ids = list(ids)
+        if ids[: len(self.ids)] == self.ids:  # the usual case, compared in one go
+            shared = len(self.ids)
+        else:
+            shared = next((i for i, (a, b) in enumerate(zip(self.ids, ids)) if a != b), min(len(self.ids), len(ids)))
+        self.ids, self.indexed = ids, min(self.indexed, shared)
+        return self
+
+    def draft(self) -> list[int]:
+        ids, seen = self.ids, self.seen
+        # Index the n-grams that end before the last id (the last one's would find itself).
+        for end in range(max(self.indexed, 1), len(ids)):
+            for n in range(1, min(self.ngram, end) + 1):
+                seen[tuple(ids[end - n : end])] = end
+        self.indexed = max(self.indexed, len(ids))
+        for n in range(min(self.ngram, len(ids)), 0, -1):
+            end = seen.get(tuple(ids[-n:]))
+            if end is not None:
+                return ids[end : end + self.tokens]
+        return []
+
+
+def accepted(draft: Sequence[int], picked: Sequence[int]) -> int:
+    """How many of ``draft``'s ids a verifying step confirms: ``picked[i]`` is the greedy id
+    after the row's ids and ``draft[:i]``, so the leading drafts that equal it are what
+    decoding one id at a time would have given (and ``picked[accepted]`` is the next).
+
+    >>> accepted([7, 8, 5], [7, 8, 9, 4]), accepted([7], [3, 1]), accepted([], [3])
+    (2, 0, 0)
+    """
+    for i, (token, pick) in enumerate(zip(draft, picked)):
+        if pick != token:
+            return i
+    return min(len(draft), len(picked))
 
 
 class PhaseTimer:
@@ -164,20 +289,35 @@ class Request:
     started: float
     generated: list[int] = field(default_factory=list)
     slot: int = -1
+    drafts: NgramDrafts | None = None
 
 
 class SlotDecoder:
     """``slots`` rows of keys and values (module docstring) for ``model``: :meth:`admit`
     prefills new rows into free slots, :meth:`step` decodes one token for every occupied
     slot. Greedy; a row stops at a token of ``stop_ids``, when ``stop_text(ids)`` says so, or
-    after ``max_new_tokens``. ``attention``: a key of :data:`ATTENTIONS` (module docstring)."""
+    after ``max_new_tokens``. ``attention``: a key of :data:`ATTENTIONS` (module docstring).
+
+    ``draft=(tokens, ngram)``: each step feeds every row its last id and a prompt-lookup draft
+    of at most ``tokens`` ids (:class:`NgramDrafts`), ``tokens + 1`` positions per row, and
+    takes the drafted ids the step's greedy picks confirm, then one more
+    (:func:`accepted`): a reply that copies its context takes fewer sequential steps. A
+    row's pick at each position is the greedy id after its ids so far, so the ids are the
+    ones one id per step gives (up to the rounding of a wider step's kernels, which the
+    evaluation's ``unbatched_check`` compares); a draft only decides how many are taken at
+    once. The drafted positions' keys are written at the row's next columns and attended to
+    only once confirmed."""
 
     def __init__(self, model: Any, slots: int, max_new_tokens: int, stop_ids: frozenset[int], pad_id: int,
-                 stop_text: Callable[[list[int]], bool] | None = None, *, cuda_graphs: bool = False, attention: str = "sdpa"):
+                 stop_text: Callable[[list[int]], bool] | None = None, *, cuda_graphs: bool = False, attention: str = "sdpa",
+                 draft: tuple[int, int] | None = None):
         import torch
 
         if attention not in ATTENTIONS:
             raise ValueError(f"attention: expected one of {sorted(ATTENTIONS)}, got {attention!r}")
+        self.draft_tokens, self.draft_ngram = draft or (0, 0)
+        if draft is not None and (self.draft_tokens < 1 or self.draft_ngram < 1):
+            raise ValueError(f"draft: tokens and ngram must be at least 1, got {draft!r}")
         self.model, self.slots, self.max_new_tokens = model, slots, max_new_tokens
         self.attention = _registered(attention)
         self.stop_ids, self.pad_id, self.stop_text = stop_ids, pad_id, stop_text
@@ -190,9 +330,12 @@ class SlotDecoder:
         self.layers: list[Any] = []
         self.rows: list[Request | None] = [None] * slots
         self.lengths = [0] * slots  # columns filled per slot (a free slot keeps its last row's)
-        self.ids = torch.zeros(slots, 1, dtype=torch.long, device=self.device)
-        self.positions = torch.zeros(slots, 1, dtype=torch.long, device=self.device)
+        width = 1 + self.draft_tokens  # positions fed per row and step
+        self.ids = torch.zeros(slots, width, dtype=torch.long, device=self.device)
+        self.positions = torch.zeros(slots, width, dtype=torch.long, device=self.device)
+        self.offsets = torch.arange(width, device=self.device)
         self.columns = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.committed = torch.zeros(slots, dtype=torch.long, device=self.device)  # a drafted step's confirmed positions
         self.slot_index = torch.arange(slots, device=self.device)
         self.allowed: Any = None
         self.graph: Any = None
@@ -200,6 +343,7 @@ class SlotDecoder:
         self.timer = PhaseTimer(self.device)
         self.picked: Any = None  # a launched step's tokens, on the device, until collected
         self.live: list[int] = []
+        self.drafted: list[list[int]] = [[] for _ in range(slots)]  # each slot's draft in the launched step
 
     # -- room -------------------------------------------------------------------------------
 
@@ -239,7 +383,7 @@ class SlotDecoder:
         free = self.free()
         if len(requests) > len(free):
             raise ValueError(f"{len(requests)} requests for {len(free)} free slots")
-        self._ensure(max(len(r.row) for r in requests) + self.max_new_tokens)
+        self._ensure(max(len(r.row) for r in requests) + self.max_new_tokens + self.draft_tokens)
         cached = [len(r.prefix.ids) if r.prefix is not None else 0 for r in requests]
         order = sorted(range(len(requests)), key=lambda i: (len(requests[i].row) - cached[i], cached[i]))
         ordered = [requests[i] for i in order]
@@ -266,6 +410,8 @@ class SlotDecoder:
             for k, request in enumerate(ordered):
                 request.slot = free[k]
                 self.rows[free[k]], self.lengths[free[k]] = request, lengths[k]
+                if self.draft_tokens and request.drafts is None:  # else the episode's earlier call's, restarted
+                    request.drafts = NgramDrafts(request.row, self.draft_ngram, self.draft_tokens)
         done = []
         for k, request in enumerate(ordered):
             if self._take(request, first[k]):
@@ -301,6 +447,8 @@ class SlotDecoder:
         self.slots = slots
         self.ids, self.positions = self.ids[:slots].clone(), self.positions[:slots].clone()
         self.columns, self.slot_index = self.columns[:slots].clone(), torch.arange(slots, device=self.device)
+        self.committed = self.committed[:slots].clone()
+        self.drafted = [self.drafted[slot] for slot in keep]
         self.graph = None  # other shapes: capture again
         DECODE_STATS["shrinks"] += 1
 
@@ -315,6 +463,8 @@ class SlotDecoder:
         import torch
 
         live = [slot for slot, request in enumerate(self.rows) if request is not None]
+        if self.draft_tokens:
+            return self._launch_drafted(live)
         # A free slot computes a pad token at column 0 (its row's keys were read when it ended).
         ids, columns = [self.pad_id] * self.slots, [0] * self.slots
         for slot in live:
@@ -327,11 +477,36 @@ class SlotDecoder:
             self.picked = self._forward().argmax(dim=-1)
         self.live = live
 
+    def _launch_drafted(self, live: list[int]) -> None:
+        """:meth:`launch` with drafts: each row feeds its last id and its draft (padded to
+        the step's width) at its next columns; the step's mask (:meth:`_eager`) lets each
+        position see the row's confirmed columns and the step's positions before it."""
+        import torch
+
+        width = 1 + self.draft_tokens
+        ids, columns = [[self.pad_id] * width for _ in range(self.slots)], [0] * self.slots
+        for slot in live:
+            request = self.rows[slot]
+            draft = request.drafts.draft()[: self.draft_tokens]
+            self.drafted[slot] = draft
+            ids[slot][: 1 + len(draft)] = [request.generated[-1], *draft]
+            columns[slot] = self.lengths[slot]
+            DECODE_STATS["drafted"] += len(draft)
+            DECODE_STATS["drafted_rows"] += 1
+        with torch.inference_mode(), self.timer("step"):
+            self.ids.copy_(torch.tensor(ids))
+            self.columns.copy_(torch.tensor(columns))
+            self.positions.copy_(self.columns.unsqueeze(1) + self.offsets)
+            self.picked = self._forward().argmax(dim=-1)
+        self.live = live
+
     def collect(self) -> list[Request]:
         """The launched step's tokens (waits for the device); the requests that stopped."""
         picked, live = self.picked.tolist(), self.live
         self.picked, self.live = None, []
         DECODE_STATS["steps"] += 1
+        if self.draft_tokens:
+            return self._collect_drafted(picked, live)
         done = []
         for slot in live:
             request = self.rows[slot]
@@ -340,10 +515,35 @@ class SlotDecoder:
                 done.append(request)
         return done
 
+    def _collect_drafted(self, picked: list[list[int]], live: list[int]) -> list[Request]:
+        """Each row takes its confirmed drafts and the pick after them, one at a time as a
+        step without drafts would (a stop among them ends the row there); the fed positions
+        whose ids were confirmed become columns the row attends to."""
+        import torch
+
+        done, committed = [], [-1] * self.slots
+        for slot in live:
+            request, draft = self.rows[slot], self.drafted[slot]
+            took = accepted(draft, picked[slot]) + 1
+            DECODE_STATS["draft_accepted"] += took - 1
+            committed[slot] = took - 1  # the fed last id, then the confirmed drafts
+            for token in picked[slot][:took]:
+                self.lengths[slot] += 1
+                if self._take(request, token):
+                    done.append(request)
+                    break
+        with torch.inference_mode():
+            self.committed.copy_(torch.tensor(committed))
+            span = self.column_index[None, :] - self.columns[:, None]
+            self.allowed |= (span >= 0) & (span <= self.committed[:, None])
+        return done
+
     def _take(self, request: Request, token: int) -> bool:
         """Append ``token``; True (and the slot freed) when the row stops."""
         ids = request.generated
         ids.append(token)
+        if request.drafts is not None:
+            request.drafts.extend((token,))
         if token in self.stop_ids or len(ids) >= self.max_new_tokens or (self.stop_text is not None and self.stop_text(ids)):
             self.rows[request.slot] = None
             return True
@@ -374,20 +574,29 @@ class SlotDecoder:
         return self._eager()
 
     def _eager(self) -> "torch.Tensor":
+        mask, last = self.mask, slice(-1, None)
+        if self.draft_tokens:
+            # Position i of a row sees the row's confirmed columns and the step's columns up
+            # to its own (computed on the device from the columns: a graph replays it).
+            span = self.column_index[None, None, :] - self.columns[:, None, None]
+            mask = (self.allowed[:, None, :] | ((span >= 0) & (span <= self.offsets[None, :, None])))[:, None]
+            last = slice(None)
         with attending(self.model, self.attention):
-            return self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.positions, use_cache=True,
-                              **{decoding._cache_name(self.model): _slot_cache(self.layers)}).logits[:, -1, :]
+            logits = self.model(input_ids=self.ids, attention_mask=mask, position_ids=self.positions, use_cache=True,
+                                **{decoding._cache_name(self.model): _slot_cache(self.layers)}).logits[:, last, :]
+        return logits[:, -1, :] if not self.draft_tokens else logits
 
 
 def time_attentions(model: Any, rows: int, columns: int, *, cuda_graphs: bool, steps: int = 16, prompt_tokens: int = 16,
-                    seed: int = 0) -> tuple[dict[str, float], dict[str, str]]:
+                    seed: int = 0, draft: tuple[int, int] | None = None) -> tuple[dict[str, float], dict[str, str]]:
     """Milliseconds per slot step of ``model`` with each attention of :data:`ATTENTIONS`, at
     one shape: ``rows`` slots of ``columns`` columns (an evaluation's widest buffer: its
     longest prompt plus its reply's room), each holding a row of ``prompt_tokens`` seeded
     random ids, ``steps`` steps timed after two (the first captures the CUDA graph where
     ``cuda_graphs``), the device synchronised around them. A step attends over every column
     under the mask whatever the rows hold, so short rows time the full width without a long
-    prefill. What an evaluation's ``continuous: {attention: auto}`` takes its pick from.
+    prefill (with ``draft``, each step verifies a draft of its full width, whatever it takes).
+    What an evaluation's ``continuous: {attention: auto}`` takes its pick from.
 
     And the attentions ruled out, with why: one whose step raised, and, where ``cuda_graphs``,
     one whose step would not capture (a graphed evaluation must not get the eager step; its
@@ -404,8 +613,8 @@ def time_attentions(model: Any, rows: int, columns: int, *, cuda_graphs: bool, s
         failures = len(decoding.GRAPH_ERRORS)
         decoder = None
         try:
-            decoder = SlotDecoder(model, rows, max(columns - prompt_tokens, steps + 3), frozenset(), 0, cuda_graphs=cuda_graphs,
-                                  attention=attention)
+            decoder = SlotDecoder(model, rows, max(columns - prompt_tokens, (1 + (draft or (0,))[0]) * (steps + 3)), frozenset(), 0,
+                                  cuda_graphs=cuda_graphs, attention=attention, draft=draft)
             decoder._ensure(columns)
             decoder.admit([Request(None, row, None, None, 0.0) for row in ids])  # type: ignore[arg-type]
             decoder.step(), decoder.step()
@@ -494,8 +703,13 @@ def _slot_layer_class() -> type:
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
             decoder = self.decoder
             rows, columns = decoder.slot_index, decoder.columns
-            self.keys_buffer[rows, :, columns] = key_states[:, :, 0].to(self.keys_buffer.dtype)
-            self.values_buffer[rows, :, columns] = value_states[:, :, 0].to(self.values_buffer.dtype)
+            if key_states.shape[2] == 1:
+                self.keys_buffer[rows, :, columns] = key_states[:, :, 0].to(self.keys_buffer.dtype)
+                self.values_buffer[rows, :, columns] = value_states[:, :, 0].to(self.values_buffer.dtype)
+            else:  # a drafted step: each row's positions at its next columns
+                rows, columns = rows[:, None], columns[:, None] + decoder.offsets[None, :]
+                self.keys_buffer[rows, :, columns] = key_states.transpose(1, 2).to(self.keys_buffer.dtype)
+                self.values_buffer[rows, :, columns] = value_states.transpose(1, 2).to(self.values_buffer.dtype)
             return self.keys_buffer, self.values_buffer
 
         def get_seq_length(self) -> int:
@@ -512,9 +726,10 @@ class ContinuousHFAgent:
     (:meth:`submit`) and decodes continuously (module docstring) while :meth:`serve` runs.
     Its outputs are those of ``agent.act`` for greedy decoding. ``slots``: rows decoded
     together (default: the backend's batch size); ``attention``: the slot step's
-    (:data:`ATTENTIONS`)."""
+    (:data:`ATTENTIONS`); ``draft``: the prompt-lookup drafts its steps verify
+    (:class:`SlotDecoder`)."""
 
-    def __init__(self, agent: Any, slots: int | None = None, attention: str = "sdpa"):
+    def __init__(self, agent: Any, slots: int | None = None, attention: str = "sdpa", draft: tuple[int, int] | None = None):
         inner = getattr(agent, "inner", agent)
         self.rewrite = agent.messages if inner is not agent else None
         self.hf, self.name, self.format = inner, agent.name, agent.format
@@ -524,12 +739,13 @@ class ContinuousHFAgent:
             raise ValueError(f"agent {agent.name!r}: continuous batching is greedy only (temperature {inner.decode_spec.temperature})")
         if attention not in ATTENTIONS:
             raise ValueError(f"agent {agent.name!r}: attention: expected one of {sorted(ATTENTIONS)}, got {attention!r}")
-        self.slots, self.attention = slots or inner.backend.batch_size, attention
+        self.slots, self.attention, self.draft = slots or inner.backend.batch_size, attention, draft
         self.pending: deque[Request] = deque()
         self.wake = asyncio.Event()
         self.closed = False
         self.decoder: SlotDecoder | None = None
         self._episodes: EpisodeCache = {}
+        self._drafts: dict[tuple[str, int], NgramDrafts] = {}  # an episode's last call's draft index
 
     def submit(self, context: AgentContext) -> asyncio.Future:
         """Queue ``context``; its :class:`~pipelines.episodes.AgentOutput` when the reply ends."""
@@ -542,7 +758,8 @@ class ContinuousHFAgent:
         if hf.episode_cache:
             prefix = episode_prefix(self._episodes, context, row, prefix)
         future = asyncio.get_running_loop().create_future()
-        self.pending.append(Request(context, row, prefix, future, perf_counter()))
+        earlier = self._drafts.pop((context.episode_id, context.seed), None)
+        self.pending.append(Request(context, row, prefix, future, perf_counter(), drafts=earlier.restart(row) if earlier else None))
         self.wake.set()
         return future
 
@@ -560,7 +777,7 @@ class ContinuousHFAgent:
         stop_text = hf._ends_with_stop_string if hf.sampling.stop else None
         self.decoder = decoder = SlotDecoder(hf.backend.model, max(1, min(self.slots, playing())), hf.decode_spec.max_new_tokens,
                                              hf._stop_token_ids(), hf.backend.pad_token_id, stop_text, cuda_graphs=hf.decode_spec.cuda_graphs,
-                                             attention=self.attention)
+                                             attention=self.attention, draft=self.draft)
         while True:
             # The step is queued on the device first, then the episodes answered by the last
             # one take their turn (users, tools, prompts) while it runs: on a GPU the host's
@@ -591,11 +808,14 @@ class ContinuousHFAgent:
     def forget(self, state: EpisodeState) -> None:
         """Drop an ended episode's keys and values (no call of it comes again)."""
         self._episodes.pop((state.spec.episode_id, state.spec.seed), None)
+        self._drafts.pop((state.spec.episode_id, state.spec.seed), None)
 
     def _answer(self, done: Sequence[Request]) -> None:
         for request in done:
             if self.hf.episode_cache:
                 self._episodes.update([episode_entry(request.context, self.decoder.kept(request))])
+            if request.drafts is not None:  # the episode's next prompt repeats this one: index only what is new
+                self._drafts[(request.context.episode_id, request.context.seed)] = request.drafts
             output = self.hf.output(request.row, request.generated, self.decoder.stop_ids, perf_counter() - request.started)
             request.future.set_result(output)
 

@@ -85,6 +85,11 @@ def decode_summary(decoded: Sequence[Mapping[str, Any]], wall_s: float, cuda_gra
 
     >>> decode_summary([{"steps": 100, "step_us": 600_000, "prefill_us": 150_000, "prefill_tokens": 900}], 1.0, False)["device_s"]
     {'prefill': 0.15, 'steps': 0.6, 'ms_per_step': 6.0, 'prefill_tokens': 900, 'host': 0.25}
+
+    And where its steps verified drafts, how many ids a row took per step.
+
+    >>> decode_summary([{"steps": 10, "drafted_rows": 40, "drafted": 100, "draft_accepted": 30}], 1.0, False)["draft"]
+    {'row_steps': 40, 'drafted_ids': 100, 'confirmed_ids': 30, 'confirmed_share': 0.3, 'ids_per_row_step': 1.75}
     """
     steps = [int(d.get("steps", 0)) for d in decoded]
     summary: dict[str, Any] = {"cuda_graphs": cuda_graphs, "steps": max(steps, default=0),
@@ -98,6 +103,12 @@ def decode_summary(decoded: Sequence[Mapping[str, Any]], wall_s: float, cuda_gra
                                "ms_per_step": round(1000 * step_s / max(steps), 2) if steps and max(steps) else None,
                                "prefill_tokens": sum(int(d.get("prefill_tokens", 0)) for d in decoded),
                                "host": round(max(wall_s - prefill_s - step_s, 0.0), 2)}
+    if any(d.get("drafted_rows") for d in decoded):
+        # steps that verified prompt-lookup drafts (pipelines.episodes.continuous.SlotDecoder draft)
+        rows, drafted, confirmed = (sum(int(d.get(key, 0)) for d in decoded) for key in ("drafted_rows", "drafted", "draft_accepted"))
+        summary["draft"] = {"row_steps": rows, "drafted_ids": drafted, "confirmed_ids": confirmed,
+                            "confirmed_share": round(confirmed / drafted, 3) if drafted else None,
+                            "ids_per_row_step": round((rows + confirmed) / rows, 3)}
     if cuda_graphs:
         summary["graphs"] = sum(int(d.get("graphs", 0)) for d in decoded)
         summary["graph_failures"] = sum(int(d.get("graph_failures", 0)) for d in decoded)

@@ -40,15 +40,23 @@ def steps_of(run) -> tuple[list, int]:
     return played, decoding.DECODE_STATS["steps"] - before
 
 
-@pytest.mark.parametrize(("slots", "attention"), [(N_EPISODES, "sdpa"), (2, "sdpa"), (N_EPISODES, "matmul"), (1, "matmul")])
-def test_continuous_episodes_are_the_rounds_episodes_and_one_at_a_time(backend, small_corpus, database, slots, attention):
+@pytest.mark.parametrize(("slots", "attention", "draft"), [(N_EPISODES, "sdpa", None), (2, "sdpa", None), (N_EPISODES, "matmul", None),
+                                                        (1, "matmul", None), (N_EPISODES, "sdpa", (4, 3)), (2, "matmul", (3, 1))])
+def test_continuous_episodes_are_the_rounds_episodes_and_one_at_a_time(backend, small_corpus, database, slots, attention, draft):
     """Greedy rows compute what they would alone: rounds, continuous (every episode a slot, or
     fewer slots that the others queue for; the slot step attending by SDPA or by matrix
-    products) and one episode at a time play the same events."""
+    products; one id per step, or verifying prompt-lookup drafts, several confirmed in a step)
+    and one episode at a time play the same events."""
     agent = HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)
     rounds = run_episodes_sync(specs(small_corpus), agent, gold_user(), database, CONFIG)
-    shrinks = decoding.DECODE_STATS["shrinks"]
-    continuous = play(ContinuousHFAgent(agent, slots=slots, attention=attention), small_corpus, database)
+    shrinks, confirmed = decoding.DECODE_STATS["shrinks"], decoding.DECODE_STATS["draft_accepted"]
+    continuous, steps = steps_of(lambda: play(ContinuousHFAgent(agent, slots=slots, attention=attention, draft=draft), small_corpus, database))
+    if draft is not None:  # confirmed drafts: fewer sequential steps than one id per step
+        assert decoding.DECODE_STATS["draft_accepted"] > confirmed
+        undrafted = steps_of(lambda: play(ContinuousHFAgent(agent, slots=slots, attention=attention), small_corpus, database))[1]
+        # with a slot per episode the longest episode bounds the steps (its replies may confirm
+        # nothing); with fewer slots the others queue behind every step
+        assert steps < undrafted if slots < N_EPISODES else steps <= undrafted
     alone = [run_episodes_sync([spec], agent, gold_user(), database, CONFIG)[0] for spec in specs(small_corpus)]
     assert [content_of(e) for e in continuous] == [content_of(e) for e in rounds] == [content_of(e) for e in alone]
     assert len({len(e.events) for e in continuous}) > 1  # episodes of different lengths: some end first
@@ -156,6 +164,48 @@ def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, archi
     assert bool(keys[1, :, 6:].abs().sum() == 0)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "matmul"])
+def test_a_drafted_step_writes_what_one_id_per_step_writes_and_attends_to_what_it_confirmed(backend, attention):
+    """A step that verifies drafts (rows whose context repeats, so there are drafts to verify):
+    every row's ids to its end are those of the same decoder without drafts; after each step a
+    row attends to exactly its confirmed columns; and the wider step, like the one-id step,
+    dispatches no host-bound op and traces as one graph (what CUDA graph capture needs)."""
+    import torch
+    import torch._dynamo as dynamo
+
+    from .test_decoding import _host_ops
+
+    rows = ([21, 22, 23, 21, 22, 23, 21], [24, 25, 24, 25, 24, 25], [30, 31, 32])
+
+    def started(draft):
+        decoder = SlotDecoder(backend.model, 3, 10, frozenset(), 0, attention=attention, draft=draft)
+        requests = [Request(None, list(row), None, None, 0.0) for row in rows]
+        assert decoder.admit(requests) == []
+        return decoder, requests
+
+    def run(draft):
+        decoder, requests = started(draft)
+        while decoder.busy():
+            decoder.step()
+            for slot, request in enumerate(decoder.rows):
+                if request is not None:
+                    assert decoder.allowed[slot].nonzero().squeeze(1).tolist() == list(range(decoder.lengths[slot]))
+        return [r.generated for r in requests]
+
+    drafted = decoding.DECODE_STATS["drafted"]
+    assert run((3, 2)) == run(None)
+    assert decoding.DECODE_STATS["drafted"] > drafted
+    decoder, _ = started((3, 2))  # a decoder of its own: the checks below run its step again
+    decoder.step()
+    with torch.inference_mode():
+        assert _host_ops(decoder._eager) == []
+        try:
+            explained = dynamo.explain(decoder._eager)()
+        finally:
+            dynamo.reset()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 def test_a_failed_capture_decodes_the_same_episodes_eagerly_and_says_so(backend, small_corpus, database, monkeypatch):
     """Fault injection: capture is attempted (as on a GPU) and fails; the slots' step runs
     eagerly, the failure is counted and its message kept."""
@@ -179,14 +229,16 @@ def test_grouped_matrix_products_compute_what_repeated_keys_compute():
     """The slot step's ``matmul`` attention (one query token, 9 heads over 3 key/value heads,
     float32) equals transformers' SDPA path, which repeats the keys and values, under a boolean
     mask and under an additive one, with the given scale and the default one; a row masked
-    everywhere gives numbers, not NaN. A longer query, bf16 and autocast run the grouped SDPA
-    (whose kernels keep the scores in float32) instead, bit for bit."""
+    everywhere gives numbers, not NaN. A drafted step's longer query (each position under its
+    own mask row) is grouped the same way, by either attention. bf16 and autocast run the
+    grouped SDPA (whose kernels keep the scores in float32) instead, bit for bit, and for one
+    token per row that is the rounds' packed SDPA."""
     import types
 
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from pipelines.episodes.continuous import grouped_matmul_attention
+    from pipelines.episodes.continuous import grouped_matmul_attention, grouped_sdpa_attention
 
     torch.manual_seed(0)
     module = types.SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
@@ -204,10 +256,15 @@ def test_grouped_matrix_products_compute_what_repeated_keys_compute():
     nowhere = mask.clone()
     nowhere[1] = False
     assert not grouped_matmul_attention(module, query, key, value, nowhere, scaling=0.25)[0].isnan().any()
-    longer, causal = torch.randn(4, 9, 2, 16), mask.expand(4, 1, 2, 40)
+    longer, causal = torch.randn(4, 9, 3, 16), mask.expand(4, 1, 3, 40).clone()
+    causal[:, :, :, -3:] = torch.ones(3, 3, dtype=torch.bool).tril()  # the step's positions, each seeing those up to its own
+    repeated, _ = sdpa_attention_forward(module, longer, key, value, causal, scaling=0.25)
+    for attention in (grouped_matmul_attention, grouped_sdpa_attention):
+        out, _ = attention(module, longer, key, value, causal, scaling=0.25)
+        assert out.shape == repeated.shape == (4, 3, 9, 16) and torch.allclose(out, repeated, atol=1e-5)
     half = [t.to(torch.bfloat16) for t in (query, key, value)]
-    for args in ((longer, key, value, causal), (*half, mask)):
-        assert torch.equal(grouped_matmul_attention(module, *args, scaling=0.25)[0], decoding.packed_gqa_sdpa(module, *args, scaling=0.25)[0])
+    assert torch.equal(grouped_matmul_attention(module, *half, mask, scaling=0.25)[0], decoding.packed_gqa_sdpa(module, *half, mask, scaling=0.25)[0])
+    assert torch.equal(grouped_sdpa_attention(module, *half, mask, scaling=0.25)[0], decoding.packed_gqa_sdpa(module, *half, mask, scaling=0.25)[0])
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(grouped_matmul_attention(module, query, key, value, mask, scaling=0.25)[0],
                            decoding.packed_gqa_sdpa(module, query, key, value, mask, scaling=0.25)[0])

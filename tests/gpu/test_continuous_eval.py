@@ -5,6 +5,7 @@ params.yaml quote (benchmarks/continuous.py)."""
 
 from __future__ import annotations
 
+import doctest
 import json
 
 import pyarrow.parquet as pq
@@ -27,12 +28,14 @@ def test_continuous_evaluation_plays_the_rounds_episodes(small_corpus_dir, tiny_
     from flows.gpu import evaluate
 
     runs = {}
-    for continuous, attention in ((False, None), (True, "sdpa"), ({"attention": "matmul"}, "matmul")):
+    drafted = {"attention": "matmul", "draft": {"tokens": 3}}
+    for continuous, attention in ((False, None), (True, "sdpa"), ({"attention": "matmul"}, "matmul"), (drafted, "drafted")):
         out = tmp_path / str(attention)
         out.mkdir()
         report = evaluate(_section(small_corpus_dir, continuous), {"tiny": str(tiny_model_dir)}, out)
         assert report["setup"]["continuous"] is bool(continuous) and report["speed"]["tiny"]["episodes"] == 4
-        assert report["setup"].get("attention") == attention
+        assert report["setup"].get("attention") == (attention if attention != "drafted" else "matmul")
+        assert report["setup"].get("draft") == ({"tokens": 3, "ngram": 3} if attention == "drafted" else None)
         decode = report["speed"]["tiny"]["decode"]
         assert ("slot_shrinks" in decode) is bool(continuous)
         # continuous batching says where the wall time went: the decoder's prefills and steps, the rest the host's
@@ -44,15 +47,19 @@ def test_continuous_evaluation_plays_the_rounds_episodes(small_corpus_dir, tiny_
         events = pq.read_table(out / "episode_events.parquet")
         runs[attention] = (report["models"], events.drop([c for c in events.column_names if "latency" in c]).to_pylist())
     assert len(runs["sdpa"][1]) > 4 * 3
-    assert runs["sdpa"] == runs[None] == runs["matmul"]
+    assert runs["sdpa"] == runs[None] == runs["matmul"] == runs["drafted"]
 
 
 def test_continuous_is_a_boolean_or_an_attention_of_one_process(small_corpus_dir, tiny_model_dir, tmp_path):
     from flows.gpu import evaluate
 
-    for wrong in ("yes", {"attention": "flash"}, {"attention": "matmul", "slots": 4}):
-        with pytest.raises(ConfigError, match=r"continuous: expected true, false or \{attention: one of \['auto', 'matmul', 'sdpa'\]\}, got "):
+    for wrong in ("yes", {"attention": "flash"}, {"attention": "matmul", "slots": 4}, {"draft": {"tokens": 4}}):
+        with pytest.raises(ConfigError, match=r"continuous: expected true, false or \{attention: one of \['auto', 'matmul', 'sdpa'\], "
+                                              r"draft: \{tokens, ngram\}\}, got "):
             evaluate(_section(small_corpus_dir, wrong), {"tiny": str(tiny_model_dir)}, tmp_path)
+    for wrong in ({"tokens": 0}, {"tokens": 4, "ngram": "3"}, {"ngram": 2}, 4):
+        with pytest.raises(ConfigError, match=r"continuous.draft: expected \{tokens: n >= 1, ngram: n >= 1\}, got "):
+            evaluate(_section(small_corpus_dir, {"attention": "sdpa", "draft": wrong}), {"tiny": str(tiny_model_dir)}, tmp_path)
     with pytest.raises(ConfigError, match=r"workers must be 1, got 2"):
         evaluate({**_section(small_corpus_dir, True), "workers": 2}, {"tiny": str(tiny_model_dir)}, tmp_path)
     assert not list(tmp_path.iterdir())  # refused before anything is written
@@ -74,6 +81,10 @@ def test_auto_times_both_attentions_once_and_names_the_faster(small_corpus_dir, 
     # as many slots as the evaluation decodes rows (4 goals, 1 seed), as many columns as its prompt and reply
     assert timing["rows"] == 4 and timing["columns"] == 448 + 12
     assert resolved == {**section, "continuous": {"attention": timing["chosen"]}}
+    # a drafted evaluation's steps are timed as it takes them, its draft kept beside the pick
+    drafted = _section(small_corpus_dir, {"attention": "auto", "draft": {"tokens": 2, "ngram": 2}})
+    resolved_drafted, _ = resolve_attention(drafted, tiny_model_dir, "w")
+    assert resolved_drafted["continuous"]["draft"] == {"tokens": 2, "ngram": 2} and resolved_drafted["continuous"]["attention"] in ("sdpa", "matmul")
     report = evaluate(resolved, {"tiny": str(tiny_model_dir)}, tmp_path)
     assert report["setup"]["attention"] == timing["chosen"]
     # an earlier run's pick is kept without timing again (no model is loaded: the path is not one)
@@ -105,6 +116,14 @@ def test_the_benchmark_compares_both_ways(small_corpus_dir, tiny_model_dir, tmp_
     assert report["goals"] == 3 and report["identical_transcripts"] == 3
     assert set(report["runs"]) == {"rounds", "continuous"} and report["runs"]["rounds"]["steps"] > 0
     assert "wall_s" not in report["runs"]["rounds"]  # timings stay in the printed line
+    assert bench.main(["--params", str(params), "--model", "tiny", "--goals", "3", "--threads", "1", "--draft", "3", "2",
+                       "--out", str(out)]) == 0
+    drafted = json.loads(out.read_text())
+    assert drafted["identical_transcripts"] == 3 and drafted["draft"] == {"tokens": 3, "ngram": 2}
+    run = drafted["runs"]["continuous_drafted"]
+    # a random tiny model's replies seldom repeat their context: drafts made, few or none confirmed
+    assert run["drafted_ids"] >= run["confirmed_ids"] >= 0 and run["drafted_ids"] > 0
+    assert run["steps"] <= drafted["runs"]["continuous"]["steps"]
     assert bench.main(["--params", str(params), "--section", "nothing"]) == 2
 
 
@@ -118,6 +137,11 @@ def test_the_quoted_cpu_comparison_is_the_committed_run():
     readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
     assert (f"{report['goals']} test goals: {continuous:,} sequential decode steps instead of {rounds:,} "
             f"({100 * report['steps_saved']:.0f} % fewer), all {report['goals']} transcripts identical") in readme
+    drafted = report["runs"]["continuous_drafted"]
+    assert report["draft"] == {"tokens": 4, "ngram": 3}
+    assert (f"{report['goals']} test goals, `reports/continuous_cpu.json`): {drafted['steps']:,} sequential decode steps with "
+            f"drafts against {continuous:,} without and {rounds:,} in rounds, all {report['goals']} transcripts identical; "
+            f"{drafted['confirmed_ids']:,} of the {drafted['drafted_ids']:,} drafted ids confirmed") in readme
 
 
 def test_the_quoted_floor_is_the_h200_runs_longest_dialogue():
@@ -133,3 +157,51 @@ def test_the_quoted_floor_is_the_h200_runs_longest_dialogue():
     assert f"the SFT model's 100 dialogues above took {steps:,} sequential steps where its longest dialogue needed {floor:,}." in readme
     params = flat(" ".join(line.strip().lstrip("#") for line in (ROOT / "params.yaml").read_text(encoding="utf-8").splitlines()))
     assert f"The H200 run's SFT episodes needed {steps:,} lockstep steps in rounds against a floor of {floor:,}" in params
+
+
+def test_the_offline_count_of_drafted_steps_is_the_decoders(tiny_model_dir, single_torch_thread):
+    """``benchmarks/draft_depth.py`` reads what drafts save off recorded replies; a drafted
+    decoder writing one row takes exactly the steps it counts for the ids it wrote."""
+    from pipelines.episodes import decoding
+    from pipelines.episodes.continuous import Request, SlotDecoder
+    from pipelines.llm import HFBackend, HFConfig
+
+    bench = load_benchmark("draft_depth")
+    assert doctest.testmod(bench).failed == 0
+    model = HFBackend.from_config(HFConfig(model_path=str(tiny_model_dir), batch_size=1)).model
+    saved = 0
+    for row in ([21, 22, 23, 21, 22, 23, 21, 22], [40, 41, 40, 41, 40]):
+        for tokens, ngram in ((3, 2), (4, 3), (1, 1)):
+            decoder = SlotDecoder(model, 1, 24, frozenset(), 0, draft=(tokens, ngram))
+            request = Request(None, list(row), None, None, 0.0)
+            assert decoder.admit([request]) == []
+            before = decoding.DECODE_STATS["steps"]
+            while decoder.busy():
+                decoder.step()
+            steps = decoding.DECODE_STATS["steps"] - before
+            assert steps == bench.drafted_steps(row, request.generated, tokens, ngram)
+            saved += len(request.generated) - 1 - steps
+    assert saved > 0  # some drafts were confirmed: the count is not the trivial one
+
+
+def test_the_quoted_draft_savings_are_the_committed_replay():
+    """The README's table and the figures params.yaml and the decoder's docstring quote are
+    ``reports/draft_depth.json``'s (benchmarks/draft_depth.py), a replay that reproduced
+    every transcript of the run it read."""
+    from pipelines.episodes import continuous
+
+    bench = load_benchmark("draft_depth")
+    report = json.loads((ROOT / "reports" / "draft_depth.json").read_text(encoding="utf-8"))
+    assert report["run"] == "2026-11-30_nvidia-h200_speakrl_222527"
+    assert all(row["identical_transcripts"] == row["episodes"] == 100 for row in report["rows"])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert bench.markdown(report["rows"]) in readme
+    sft = {row["draft_tokens"]: row for row in report["rows"] if row["model"] == "sft"}
+    quoted = (f"{sft[4]['ids_per_step']:.2f} ids per step", f"{sft[0]['longest_dialogue_steps']:,}", f"{sft[4]['longest_dialogue_steps']:,}")
+    params = flat(" ".join(line.strip().lstrip("#") for line in (ROOT / "params.yaml").read_text(encoding="utf-8").splitlines()))
+    assert f"{quoted[0]}, the longest dialogue {quoted[1]} -> {quoted[2]} steps" in params
+    assert f"4-id drafts give {quoted[0]} and take that model's longest dialogue from {quoted[1]} steps to {quoted[2]}" in flat(continuous.__doc__)
+    assert "1,646 for the SFT model above" in flat(readme) and sft[0]["longest_dialogue_steps"] == 1646
+    fewer = 100 * (1 - sft[4]["longest_dialogue_steps"] / sft[0]["longest_dialogue_steps"])
+    assert (f"With 4-id drafts the SFT model's floor is {quoted[2]} steps ({fewer:.0f} % fewer), and 5 dialogues/s allows "
+            f"{20_000 / sft[4]['longest_dialogue_steps']:.1f} ms a step") in flat(readme)

@@ -213,6 +213,9 @@ def test_smoke_run_in_a_fresh_directory_without_orchestration_packages(packed, p
     chosen = summary["attention"]["chosen"]
     assert set(summary["attention"]["ms_per_step"]) == {"sdpa", "matmul"} and chosen in summary["attention"]["ms_per_step"]
     assert result.stdout.count("ms per slot step") == 1
+    evaluation = json.loads((results / "evaluate.json").read_text())
+    assert evaluation["setup"]["draft"] == {"tokens": 4, "ngram": 3}  # the profile's batched steps verify drafts
+    assert all(speed["decode"]["draft"]["row_steps"] > 0 for speed in evaluation["speed"].values())
     sft = json.loads((results / "sft.json").read_text())
     assert sft["train"]["steps"] == 2 and sft["throughput"]["tokens_per_s"] > 0
     assert sft["throughput"]["data_workers"] == 2 and sft["throughput"]["prepare_s"] > 0 and sft["throughput"]["trainer_init_s"] > 0

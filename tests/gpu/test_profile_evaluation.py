@@ -43,8 +43,9 @@ def test_the_benchmarks_play_the_jobs_evaluation(small_corpus_dir, tiny_model_di
     assert setting.config.max_goals == 2 and len(setting.goals) == 2 and setting.config.max_exchanges == 2
     assert setting.config.prompt.max_prompt_tokens == sections["evaluate"]["prompt"]["max_prompt_tokens"]  # the rest is the profile's
     # the profile's attention is auto: the set-up takes the one its timing picked, as the job does
-    assert sections["evaluate"]["continuous"] == {"attention": "auto"}
+    assert sections["evaluate"]["continuous"] == {"attention": "auto", "draft": {"tokens": 4, "ngram": 3}}
     assert setting.continuous == setting.attention_timing["chosen"] in setting.attention_timing["ms_per_step"]
+    assert setting.draft == (4, 3)  # its batched steps verify prompt-lookup drafts
 
     played, wall_s, _ = play_timed(setting.agent, setting.goals, setting.simulator, setting.database, setting.config.plan())
     assert len(played) == 2 and wall_s > 0
