@@ -34,7 +34,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.eval_host import DEFAULT, ReplayedDecoding, recorded_outputs  # noqa: E402
+from benchmarks.eval_host import DEFAULT, ReplayedDecoding, missing_inputs, recorded_outputs  # noqa: E402
 
 
 def drafted_steps(prompt: Sequence[int], reply: Sequence[int], tokens: int, ngram: int) -> int:
@@ -147,12 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ngram", type=int, default=3)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    for needed in ("evaluate.json", "episode_events.parquet"):
-        if not (args.run / needed).is_file():
-            print(f"draft_depth: {args.run / needed} is missing (a GPU run's results folder holds it)", file=sys.stderr)
-            return 2
-    if not (args.model / "tokenizer_config.json").is_file():
-        print(f"draft_depth: {args.model} holds no tokenizer (make run converts SmolLM2 to models/smollm2)", file=sys.stderr)
+    problem = missing_inputs(args.run, args.model, ("evaluate.json", "episode_events.parquet"), "draft_depth")
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     evaluate = json.loads((args.run / "evaluate.json").read_text())
     events = pq.read_table(args.run / "episode_events.parquet").to_pylist()

@@ -41,7 +41,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -201,6 +201,17 @@ def replay_model(run: Path, name: str, model: Path, goals: int | None, events: l
     return row
 
 
+def missing_inputs(run: Path, model: Path, needed: Sequence[str], program: str) -> str | None:
+    """Why a replay of the GPU run's results in ``run`` (files ``needed``) with the tokenizer of
+    ``model`` cannot start, or None."""
+    for name in needed:
+        if not (run / name).is_file():
+            return f"{program}: {run / name} is missing (a GPU run's results folder holds it)"
+    if not (model / "tokenizer_config.json").is_file():
+        return f"{program}: {model} holds no tokenizer (make run converts SmolLM2 to models/smollm2)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
 
@@ -214,12 +225,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the run's code counted candidate prompts: whole (up to 67c31cf) or pieces")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    for needed in ("evaluate.json", "episodes.parquet", "episode_events.parquet"):
-        if not (args.run / needed).is_file():
-            print(f"eval_host: {args.run / needed} is missing (a GPU run's results folder holds it)", file=sys.stderr)
-            return 2
-    if not (args.model / "tokenizer_config.json").is_file():
-        print(f"eval_host: {args.model} holds no tokenizer (make run converts SmolLM2 to models/smollm2)", file=sys.stderr)
+    problem = missing_inputs(args.run, args.model, ("evaluate.json", "episodes.parquet", "episode_events.parquet"), "eval_host")
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     evaluate = json.loads((args.run / "evaluate.json").read_text())
     events = pq.read_table(args.run / "episode_events.parquet").to_pylist()

@@ -124,15 +124,29 @@ def test_a_decoder_that_fails_stops_the_play_with_its_error(backend, small_corpu
         play(ContinuousHFAgent(HFAgent(backend, SpeakRLFormat(tools=()), GREEDY)), small_corpus, database)
 
 
+def _assert_capturable(step) -> None:
+    """What CUDA graph capture needs of ``step`` (run again here: its ids and columns as they
+    were, so it writes the same keys): it dispatches no host-bound op and traces as one graph."""
+    import torch
+    import torch._dynamo as dynamo
+
+    from .test_decoding import _host_ops
+
+    with torch.inference_mode():
+        assert _host_ops(step) == []
+        try:
+            explained = dynamo.explain(step)()
+        finally:
+            dynamo.reset()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "matmul"])
 @pytest.mark.parametrize("architecture", ["qwen2", "llama"])
 def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, architecture, attention):
     """What CUDA graph capture needs of the one step shape every slot shares: its forward
     dispatches no host-bound op and traces as one graph without a break."""
     import torch
-    import torch._dynamo as dynamo
-
-    from .test_decoding import _host_ops
 
     if architecture == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -147,13 +161,7 @@ def test_a_slot_step_neither_waits_on_the_host_nor_breaks_a_trace(backend, archi
     requests = [Request(None, row, None, None, 0.0) for row in ([21, 22, 23], [24, 25, 26, 27, 28])]
     assert decoder.admit(requests) == []
     decoder.step()  # the first step of the admitted rows; the third slot is free
-    with torch.inference_mode():
-        assert _host_ops(decoder._eager) == []
-        try:
-            explained = dynamo.explain(decoder._eager)()
-        finally:
-            dynamo.reset()
-    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    _assert_capturable(decoder._eager)
     # Each row wrote at its own column (the one after its prompt) and attends to its columns up
     # to it, nothing after (a shorter row's slot holds the admission's padding there, masked).
     keys = decoder.layers[0].keys_buffer
@@ -170,11 +178,6 @@ def test_a_drafted_step_writes_what_one_id_per_step_writes_and_attends_to_what_i
     every row's ids to its end are those of the same decoder without drafts; after each step a
     row attends to exactly its confirmed columns; and the wider step, like the one-id step,
     dispatches no host-bound op and traces as one graph (what CUDA graph capture needs)."""
-    import torch
-    import torch._dynamo as dynamo
-
-    from .test_decoding import _host_ops
-
     rows = ([21, 22, 23, 21, 22, 23, 21], [24, 25, 24, 25, 24, 25], [30, 31, 32])
 
     def started(draft):
@@ -197,13 +200,7 @@ def test_a_drafted_step_writes_what_one_id_per_step_writes_and_attends_to_what_i
     assert decoding.DECODE_STATS["drafted"] > drafted
     decoder, _ = started((3, 2))  # a decoder of its own: the checks below run its step again
     decoder.step()
-    with torch.inference_mode():
-        assert _host_ops(decoder._eager) == []
-        try:
-            explained = dynamo.explain(decoder._eager)()
-        finally:
-            dynamo.reset()
-    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    _assert_capturable(decoder._eager)
 
 
 def test_a_failed_capture_decodes_the_same_episodes_eagerly_and_says_so(backend, small_corpus, database, monkeypatch):

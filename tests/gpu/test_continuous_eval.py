@@ -168,6 +168,7 @@ def test_the_offline_count_of_drafted_steps_is_the_decoders(tiny_model_dir, sing
 
     bench = load_benchmark("draft_depth")
     assert doctest.testmod(bench).failed == 0
+    assert bench.main([str(ROOT / "reports" / "no such run")]) == 2  # says what is missing, exits non-zero
     model = HFBackend.from_config(HFConfig(model_path=str(tiny_model_dir), batch_size=1)).model
     saved = 0
     for row in ([21, 22, 23, 21, 22, 23, 21, 22], [40, 41, 40, 41, 40]):
