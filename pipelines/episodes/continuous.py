@@ -335,7 +335,6 @@ class SlotDecoder:
         self.positions = torch.zeros(slots, width, dtype=torch.long, device=self.device)
         self.offsets = torch.arange(width, device=self.device)
         self.columns = torch.zeros(slots, dtype=torch.long, device=self.device)
-        self.committed = torch.zeros(slots, dtype=torch.long, device=self.device)  # a drafted step's confirmed positions
         self.slot_index = torch.arange(slots, device=self.device)
         self.allowed: Any = None
         self.graph: Any = None
@@ -447,7 +446,6 @@ class SlotDecoder:
         self.slots = slots
         self.ids, self.positions = self.ids[:slots].clone(), self.positions[:slots].clone()
         self.columns, self.slot_index = self.columns[:slots].clone(), torch.arange(slots, device=self.device)
-        self.committed = self.committed[:slots].clone()
         self.drafted = [self.drafted[slot] for slot in keep]
         self.graph = None  # other shapes: capture again
         DECODE_STATS["shrinks"] += 1
@@ -533,9 +531,8 @@ class SlotDecoder:
                     done.append(request)
                     break
         with torch.inference_mode():
-            self.committed.copy_(torch.tensor(committed))
             span = self.column_index[None, :] - self.columns[:, None]
-            self.allowed |= (span >= 0) & (span <= self.committed[:, None])
+            self.allowed |= (span >= 0) & (span <= torch.tensor(committed, device=self.device)[:, None])
         return done
 
     def _take(self, request: Request, token: int) -> bool:
@@ -574,17 +571,16 @@ class SlotDecoder:
         return self._eager()
 
     def _eager(self) -> "torch.Tensor":
-        mask, last = self.mask, slice(-1, None)
+        mask = self.mask
         if self.draft_tokens:
             # Position i of a row sees the row's confirmed columns and the step's columns up
             # to its own (computed on the device from the columns: a graph replays it).
             span = self.column_index[None, None, :] - self.columns[:, None, None]
             mask = (self.allowed[:, None, :] | ((span >= 0) & (span <= self.offsets[None, :, None])))[:, None]
-            last = slice(None)
         with attending(self.model, self.attention):
             logits = self.model(input_ids=self.ids, attention_mask=mask, position_ids=self.positions, use_cache=True,
-                                **{decoding._cache_name(self.model): _slot_cache(self.layers)}).logits[:, last, :]
-        return logits[:, -1, :] if not self.draft_tokens else logits
+                                **{decoding._cache_name(self.model): _slot_cache(self.layers)}).logits
+        return logits if self.draft_tokens else logits[:, -1, :]  # every fed position's picks, or the one
 
 
 def time_attentions(model: Any, rows: int, columns: int, *, cuda_graphs: bool, steps: int = 16, prompt_tokens: int = 16,
