@@ -80,20 +80,12 @@ class RecordingDecoding(ReplayedDecoding):
 
 def model_rows(run: Path, name: str, model: Path, events: list[dict[str, Any]], evaluate: dict[str, Any],
                tokens: list[int], ngram: int) -> list[dict[str, Any]]:
-    import yaml
-
     from benchmarks import eval_host
-    from flows.gpu import profile_evaluation
     from pipelines.evaluation.play import play_policy
     from pipelines.evaluation.speed import agent_calls
 
     mine = [e for e in events if e["episode_id"].startswith(f"{name}/")]
-    gpu = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["gpu"]
-    manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").is_file() else {}
-    setup = evaluate["setup"]
-    overrides = {"max_goals": setup["goals"], "max_exchanges": setup["max_exchanges"], "split": setup["split"],
-                 "generation": {"max_new_tokens": setup["max_new_tokens"]}}
-    setting = profile_evaluation(gpu, model, manifest.get("profile"), overrides, "benchmarks/draft_depth")
+    setting = eval_host.run_setting(run, model, evaluate, "benchmarks/draft_depth")
     agent, inner = setting.agent, setting.agent.inner
     stop = inner.backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
     recording = RecordingDecoding(inner, recorded_outputs(mine), stop)

@@ -159,23 +159,32 @@ def replay(setting: Any, name: str, mine: list[dict[str, Any]], counting: str) -
     return played, time.perf_counter() - started, decoding
 
 
-def replay_model(run: Path, name: str, model: Path, goals: int | None, events: list[dict[str, Any]],
-                 episodes: dict[str, dict[str, Any]], evaluate: dict[str, Any], source: Path | None = None,
-                 as_run: str = "whole") -> dict[str, Any]:
-    """One model's row (module docstring)."""
+def run_setting(run: Path, model: Path, evaluate: dict[str, Any], where: str, goals: int | None = None,
+                source: Path | None = None) -> Any:
+    """The evaluation the GPU run in ``run`` played (its ``evaluate.json`` is ``evaluate``), set
+    up here for ``model`` (:func:`flows.gpu.profile_evaluation`): the run's own settings where
+    its report says them (goals, exchanges, split, generation limit; the first ``goals`` only
+    where given; ``source``: its corpus where it is not the profile's), this checkout's profile
+    for the rest."""
     import yaml
 
     from flows.gpu import profile_evaluation
 
-    mine = [e for e in events if e["episode_id"].startswith(f"{name}/")]
     gpu = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["gpu"]
     manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").is_file() else {}
-    # The run's own evaluation settings where the run says them; the checkout's profile for the rest.
     setup = evaluate["setup"]
     overrides = {"max_goals": goals or setup["goals"], "max_exchanges": setup["max_exchanges"], "split": setup["split"],
                  "generation": {"max_new_tokens": setup["max_new_tokens"]},  # the run's limit: no SFT rows needed
                  **({"source": str(source)} if source is not None else {})}
-    setting = profile_evaluation(gpu, model, manifest.get("profile"), overrides, "benchmarks/eval_host")
+    return profile_evaluation(gpu, model, manifest.get("profile"), overrides, where)
+
+
+def replay_model(run: Path, name: str, model: Path, goals: int | None, events: list[dict[str, Any]],
+                 episodes: dict[str, dict[str, Any]], evaluate: dict[str, Any], source: Path | None = None,
+                 as_run: str = "whole") -> dict[str, Any]:
+    """One model's row (module docstring)."""
+    mine = [e for e in events if e["episode_id"].startswith(f"{name}/")]
+    setting = run_setting(run, model, evaluate, "benchmarks/eval_host", goals, source)
     recorded = transcripts(mine)
     row: dict[str, Any] = {"model": name}
     for counting in ("pieces", "whole"):

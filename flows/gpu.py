@@ -548,22 +548,22 @@ def _logged_tokens(history: Sequence[Mapping[str, Any]]) -> float | None:
 # --- Evaluation -------------------------------------------------------------------------------
 
 
-def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
+def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, Any], str | None, tuple[int, int] | None]:
     """An ``evaluate`` section without its ``continuous`` key (the job's own: the CPU stages
-    play in rounds), and what that key says: None (rounds), or the attention of the slot step
-    that batched episodes decode with under continuous batching
-    (:mod:`pipelines.episodes.continuous`; greedy, one process). ``continuous: true`` is
-    ``{attention: sdpa}``; ``{attention: auto}``: the faster of the two on this device, timed at
-    the evaluation's shape (:func:`resolve_attention`, once per job). ``draft: {tokens: K,
-    ngram: N}`` beside ``attention``: batched steps verify prompt-lookup drafts
-    (:func:`continuous_draft`).
+    play in rounds), and what that key says: the attention of the slot step that batched
+    episodes decode with under continuous batching (:mod:`pipelines.episodes.continuous`;
+    greedy, one process), or None (rounds); and the prompt-lookup drafts its batched steps
+    verify (:func:`continuous_draft`), or None. ``continuous: true`` is ``{attention: sdpa}``;
+    ``{attention: auto}``: the faster of the two on this device, timed at the evaluation's
+    shape (:func:`resolve_attention`, once per job). ``draft: {tokens: K, ngram: N}`` beside
+    ``attention``: the drafts.
 
     >>> continuous_mode({"max_goals": 4, "continuous": True}, "w")
-    ({'max_goals': 4}, 'sdpa')
-    >>> continuous_mode({"continuous": {"attention": "matmul"}}, "w")
-    ({}, 'matmul')
+    ({'max_goals': 4}, 'sdpa', None)
+    >>> continuous_mode({"continuous": {"attention": "matmul", "draft": {"tokens": 4}}}, "w")
+    ({}, 'matmul', (4, 3))
     >>> continuous_mode({"continuous": False}, "w")
-    ({}, None)
+    ({}, None, None)
     >>> continuous_mode({"continuous": {"attention": "flash"}}, "w")
     Traceback (most recent call last):
     ...
@@ -580,10 +580,10 @@ def continuous_mode(section: Mapping[str, Any], where: str) -> tuple[dict[str, A
                                    and value["attention"] in known):
         raise ConfigError(f"{where}.continuous: expected true, false or {{attention: one of {known}, draft: {{tokens, ngram}}}}, "
                           f"got {value!r}")
-    continuous_draft(section, where)
+    draft = continuous_draft(section, where)
     if value and rest.get("workers", 1) != 1:
         raise ConfigError(f"{where}.continuous: one process decodes continuously; workers must be 1, got {rest.get('workers')!r}")
-    return rest, value["attention"] if value else None
+    return rest, value["attention"] if value else None, draft
 
 
 def continuous_draft(section: Mapping[str, Any], where: str) -> tuple[int, int] | None:
@@ -665,14 +665,14 @@ def resolve_attention(section: Mapping[str, Any], model_path: str | Path, where:
     from pipelines.evaluation.config import EvalConfig
     from pipelines.evaluation.policy import load_policy
 
-    rest, attention = continuous_mode(section, where)
+    rest, attention, draft = continuous_mode(section, where)
     if attention != "auto":
         return dict(section), None
     if known is None:
         config = from_params(EvalConfig, {**rest, "models": {"model": {"path": str(model_path)}}}, where)
         try:
             agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
-            known = timed_attention(agent, config, continuous_draft(section, where))
+            known = timed_attention(agent, config, draft)
             del agent
         except Exception as error:  # noqa: BLE001 - a failed timing must not cost the job its evaluations
             log.warning("attention: timing failed (%s: %s); the evaluations use sdpa", type(error).__name__, error)
@@ -727,8 +727,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
     from pipelines.evaluation.policy import load_policy
     from pipelines.evaluation.report import pattern_notes, report_markdown
 
-    draft = continuous_draft(section, "params.yaml gpu evaluate")
-    section, continuous = continuous_mode(section, "params.yaml gpu evaluate")
+    section, continuous, draft = continuous_mode(section, "params.yaml gpu evaluate")
     unresolved(continuous, "params.yaml gpu evaluate")
     entries = {name: [{"path": p} for p in path] if isinstance(path, (list, tuple)) else {"path": path} for name, path in models.items()}
     config = from_params(EvalConfig, {**section, "models": entries}, "params.yaml gpu evaluate")
@@ -855,14 +854,12 @@ def profile_evaluation(gpu: Mapping[str, Any], model_path: str | Path, profile: 
     section = deep_merge(sections["evaluate"], overrides)
     if with_limit(section, -1) != section:  # a from_data left after the overrides: the SFT rows say it
         section = with_limit(section, data_generation_limit(sections, Path(model_path))["tokens"])
-    draft = continuous_draft(section, where)
-    section, continuous = continuous_mode(section, where)
+    section, continuous, draft = continuous_mode(section, where)
     config = from_params(EvalConfig, {**section, "models": {"model": {"path": str(model_path)}}}, where)
     database, goals, simulator = agenda_world(config, where)
     agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
     timing = timed_attention(agent, config, draft) if continuous == "auto" else None
-    return EvalSetting(config, goals, database, simulator, agent, timing["chosen"] if timing else continuous, timing,
-                       draft if continuous else None)
+    return EvalSetting(config, goals, database, simulator, agent, timing["chosen"] if timing else continuous, timing, draft)
 
 
 def unbatched_check_params(value: Any, models: Sequence[str], where: str) -> tuple[int, tuple[str, ...], tuple[str, ...] | None]:
@@ -926,8 +923,7 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
     from pipelines.evaluation.policy import load_policy
 
     where = "params.yaml gpu unbatched_check"
-    draft = continuous_draft(section, where)
-    section, continuous = continuous_mode(section, where)
+    section, continuous, draft = continuous_mode(section, where)
     unresolved(continuous, where)
     missing = sorted(set(models) - set(played))
     if missing:
