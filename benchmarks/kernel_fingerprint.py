@@ -203,13 +203,33 @@ def sqrt_misses(n: int = 100_000) -> dict[str, int]:
             for t in (torch.float32, torch.float64)}
 
 
+def openblas_core() -> str | None:
+    """The kernel family numpy's bundled OpenBLAS chose for this CPU (``OPENBLAS_CORETYPE``
+    overrides it), or None where numpy brings no OpenBLAS that says. numpy's matrix products
+    follow it: on 2026-12-02 an AMD Zen 5 (family 26) was taken for ``Haswell`` (AVX2), where
+    a Zen 4 and an Intel Xeon run ``SkylakeX``'s AVX-512 kernels, so the ``numpy float kernels``
+    block parted there (README "Reliability")."""
+    import ctypes
+
+    import numpy as np
+
+    for library in sorted((Path(np.__file__).parent.parent / "numpy.libs").glob("lib*openblas*.so*")):
+        lib = ctypes.CDLL(str(library))
+        for symbol in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_", "openblas_get_corename"):
+            function = getattr(lib, symbol, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                return function().decode()
+    return None
+
+
 def _in_process() -> dict:
     """The blocks' digests under this process's environment (what :func:`fingerprint` runs),
-    and :func:`sqrt_misses` there."""
+    :func:`sqrt_misses` and :func:`openblas_core` there."""
     import torch
 
     return {"blocks": {name: block() for name, block in blocks().items()}, "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "sqrt_misses_per_100k": sqrt_misses()}
+            "threads": torch.get_num_threads(), "sqrt_misses_per_100k": sqrt_misses(), "openblas_core": openblas_core()}
 
 
 #: MKL's code branches (``MKL_CBWR``) whose square roots ``--sqrt`` counts.
@@ -260,13 +280,15 @@ def main() -> int:
         for name in a["blocks"]:
             print(f"  {'DIFFER' if name in differ else 'same  '}  {name}")
         for side, doc in zip("AB", (a, b)):
-            print(f"{side}: square roots off the IEEE result per 100,000: {doc.get('sqrt_misses_per_100k', 'not recorded')}")
+            print(f"{side}: square roots off the IEEE result per 100,000: {doc.get('sqrt_misses_per_100k', 'not recorded')}; "
+                  f"numpy's OpenBLAS kernels: {doc.get('openblas_core', 'not recorded')}")
         return 1 if differ else 0
     found = fingerprint(args.kernels, args.threads)
     print(f"{found['machine'].get('model name', '?')}: {args.kernels} kernels, {found['threads']} thread(s), torch {found['torch']}")
     for name, digest in found["blocks"].items():
         print(f"  {digest}  {name}")
     print(f"  square roots off the IEEE result per 100,000: {found['sqrt_misses_per_100k']}")
+    print(f"  numpy's OpenBLAS kernels: {found['openblas_core']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(found, indent=1, sort_keys=False) + "\n", encoding="utf-8")

@@ -78,6 +78,21 @@ def test_committed_fingerprints_of_this_torch_record_their_square_roots():
             assert set(doc["sqrt_misses_per_100k"]) == {"float32", "float64"}
 
 
+@pytest.mark.slow
+def test_numpys_matrix_products_follow_the_kernels_openblas_picks():
+    """numpy's bundled OpenBLAS picks its kernels by CPU (an AMD Zen 5 got Haswell's where a Zen 4
+    and an Intel Xeon got SkylakeX's: README "Reliability"); the fingerprint records the pick,
+    and a forced pick (fault injection: ``OPENBLAS_CORETYPE``, two SSE-only kernel families any
+    x86-64 CPU runs) parts the numpy block and no other."""
+    bench = _benchmark()
+    if bench.openblas_core() is None:
+        pytest.skip("this numpy brings no OpenBLAS that names its kernels")
+    nehalem = bench._fresh("--in-process", "portable", 1, OPENBLAS_CORETYPE="Nehalem")
+    prescott = bench._fresh("--in-process", "portable", 1, OPENBLAS_CORETYPE="Prescott")
+    assert nehalem["openblas_core"] == "Nehalem" and prescott["openblas_core"] == "Katmai"  # OpenBLAS's name for it
+    assert bench.compare(nehalem, prescott) == ["numpy float kernels"]
+
+
 _ADAMW_STEP = """
 import hashlib, torch
 from pipelines.kernels import adamw_options
