@@ -1,7 +1,7 @@
 """Are two pipeline runs from two fresh clones the same bytes? (issue 11, section 3)
 
     python benchmarks/reproducibility.py [STAGE ...] [--repo .] [--rev HEAD] [--keep]
-    python benchmarks/reproducibility.py --isa [--steps 30]
+    python benchmarks/reproducibility.py --isa [--steps 30] [--pinned-only]
 
 Clones the repository (committed state at ``--rev``) twice into temporary directories, runs
 ``dvc repro [STAGE ...]`` in each (every stage when none is named; upstream stages run too),
@@ -19,6 +19,8 @@ settings that stand for other x86 machines: this one as it is, twice; an AVX2-on
 (ATen, oneDNN and MKL capped at AVX2); and a portable pin (ATen's generic kernels, oneDNN at
 SSE4.1, MKL's conditional numerical reproducibility ``COMPATIBLE,STRICT``) on this machine
 and on the AVX2 stand-in. One line each: the model's md5 and the seconds it took.
+``--pinned-only``: the portable pin on this machine alone (a digest to compare with another
+machine's, at the stage's full length where ``--steps`` says it).
 """
 
 from __future__ import annotations
@@ -142,8 +144,9 @@ def run_bootstrap(repo: Path, params: dict, settings: dict[str, str], workdir: P
     return BootstrapRun(md5=md5, train_s=timings["train_s"], wall_s=round(took, 2))
 
 
-def isa_check(repo: Path, steps: int) -> int:
-    """The bootstrap training under each of :data:`ISA_RUNS`; exit 1 when the portable runs differ."""
+def isa_check(repo: Path, steps: int, pinned_only: bool = False) -> int:
+    """The bootstrap training under each of :data:`ISA_RUNS` (``pinned_only``: the portable pin
+    on this machine alone); exit 1 when the portable runs differ."""
     import shutil
 
     document = yaml.safe_load((repo / "params.yaml").read_text())
@@ -155,11 +158,16 @@ def isa_check(repo: Path, steps: int) -> int:
     runs: dict[str, BootstrapRun] = {}
     try:
         for index, (name, settings) in enumerate(ISA_RUNS):
+            if pinned_only and name != "portable pin":
+                continue
             runs[name] = run = run_bootstrap(repo, params, settings, root / f"run{index}", threads=threads)
             print(f"  {name:<34} model {run.md5[:12]}  train {run.train_s:6.1f} s  process {run.wall_s:6.1f} s  "
                   f"{' '.join(f'{k}={v}' for k, v in settings.items()) or '(defaults)'}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if pinned_only:
+        print(f"bootstrap, {steps} steps, {threads} thread(s), portable pin: model {runs['portable pin'].md5}")
+        return 0
     portable = {runs["portable pin"].md5, runs["portable pin on the AVX2 machine"].md5}
     same = runs["this machine"].md5 == runs["this machine, again"].md5
     unpinned = (runs["this machine"].train_s + runs["this machine, again"].train_s) / 2
@@ -179,10 +187,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the clones (their paths are printed)")
     parser.add_argument("--isa", action="store_true", help="bootstrap training under math-kernel settings of other machines")
     parser.add_argument("--steps", type=int, default=30, help="with --isa: training steps")
+    parser.add_argument("--pinned-only", action="store_true", help="with --isa: the portable pin on this machine only")
     args = parser.parse_args()
     repo = args.repo.resolve()
     if args.isa:
-        return isa_check(repo, args.steps)
+        return isa_check(repo, args.steps, args.pinned_only)
     rev = subprocess.run(["git", "rev-parse", args.rev], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
     root = Path(tempfile.mkdtemp(prefix="askflow-repro-"))
