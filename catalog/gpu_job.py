@@ -436,7 +436,9 @@ def _evaluation_table(report_name: str, evaluation: Mapping[str, Any]) -> tuple[
         played = (f"Learn-to-Ask's Table 1 proxies, {evaluation['samples'] - evaluation['dropped_too_long']} {evaluation['split']} samples, "
                   "greedy, 95 % intervals over the samples; `ref: expert` is the logged turn, an oracle's decisions")
         return l2a_table(rows), f"samples/s: {speeds}", played
-    speeds = "dialogues/s: " + ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" for name, speed in evaluation.get("speed", {}).items())
+    speeds = "dialogues/s: " + ", ".join(f"{name} {speed['dialogues_per_s']:.2f}" + (" (in rounds: continuous batching failed)"
+                                                                                   if speed.get("continuous") is False else "")
+                                         for name, speed in evaluation.get("speed", {}).items())
     setup = evaluation["setup"]
     if report_name.startswith("pir_eval"):
         from pipelines.pir.metrics import markdown_table as pir_table

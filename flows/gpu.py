@@ -738,11 +738,25 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
     played_before = {} if played_before is None else played_before
     to_play = [policy for policy in config.policy_specs() if policy.name not in played_before]
     pool = _shard_pool(config.workers) if config.workers > 1 and to_play else None
+    failed: str | None = None  # why continuous batching failed in this call: the models after it play in rounds
     try:
         for policy in to_play:
             if pool is None:
                 agent = load_policy(policy, get_format(config.agent_format), config.generation)
-                played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan(), continuous, draft)
+                mode = (continuous, draft) if failed is None else (None, None)
+                try:
+                    played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan(), *mode)
+                except Exception as error:  # noqa: BLE001 - see below
+                    if mode[0] is None:
+                        raise
+                    # A device continuous batching has not run on must not cost the job its
+                    # table: this model plays again in rounds, a fresh copy, and so do the rest.
+                    failed = f"{type(error).__name__}: {error}"
+                    log.exception("evaluate: %s: continuous batching failed (%s); playing in rounds", policy.name, failed)
+                    del agent
+                    agent = load_policy(policy, get_format(config.agent_format), config.generation)
+                    mode = (None, None)
+                    played, wall_s, stats = play_timed(agent, goals, simulator, database, config.plan())
                 decoded = [stats]
                 del agent
             else:
@@ -753,7 +767,9 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
             speed = {"episodes": len(played), "wall_s": round(wall_s, 2), "workers": config.workers,
                      "dialogues_per_s": round(len(played) / wall_s, 3) if wall_s else None,
                      "decode": decode_summary(decoded, wall_s, config.generation.cuda_graphs)}
-            if continuous:  # how often the slots halved as episodes ended (each a new graph)
+            if continuous and mode[0] is None:  # asked for, not done: in rounds, and why
+                speed.update(continuous=False, continuous_failed=failed)
+            elif continuous:  # how often the slots halved as episodes ended (each a new graph)
                 speed["decode"]["slot_shrinks"] = sum(int(d.get("shrinks", 0)) for d in decoded)
             played_before[policy.name] = (played, [score_episode(e, by_id[e.dialogue_id]) for e in played], speed)
             log.info("evaluate: %s: %d episodes in %.1f s (%.2f dialogues/s, %d process%s)", policy.name, len(played), wall_s,
@@ -771,6 +787,7 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
              "simulator": config.simulator.kind, "max_exchanges": config.max_exchanges, "agent_format": config.agent_format,
              "temperature": config.generation.temperature, "max_new_tokens": config.generation.max_new_tokens,
              "batched": config.batched, "workers": config.workers, **decoded_by(continuous, draft),
+             **played_in_rounds(speeds),
              # the decoding's numbers: bf16 transcripts batched differ from one at a time (unbatched_check)
              "dtype": config.generation.dtype, "cuda_graphs": config.generation.cuda_graphs}
     _write_episode_tables(episode_tables(episodes), out, prefix)
@@ -817,6 +834,18 @@ def decoded_by(continuous: str | None, draft: tuple[int, int] | None = None) -> 
     """
     return {"continuous": continuous is not None, **({"attention": continuous} if continuous is not None else {}),
             **({"draft": {"tokens": draft[0], "ngram": draft[1]}} if continuous is not None and draft else {})}
+
+
+def played_in_rounds(speeds: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``{"continuous_failed": {model: error}}`` for the models of ``speeds`` (an evaluation's
+    ``speed``) that played in rounds because continuous batching failed (:func:`evaluate`), or
+    ``{}``.
+
+    >>> played_in_rounds({"a": {"continuous": False, "continuous_failed": "E: x"}, "b": {}})
+    {'continuous_failed': {'a': 'E: x'}}
+    """
+    failed = {name: speed["continuous_failed"] for name, speed in speeds.items() if speed.get("continuous") is False}
+    return {"continuous_failed": failed} if failed else {}
 
 
 def unresolved(attention: str | None, where: str) -> None:
@@ -942,18 +971,23 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
     notes = []
     for name, path in models.items():
         rows[name] = {}
+        # A model the evaluation played in rounds (continuous batching failed there) is checked in rounds.
+        mode = (None, None) if played[name][2].get("continuous") is False else (continuous, draft)
+        if continuous and mode[0] is None:
+            notes.append(f"- `{name}` is checked in rounds, as the evaluation played it: continuous batching failed "
+                         f"({played[name][2]['continuous_failed']}).")
         for dtype in dtypes or [own]:
             config = from_params(EvalConfig, {**deep_merge(section, {"generation": {"dtype": dtype}}), "models": {name: {"path": path}}}, where)
             agent = load_policy(config.policy_specs()[0], get_format(config.agent_format), config.generation)
             if dtype == own:
                 reference, speed = played[name][0], played[name][2]["dialogues_per_s"]
             else:
-                reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan(), continuous, draft)
+                reference, wall_s, _ = play_timed(agent, goals, simulator, database, config.plan(), *mode)
                 speed = round(len(reference) / wall_s, 3) if wall_s else None
             # With continuous batching, one slot of the same decoder: the same step, one row,
             # one id per step (no draft), so the check covers the batched steps' drafts too.
             single, wall_s, _ = play_timed(agent, goals[:goals_n], simulator, database, dataclasses.replace(config.plan(), batched=False),
-                                           continuous)
+                                           mode[0])
             del agent
             differences = transcript_differences(reference, single)
             same = len(single) - len(differences)
@@ -976,7 +1010,7 @@ def unbatched_check(section: Mapping[str, Any], goals_n: int, models: Mapping[st
             notes.append(f"- `{name}`: the success verdict differs between the dtypes on {changed} of {len(verdicts[0])} goals.")
     drafted = f", verifying drafts of {draft[0]} ids" if continuous and draft else ""
     how = f" (continuous batching, {continuous} attention{drafted}; one at a time: one slot of the same decoder, one id per step)" if continuous else ""
-    return {"goals": goals_n, "dtype": own, **decoded_by(continuous, draft),
+    return {"goals": goals_n, "dtype": own, **decoded_by(continuous, draft), **played_in_rounds({name: played[name][2] for name in models}),
             "models": rows, "success_changed_between_dtypes": changed_between,
             "markdown": "\n".join(["Greedy transcripts of the first test goals played one dialogue at a time against the batched "
                                     f"ones{how} (they must be identical; "

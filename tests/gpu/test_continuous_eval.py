@@ -50,6 +50,40 @@ def test_continuous_evaluation_plays_the_rounds_episodes(small_corpus_dir, tiny_
     assert runs["sdpa"] == runs[None] == runs["matmul"] == runs["drafted"]
 
 
+def test_a_failed_continuous_evaluation_plays_in_rounds_and_says_why(small_corpus_dir, tiny_model_dir, tmp_path, single_torch_thread,
+                                                                      monkeypatch):
+    """Fault injection: continuous batching raises (as a device it never ran on might). The
+    model plays again in rounds (the rounds' figures), the ones after it play in rounds without
+    trying, the report says why, and the unbatched check compares in rounds too."""
+    import pipelines.evaluation.continuous as continuous_play
+    from flows.gpu import evaluate, unbatched_check
+
+    (tmp_path / "rounds").mkdir()
+    rounds = evaluate(_section(small_corpus_dir, False), {"tiny": str(tiny_model_dir)}, tmp_path / "rounds")
+    tried = []
+
+    def broken(*args, **kwargs):
+        tried.append(kwargs)
+        raise RuntimeError("injected: no graph")
+
+    monkeypatch.setattr(continuous_play, "play_policy_continuous", broken)
+    (tmp_path / "fallback").mkdir()
+    played: dict = {}
+    section = _section(small_corpus_dir, {"attention": "matmul", "draft": {"tokens": 3}})
+    report = evaluate(section, {"tiny": str(tiny_model_dir), "again": str(tiny_model_dir)}, tmp_path / "fallback", played)
+    assert len(tried) == 1 and tried[0]["draft"] == (3, 3)
+    assert report["models"]["tiny"] == report["models"]["again"] == rounds["models"]["tiny"]
+    why = "RuntimeError: injected: no graph"
+    for name in ("tiny", "again"):
+        speed = report["speed"][name]
+        assert speed["continuous"] is False and speed["continuous_failed"] == why and "slot_shrinks" not in speed["decode"]
+    assert report["setup"]["continuous"] is True and report["setup"]["continuous_failed"] == {"tiny": why, "again": why}
+    check = unbatched_check(section, 2, {"tiny": str(tiny_model_dir)}, played)
+    assert len(tried) == 1 and check["continuous_failed"] == {"tiny": why}
+    assert [row["identical"] for row in check["models"]["tiny"].values()] == [2]
+    assert f"`tiny` is checked in rounds, as the evaluation played it: continuous batching failed ({why})" in check["markdown"]
+
+
 def test_continuous_is_a_boolean_or_an_attention_of_one_process(small_corpus_dir, tiny_model_dir, tmp_path):
     from flows.gpu import evaluate
 

@@ -719,6 +719,10 @@ def test_the_results_table_lists_real_runs_and_leaves_smoke_runs_out(tmp_path):
     (folder / "job.json").write_text(json.dumps({**summary, "attention": {"chosen": "matmul", "ms_per_step": {"sdpa": 15.2, "matmul": 3.1}}}))
     assert ("evaluation in float32, continuous batching (matmul attention, timed faster: sdpa 15.20, matmul 3.10 ms per step) "
             "dialogues/s: sft 6.10") in results_markdown(tmp_path)
+    # a model that played in rounds because continuous batching failed says so beside its speed
+    evaluation["speed"]["sft"].update(continuous=False, continuous_failed="RuntimeError: injected")
+    (folder / "evaluate_sft.json").write_text(json.dumps(evaluation))
+    assert "dialogues/s: sft 6.10 (in rounds: continuous batching failed)" in results_markdown(tmp_path)
     (folder / "job.json").write_text(json.dumps(summary))
     (folder / "unbatched_check.json").write_text(json.dumps({**check, "status": "failed"}))
     assert "one at a time" not in results_markdown(tmp_path)
