@@ -750,9 +750,11 @@ def evaluate(section: Mapping[str, Any], models: Mapping[str, str | Sequence[str
                     if mode[0] is None:
                         raise
                     # A device continuous batching has not run on must not cost the job its
-                    # table: this model plays again in rounds, a fresh copy, and so do the rest.
+                    # table: this model plays again in rounds, and so do the rest.
                     failed = f"{type(error).__name__}: {error}"
                     log.exception("evaluate: %s: continuous batching failed (%s); playing in rounds", policy.name, failed)
+                    played = None
+                if played is None:  # out of the handler, so the failed decoder's buffers can be freed first
                     del agent
                     agent = load_policy(policy, get_format(config.agent_format), config.generation)
                     mode = (None, None)
