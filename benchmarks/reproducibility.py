@@ -1,7 +1,7 @@
 """Are two pipeline runs from two fresh clones the same bytes? (issue 11, section 3)
 
     python benchmarks/reproducibility.py [STAGE ...] [--repo .] [--rev HEAD] [--keep]
-    python benchmarks/reproducibility.py --isa [--steps 30] [--pinned-only]
+    python benchmarks/reproducibility.py --isa [--steps 30] [--pinned-only] [--out FILE]
 
 Clones the repository (committed state at ``--rev``) twice into temporary directories, runs
 ``dvc repro [STAGE ...]`` in each (every stage when none is named; upstream stages run too),
@@ -20,7 +20,9 @@ settings that stand for other x86 machines: this one as it is, twice; an AVX2-on
 SSE4.1, MKL's conditional numerical reproducibility ``COMPATIBLE,STRICT``) on this machine
 and on the AVX2 stand-in. One line each: the model's md5 and the seconds it took.
 ``--pinned-only``: the portable pin on this machine alone (a digest to compare with another
-machine's, at the stage's full length where ``--steps`` says it).
+machine's, at the stage's full length where ``--steps`` says it). ``--out``: the runs as JSON,
+with the machine's description and the commit (``reports/reproducibility/`` holds those the
+README quotes).
 """
 
 from __future__ import annotations
@@ -144,10 +146,13 @@ def run_bootstrap(repo: Path, params: dict, settings: dict[str, str], workdir: P
     return BootstrapRun(md5=md5, train_s=timings["train_s"], wall_s=round(took, 2))
 
 
-def isa_check(repo: Path, steps: int, pinned_only: bool = False) -> int:
+def isa_check(repo: Path, steps: int, pinned_only: bool = False, out: Path | None = None) -> int:
     """The bootstrap training under each of :data:`ISA_RUNS` (``pinned_only``: the portable pin
-    on this machine alone); exit 1 when the portable runs differ."""
+    on this machine alone), written to ``out`` where given; exit 1 when the portable runs differ."""
+    import json
     import shutil
+
+    from benchmarks.kernel_fingerprint import machine
 
     document = yaml.safe_load((repo / "params.yaml").read_text())
     params, threads = document["bootstrap"], document.get("threads", 1)
@@ -165,6 +170,13 @@ def isa_check(repo: Path, steps: int, pinned_only: bool = False) -> int:
                   f"{' '.join(f'{k}={v}' for k, v in settings.items()) or '(defaults)'}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if out is not None:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+        settings = dict(ISA_RUNS)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"stage": "bootstrap", "steps": steps, "threads": threads, "commit": commit, "machine": machine(),
+                                   "runs": {name: {"model_md5": run.md5, "train_s": run.train_s, "wall_s": run.wall_s,
+                                                   "settings": settings[name]} for name, run in runs.items()}}, indent=1) + "\n")
     if pinned_only:
         print(f"bootstrap, {steps} steps, {threads} thread(s), portable pin: model {runs['portable pin'].md5}")
         return 0
@@ -188,10 +200,11 @@ def main() -> int:
     parser.add_argument("--isa", action="store_true", help="bootstrap training under math-kernel settings of other machines")
     parser.add_argument("--steps", type=int, default=30, help="with --isa: training steps")
     parser.add_argument("--pinned-only", action="store_true", help="with --isa: the portable pin on this machine only")
+    parser.add_argument("--out", type=Path, help="with --isa: write the runs as JSON")
     args = parser.parse_args()
     repo = args.repo.resolve()
     if args.isa:
-        return isa_check(repo, args.steps, args.pinned_only)
+        return isa_check(repo, args.steps, args.pinned_only, args.out)
     rev = subprocess.run(["git", "rev-parse", args.rev], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
     root = Path(tempfile.mkdtemp(prefix="askflow-repro-"))
