@@ -74,3 +74,25 @@ def test_benchmark_docstring_examples():
 
     result = doctest.testmod(benchmark())
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_the_readme_quotes_the_committed_cross_machine_runs():
+    """README "Reliability" quotes the bootstrap digests another machine's ``--isa --out`` runs
+    wrote (``reports/reproducibility/``): each pinned run's model beside the machine it ran on,
+    and the 30-step pinned runs of one machine agree with each other."""
+    import json
+
+    from tests.benchmark_support import flat
+
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    reports = sorted((ROOT / "reports" / "reproducibility").glob("bootstrap-*.json"))
+    assert reports, "reports/reproducibility/ holds no --isa run"
+    for path in reports:
+        run = json.loads(path.read_text(encoding="utf-8"))
+        assert run["stage"] == "bootstrap" and run["machine"]["vendor_id"] and len(run["commit"]) == 40, path
+        assert "portable pin" in run["runs"], path
+        for name, entry in run["runs"].items():
+            assert entry["model_md5"][:8] in readme, f"{path.name}: {name}'s model {entry['model_md5'][:8]} is not in the README"
+        pinned = {entry["model_md5"] for name, entry in run["runs"].items() if name.startswith("portable pin")}
+        assert len(pinned) == 1, f"{path.name}: the pin gave {pinned}"
+        assert f"{run['steps']} steps" in readme or f"--steps {run['steps']}" in readme, path
